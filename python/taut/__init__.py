@@ -1,0 +1,12 @@
+"""taut: deadlines that really fire and worker pools that stay bounded.
+
+A Rust core (``taut._core``) provides a bounded FIFO worker pool, one monotonic
+deadline timer thread per process and platform-safe timeout clamping; this
+package adds a thin Python layer on top of them.
+"""
+
+from __future__ import annotations
+
+from taut._core import __version__
+
+__all__ = ["__version__"]

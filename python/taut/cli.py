@@ -1,0 +1,95 @@
+"""The ``python -m taut`` command line: ``bench`` (and the subcommands other
+modules register in ``_SUBCOMMANDS``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+from collections.abc import Sequence
+
+from taut._bench import Row
+
+# Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
+BENCH_AREAS = ["taut._bench.executor"]
+
+
+def _format_value(value: float, unit: str) -> str:
+    if unit == "s":
+        if value < 1e-3:
+            return f"{value * 1e6:.2f} µs"
+        if value < 1:
+            return f"{value * 1e3:.2f} ms"
+        return f"{value:.3f} s"
+    if unit == "B":
+        return f"{value:.0f} B"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    return f"{value:.3g} {unit}"
+
+
+def _table(rows: Sequence[Row]) -> str:
+    header = ("case", "baseline", "stdlib / baseline", "taut", "ratio", "target", "met")
+    lines = [
+        (
+            row.case,
+            row.baseline_name,
+            _format_value(row.baseline, row.unit),
+            _format_value(row.taut, row.unit),
+            f"{row.ratio:.3f}x",
+            row.target,
+            "yes" if row.met else "NO",
+        )
+        for row in rows
+    ]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *lines)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(header, widths))]
+    out.append("-+-".join("-" * w for w in widths))
+    out += [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
+    return "\n".join(out)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    rows: list[Row] = []
+    for area in args.area or BENCH_AREAS:
+        module = importlib.import_module(area if "." in area else f"taut._bench.{area}")
+        area_rows = module.run(quick=args.quick)
+        rows.extend(area_rows)
+        if not args.json:
+            print(_table(area_rows), flush=True)
+            print(flush=True)
+    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
+    if args.json:
+        payload = {
+            "machine": machine,
+            "rows": [dict(vars(r), ratio=r.ratio) for r in rows],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        missed = [r.case for r in rows if not r.met]
+        print(f"machine: {machine}; {len(rows) - len(missed)}/{len(rows)} targets met")
+    if args.plot:
+        from taut._bench.plot import plot_rows
+
+        plot_rows(rows, args.plot)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m taut")
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="compare taut with the standard library, side by side")
+    bench.add_argument("--quick", action="store_true", help="fewer rounds and smaller loads")
+    bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
+    bench.add_argument("--area", action="append", help="only this area (repeatable)")
+    bench.set_defaults(handler=_bench)
+    args = parser.parse_args(argv)
+    result: int = args.handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

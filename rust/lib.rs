@@ -1,0 +1,14 @@
+//! The Rust core of taut. This file only declares modules and registers the
+//! Python module `taut._core`; the logic lives in one file per concern.
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _core {
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))
+    }
+}

@@ -8,5 +8,23 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut._core import __version__
+from taut.config import (
+    ConfigWarning,
+    TautConfig,
+    concurrent_batch_timeout,
+    load_config,
+    resolve_timeout,
+    sequential_call_timeout,
+    tool_workers,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "ConfigWarning",
+    "TautConfig",
+    "__version__",
+    "concurrent_batch_timeout",
+    "load_config",
+    "resolve_timeout",
+    "sequential_call_timeout",
+    "tool_workers",
+]

@@ -17,9 +17,26 @@ from taut.config import (
     sequential_call_timeout,
     tool_workers,
 )
+from taut.constraints import Budget, PlanningConstraints
+from taut.journal import (
+    InMemoryJournal,
+    Journal,
+    JournaledError,
+    JournalError,
+    JournalRecord,
+    SqliteJournal,
+)
 
 __all__ = [
+    "Budget",
     "ConfigWarning",
+    "InMemoryJournal",
+    "Journal",
+    "JournalError",
+    "JournalRecord",
+    "JournaledError",
+    "PlanningConstraints",
+    "SqliteJournal",
     "TautConfig",
     "__version__",
     "concurrent_batch_timeout",

@@ -38,10 +38,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    field_serializer,
     field_validator,
 )
 
-__all__ = ["Budget", "PlanningConstraints"]
+__all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
 T = TypeVar("T")
 
@@ -79,7 +80,7 @@ def _coerce_budget(value: object) -> object:
             raise ValueError("time_budget must be a number of seconds, got nan (float)")
         if value < 0:
             raise ValueError(f"time_budget must not be negative, got {_describe(value)}")
-        return _seconds_to_timedelta(float(value)) if value >= _MAX_BUDGET_S else value
+        return timedelta(seconds=_MAX_BUDGET_S) if value >= _MAX_BUDGET_S else value
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -99,6 +100,28 @@ def _coerce_budget(value: object) -> object:
     raise ValueError(
         f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
     )
+
+
+def iso_duration(value: timedelta) -> str:
+    """ISO-8601 duration in days, hours, minutes and seconds (never years or
+    months, which have no fixed length): ``PT30M``, ``P1DT2H``, ``PT0.5S``."""
+    if value < timedelta(0):
+        raise ValueError(f"duration must not be negative, got {value!r}")
+    days = value.days
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    out = f"P{days}D" if days else "P"
+    clock = ""
+    if hours:
+        clock += f"{hours}H"
+    if minutes:
+        clock += f"{minutes}M"
+    if seconds or value.microseconds:
+        frac = f".{value.microseconds:06d}".rstrip("0") if value.microseconds else ""
+        clock += f"{seconds}{frac}S"
+    if clock:
+        out += "T" + clock
+    return out if out != "P" else "PT0S"
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -191,6 +214,10 @@ class PlanningConstraints(BaseModel):
         if value is not None and value < timedelta(0):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
         return value
+
+    @field_serializer("time_budget", when_used="json")
+    def _budget_iso(self, value: timedelta | None) -> str | None:
+        return None if value is None else iso_duration(value)
 
     @field_validator("max_agents", mode="before")
     @classmethod

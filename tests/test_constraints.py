@@ -81,7 +81,7 @@ def test_huge_budgets_clamp_instead_of_overflowing() -> None:
 
 @pytest.mark.parametrize("raw", [0, -3, True, 1.5, "3"])
 def test_max_agents_must_be_positive_int(raw: object) -> None:
-    with pytest.raises(ValidationError, match="max_agents|resourceLimit"):
+    with pytest.raises(ValidationError, match=r"max_agents|resourceLimit"):
         PlanningConstraints(max_agents=raw)  # type: ignore[arg-type]
 
 
@@ -282,7 +282,7 @@ def test_guidance_mentions_costs_and_weights() -> None:
 
 
 def test_guidance_unknown_language() -> None:
-    with pytest.raises(ValueError, match="lang must be one of .* got 'fr'"):
+    with pytest.raises(ValueError, match=r"lang must be one of .* got 'fr'"):
         PlanningConstraints().guidance("fr")
 
 

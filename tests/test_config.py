@@ -526,3 +526,11 @@ def test_config_schema_cli() -> None:
     out = run_cli("config", "schema")
     assert out.returncode == 0
     assert json.loads(out.stdout)["title"] == "TautConfig"
+
+
+def test_example_config_is_valid() -> None:
+    example = Path(__file__).parent.parent / "examples" / "taut.yaml"
+    assert check_config_file(example) == []
+    assert concurrent_batch_timeout(example) == 300.0
+    assert sequential_call_timeout(example) == 120.0
+    assert tool_workers(example) == 4

@@ -407,3 +407,13 @@ def test_sigkill_halfway_then_rerun(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert executions(counter) == after
     assert sum(line.startswith("replay") for line in out.splitlines()) == n
+
+
+def test_two_live_objects_keep_positions(make: Factory) -> None:
+    first = make()
+    first.reserve(["a", "b", "c"])
+    second = make()
+    assert second.reserve(["X"]) == [None]  # truncates from 0
+    assert first.reserve(["d"]) == [None]  # still position 3, not shifted
+    first.complete(3, "d", "ok", 4, None)
+    assert first.records() == [(0, "X", "pending"), (3, "d", "ok")]

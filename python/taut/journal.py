@@ -169,7 +169,9 @@ class InMemoryJournal:
     """
 
     def __init__(self) -> None:
-        self._slots: list[_MemorySlot] = []
+        # Keyed by position (like the SQLite table), so a truncation by one journal
+        # object never shifts the positions another object has reserved.
+        self._slots: dict[int, _MemorySlot] = {}
         self._lock = threading.Lock()
         self._cursor = 0
 
@@ -186,12 +188,13 @@ class InMemoryJournal:
             start = self._cursor
             for offset, cid in enumerate(ids):
                 pos = start + offset
-                slot = self._slots[pos] if pos < len(self._slots) else None
+                slot = self._slots.get(pos)
                 if slot is not None and slot.call_id != cid:
-                    del self._slots[pos:]
+                    for later in [p for p in self._slots if p >= pos]:
+                        del self._slots[later]
                     slot = None
                 if slot is None:
-                    self._slots.append(_MemorySlot(cid, _PENDING, None, None))
+                    self._slots[pos] = _MemorySlot(cid, _PENDING, None, None)
                     out.append(None)
                 elif slot.status in TERMINAL_STATUSES:
                     out.append(JournalRecord(pos, cid, slot.status, slot.value, slot.error))
@@ -210,7 +213,7 @@ class InMemoryJournal:
     ) -> None:
         _check_outcome(status, error)
         with self._lock:
-            slot = self._slots[position] if 0 <= position < len(self._slots) else None
+            slot = self._slots.get(position)
             if slot is None or slot.call_id != call_id:
                 raise JournalError(f"position {position} is not reserved for call {call_id!r}")
             if slot.status != _PENDING:
@@ -222,7 +225,7 @@ class InMemoryJournal:
     def records(self) -> list[tuple[int, str, str]]:
         """``(position, call_id, status)`` of every slot, ``status`` may be 'pending'."""
         with self._lock:
-            return [(i, s.call_id, s.status) for i, s in enumerate(self._slots)]
+            return [(p, s.call_id, s.status) for p, s in sorted(self._slots.items())]
 
 
 # --------------------------------------------------------------------------- sqlite

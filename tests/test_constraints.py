@@ -71,7 +71,9 @@ def test_time_budget_rejects_junk(raw: object, match: str) -> None:
 
 
 def test_huge_budgets_clamp_instead_of_overflowing() -> None:
-    for raw in (1e300, float("inf"), 10**400, "1e400"):
+    assert PlanningConstraints(time_budget=float("inf")).time_budget is None
+    assert PlanningConstraints(time_budget="inf").time_budget is None
+    for raw in (1e300, 10**400, 2**70):
         pc = PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
         assert pc.time_budget is not None
         assert pc.time_budget >= timedelta(days=365 * 99)

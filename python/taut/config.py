@@ -20,9 +20,9 @@ Files are parsed once and re-read only when their ``(mtime_ns, size)`` changes,
 and resolved values are memoised, so a repeated :func:`resolve_timeout` costs a
 ``stat`` and a dictionary lookup.
 
-Every value that comes out goes through :func:`taut.clamp_timeout` semantics: a
-huge value (``1e300``, ``10**400``, ``inf``) is clamped to ``MAX_TIMEOUT`` and
-never reaches an OS primitive as an ``OverflowError``.
+Every value that comes out goes through ``taut.clamp_timeout``: a huge value
+(``1e300``, ``10**400``) is clamped to ``MAX_TIMEOUT`` and never reaches an OS
+primitive as an ``OverflowError``; ``inf`` means no timeout (``None``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Union
 
@@ -75,14 +76,17 @@ class ConfigWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- clamp
-# The one place that turns a validated number into the float we hand out. Helper
-# `timer` provides the real `taut.clamp_timeout`; until that module exists we use a
-# local stand-in with the same semantics for the values we pass (finite or +inf,
-# never negative, never bool).
-_LOCAL_MAX_TIMEOUT = float(min(threading.TIMEOUT_MAX, 100 * 365 * 86400))
+# Every value handed out goes through taut's one clamping gate (the Rust core's
+# clamp_timeout: inf -> None, finite values capped at MAX_TIMEOUT, ints of any
+# size without OverflowError). The local stand-in keeps the module importable
+# against an extension built without it; it has the same semantics for the values
+# we pass (validated: never bool, NaN or negative).
+_LOCAL_MAX_TIMEOUT = 1_000_000.0
 
 
-def _local_clamp(value: float | int) -> float:
+def _local_clamp(value: float | int) -> float | None:
+    if value == math.inf:
+        return None
     # Compare before converting: float(10**400) would itself raise OverflowError.
     if value >= _LOCAL_MAX_TIMEOUT:
         return _LOCAL_MAX_TIMEOUT
@@ -90,27 +94,14 @@ def _local_clamp(value: float | int) -> float:
 
 
 def _pick_clamp() -> Any:
-    for name in ("taut.clamp", "taut.deadline"):
-        try:
-            module = __import__(name, fromlist=["clamp_timeout"])
-        except ImportError:
-            continue
-        fn = getattr(module, "clamp_timeout", None)
-        if fn is not None:
-            return fn
-    return _local_clamp
+    try:
+        from taut import _core
+    except ImportError:  # pragma: no cover - extension not built
+        return _local_clamp
+    return getattr(_core, "clamp_timeout", _local_clamp)
 
 
-_clamp_impl: Any = None
-
-
-def _clamp(value: float | int) -> float:
-    global _clamp_impl
-    if _clamp_impl is None:
-        # Looked up lazily: taut.deadline may import this module.
-        _clamp_impl = _pick_clamp()
-    result = _clamp_impl(value)
-    return float(result) if result is not None else _LOCAL_MAX_TIMEOUT
+_clamp: Any = _pick_clamp()
 
 
 # --------------------------------------------------------------------------- values
@@ -161,15 +152,27 @@ def _finish(number: float | int) -> float | None:
     """Map a validated configured number to the resolved timeout (0 disables)."""
     if number == 0:
         return None
-    return _clamp(number)
+    result: float | None = _clamp(number)
+    return result
 
 
 def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
     stripped = text.strip()
     try:
-        number: float | int = int(stripped) if stripped.lstrip("+").isdigit() else float(stripped)
+        number: float | int = int(stripped)
     except ValueError:
-        return False, None, f"{_RULE}, got text"
+        try:
+            # Decimal, not float: "1e400" is a huge finite number (clamped), while
+            # float() would turn it into inf (no timeout at all).
+            exact = Decimal(stripped)
+        except (InvalidOperation, ValueError):
+            return False, None, f"{_RULE}, got text"
+        if exact.is_nan():
+            return False, None, f"{_RULE}, got NaN"
+        if exact.is_finite() and exact >= _LOCAL_MAX_TIMEOUT:
+            number = int(exact)
+        else:
+            number = float(exact)
     return _check_number(number)
 
 
@@ -494,7 +497,8 @@ def _check_default(default: object) -> float | None:
         raise TypeError(
             f"default must be a non-negative number of seconds or None, got {_describe(default)}"
         )
-    return _clamp(number)
+    result: float | None = _clamp(number)
+    return result
 
 
 def resolve_timeout(

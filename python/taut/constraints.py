@@ -80,6 +80,8 @@ def _coerce_budget(value: object) -> object:
             raise ValueError("time_budget must be a number of seconds, got nan (float)")
         if value < 0:
             raise ValueError(f"time_budget must not be negative, got {_describe(value)}")
+        if value == math.inf:
+            return None  # as everywhere in taut: an infinite timeout is no timeout
         return timedelta(seconds=_MAX_BUDGET_S) if value >= _MAX_BUDGET_S else value
     if isinstance(value, str):
         text = value.strip()

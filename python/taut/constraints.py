@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar, Union
+from typing import Any, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -218,7 +218,7 @@ class PlanningConstraints(BaseModel):
         return value
 
     @field_serializer("time_budget", when_used="json")
-    def _budget_iso(self, value: timedelta | None) -> str | None:
+    def _budget_iso(self, value: Optional[timedelta]) -> Optional[str]:  # noqa: UP045 - evaluated by pydantic on 3.9
         return None if value is None else iso_duration(value)
 
     @field_validator("max_agents", mode="before")

@@ -9,5 +9,29 @@ from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
+from taut.deadline import (
+    MAX_TIMEOUT,
+    BoundedResult,
+    DeadlineExpired,
+    DeadlineScope,
+    clamp_timeout,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+    remaining,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "MAX_TIMEOUT",
+    "BoundedResult",
+    "DeadlineExpired",
+    "DeadlineScope",
+    "__version__",
+    "clamp_timeout",
+    "fail_after",
+    "fail_at",
+    "move_on_after",
+    "move_on_at",
+    "remaining",
+]

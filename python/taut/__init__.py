@@ -19,6 +19,18 @@ from taut.config import (
     tool_workers,
 )
 from taut.constraints import Budget, PlanningConstraints
+from taut.deadline import (
+    MAX_TIMEOUT,
+    BoundedResult,
+    DeadlineExpired,
+    DeadlineScope,
+    clamp_timeout,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+    remaining,
+)
 from taut.journal import (
     InMemoryJournal,
     Journal,
@@ -29,8 +41,12 @@ from taut.journal import (
 )
 
 __all__ = [
+    "MAX_TIMEOUT",
+    "BoundedResult",
     "Budget",
     "ConfigWarning",
+    "DeadlineExpired",
+    "DeadlineScope",
     "InMemoryJournal",
     "Journal",
     "JournalError",
@@ -40,8 +56,14 @@ __all__ = [
     "SqliteJournal",
     "TautConfig",
     "__version__",
+    "clamp_timeout",
     "concurrent_batch_timeout",
+    "fail_after",
+    "fail_at",
     "load_config",
+    "move_on_after",
+    "move_on_at",
+    "remaining",
     "resolve_timeout",
     "sequential_call_timeout",
     "tool_workers",

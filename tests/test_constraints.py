@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -457,3 +460,109 @@ def test_default_clock_is_monotonic() -> None:
 def test_exported() -> None:
     assert taut.PlanningConstraints is PlanningConstraints
     assert taut.Budget is Budget
+
+
+# --------------------------------------------------------------------------- deadline scope
+@pytest.fixture
+def scope_clock() -> Iterator[FakeClock]:
+    """One fake clock for the budget and for taut's deadline scopes."""
+    from taut.deadline import set_clock
+
+    clock = FakeClock()
+    previous = set_clock(clock)
+    try:
+        yield clock
+    finally:
+        set_clock(previous)
+
+
+def test_with_budget_bounds_the_block_by_what_remains(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=30).start(clock=scope_clock)
+    scope_clock.advance(10)
+    assert taut.remaining() is None
+    with budget as entered:
+        assert entered is budget
+        assert taut.remaining() == 20
+        scope_clock.advance(5)
+        assert taut.remaining() == 15
+    assert taut.remaining() is None
+    with pytest.raises(taut.DeadlineExpired), budget:
+        scope_clock.advance(16)
+    assert budget.expired
+
+
+def test_expired_budget_scope_fails_at_once(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=1).start(clock=scope_clock)
+    scope_clock.advance(2)
+    with pytest.raises(taut.DeadlineExpired), budget:
+        assert taut.remaining() == 0
+
+
+def test_unbounded_budget_scope(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(max_agents=2).start(clock=scope_clock)
+    with budget:
+        assert taut.remaining() is None
+        scope_clock.advance(10**6)
+
+
+def test_child_scope_nests_inside_parent(scope_clock: FakeClock) -> None:
+    parent = PlanningConstraints(time_budget=100).start(clock=scope_clock)
+    with parent:
+        with parent.child(5):
+            assert taut.remaining() == 5
+        with parent.child(500):
+            assert taut.remaining() == 100
+        assert taut.remaining() == 100
+
+
+def test_move_on_scope(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=3).start(clock=scope_clock)
+    with budget.scope(raise_on_expiry=False) as scope:
+        scope_clock.advance(4)
+    assert scope.expired
+
+
+def test_budget_scope_reaches_worker_threads(scope_clock: FakeClock) -> None:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = PlanningConstraints(time_budget=42).start(clock=scope_clock)
+    with budget, ThreadPoolExecutor(1) as pool:
+        ctx = contextvars.copy_context()
+        assert pool.submit(ctx.run, taut.remaining).result() == 42
+
+
+@pytest.mark.timeout(30)
+def test_budget_interrupts_sync_work_on_the_real_clock() -> None:
+    budget = PlanningConstraints(time_budget=0.1).start()
+    start = time.monotonic()
+    with pytest.raises(taut.DeadlineExpired), budget.scope(interrupt=True):
+        while time.monotonic() - start < 10:  # work of 10 s against a budget of 0.1 s
+            time.sleep(0.005)
+    assert time.monotonic() - start < 5
+    assert budget.expired
+
+
+@pytest.mark.timeout(30)
+def test_async_with_budget_cancels_on_the_real_clock() -> None:
+    budget = PlanningConstraints(time_budget=0.1).start()
+
+    async def main() -> float:
+        start = time.monotonic()
+        with pytest.raises(taut.DeadlineExpired):
+            async with budget:
+                await asyncio.sleep(10)
+        return time.monotonic() - start
+
+    assert asyncio.run(main()) < 5
+
+
+def test_async_with_budget_in_time(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=60).start(clock=scope_clock)
+
+    async def main() -> float | None:
+        async with budget:
+            await asyncio.sleep(0)
+            return taut.remaining()
+
+    assert asyncio.run(main()) == 60

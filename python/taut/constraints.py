@@ -20,7 +20,6 @@ and :meth:`Budget.constraints` gives the re-planning input: a new
 from __future__ import annotations
 
 import contextvars
-import importlib
 import json
 import math
 import re
@@ -31,7 +30,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -41,6 +40,9 @@ from pydantic import (
     field_serializer,
     field_validator,
 )
+
+if TYPE_CHECKING:
+    from taut.deadline import DeadlineScope
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
@@ -348,9 +350,14 @@ class Budget:
 
     ``remaining()`` / ``elapsed()`` are measured with the injected ``clock``; time
     between :meth:`pause` and :meth:`resume` (or inside ``with budget.paused():``)
-    is not charged. ``with budget:`` / ``async with budget:`` is a deadline scope
-    bounded by what remains at entry (raising :class:`taut.DeadlineExpired` when
-    it runs out); the budget itself is thread-safe.
+    is not charged. ``with budget:`` / ``async with budget:`` is a taut deadline
+    scope (``taut.fail_after``) of what remains at entry: ``taut.remaining()``
+    inside reports it, nested scopes and worker threads (through context
+    propagation) see it, an ``async with`` block is cancelled when it runs out and
+    either form raises :class:`taut.DeadlineExpired` on exit once it has run out.
+    :meth:`scope` gives ``move_on`` and ``interrupt=True`` variants. The scope's
+    deadline is fixed at entry, so pause outside a scope, not inside one. The
+    budget's own state is thread-safe.
     """
 
     def __init__(
@@ -369,9 +376,10 @@ class Budget:
         self._paused_since: float | None = None
         self._pause_depth = 0
         self._spent: dict[str, float] = {}
-        self._scopes: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+        self._scopes: contextvars.ContextVar[tuple[DeadlineScope, ...]] = contextvars.ContextVar(
             "taut_budget_scopes", default=()
         )
+        self._label = "time budget"
         self._started = clock()
 
     def __repr__(self) -> str:
@@ -541,17 +549,17 @@ class Budget:
             return None
         return time.monotonic() + remaining
 
-    def scope(self, *, raise_on_expiry: bool = True) -> Any:
-        """A fresh deadline scope bounded by what remains now: ``taut.fail_at``
-        (raises ``taut.DeadlineExpired``) or, with ``raise_on_expiry=False``,
-        ``taut.move_on_at`` (the block is cut short silently)."""
-        # Imported late: taut.deadline (helper `timer`) may import config/constraints.
-        _deadline = importlib.import_module("taut.deadline")
-        at = self.deadline()
-        if at is None:
-            at = math.inf
-        factory = _deadline.fail_at if raise_on_expiry else _deadline.move_on_at
-        return factory(at)
+    def scope(self, *, raise_on_expiry: bool = True, interrupt: bool = False) -> DeadlineScope:
+        """A fresh deadline scope bounded by what remains now (unbounded for an
+        unbounded budget): ``taut.fail_after`` (raises ``taut.DeadlineExpired``)
+        or, with ``raise_on_expiry=False``, ``taut.move_on_after``. The scope is
+        fixed at entry: pausing the budget inside it does not move its deadline."""
+        from taut.deadline import fail_after, move_on_after
+
+        # Relative seconds, not an absolute time: the budget's clock may be an
+        # injected one, and the scope counts from its own entry on its own clock.
+        factory = fail_after if raise_on_expiry else move_on_after
+        return factory(self.remaining(), self._label, interrupt=interrupt)
 
     def __enter__(self) -> Budget:
         scope = self.scope()
@@ -568,16 +576,11 @@ class Budget:
         stack = self._scopes.get()
         scope = stack[-1]
         self._scopes.set(stack[:-1])
-        result: bool | None = scope.__exit__(exc_type, exc, tb)
-        return result
+        return scope.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Budget:
         scope = self.scope()
-        enter = getattr(scope, "__aenter__", None)
-        if enter is not None:
-            await enter()
-        else:
-            scope.__enter__()
+        await scope.__aenter__()
         self._scopes.set((*self._scopes.get(), scope))
         return self
 
@@ -590,9 +593,4 @@ class Budget:
         stack = self._scopes.get()
         scope = stack[-1]
         self._scopes.set(stack[:-1])
-        exit_ = getattr(scope, "__aexit__", None)
-        if exit_ is not None:
-            result: bool | None = await exit_(exc_type, exc, tb)
-        else:
-            result = scope.__exit__(exc_type, exc, tb)
-        return result
+        return await scope.__aexit__(exc_type, exc, tb)

@@ -89,8 +89,12 @@ def test_replay_terminal_rerun_pending(make: Factory) -> None:
 
 def test_cursor_continues_across_reserve_calls(make: Factory) -> None:
     journal = make()
+    assert journal.cursor == 0
     journal.reserve(["a", "b"])
+    assert journal.cursor == 2
     journal.reserve(["c"])
+    assert journal.cursor == 3
+    assert make().cursor == 0
     journal.complete(2, "c", "ok", "C", None)
     journal.complete(0, "a", "ok", "A", None)
     again = make()

@@ -175,6 +175,11 @@ class InMemoryJournal:
         self._lock = threading.Lock()
         self._cursor = 0
 
+    @property
+    def cursor(self) -> int:
+        """The position the next :meth:`reserve` starts at (0 for a new object)."""
+        return self._cursor
+
     def reopen(self) -> InMemoryJournal:
         other = InMemoryJournal()
         other._slots = self._slots
@@ -293,6 +298,11 @@ class SqliteJournal:
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def cursor(self) -> int:
+        """The position the next :meth:`reserve` starts at (0 for a new object)."""
+        return self._cursor
 
     def __repr__(self) -> str:
         return f"SqliteJournal({self._path!r}, run={self._run!r}, cursor={self._cursor})"

@@ -60,9 +60,7 @@ def _bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(_table(area_rows), flush=True)
             print(flush=True)
-    machine = (
-        f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
-    )
+    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
     if args.json:
         payload = {
             "machine": machine,

@@ -182,6 +182,20 @@ def test_bad_key_or_default_is_a_programming_error() -> None:
         resolve_timeout(KEY, default=float("nan"))
     with pytest.raises(TypeError, match="default must be"):
         resolve_timeout(KEY, default=[1])  # type: ignore[arg-type]
+    # A memoised default=1 must not make default=True pass.
+    assert resolve_timeout(KEY, default=1) == 1.0
+    with pytest.raises(TypeError, match=r"got True \(bool\)"):
+        resolve_timeout(KEY, default=True)  # type: ignore[arg-type]
+
+
+def test_hostile_mapping_never_raises(rec: Recorder) -> None:
+    class Hostile(dict):  # type: ignore[type-arg]
+        def __contains__(self, key: object) -> bool:
+            raise RuntimeError("boom")
+
+    cfg = {"timeouts": Hostile(tools={"concurrent_batch": 1})}
+    assert resolve_timeout(KEY, default=4, config=cfg) == 4.0
+    assert len(rec.messages) == 1 and "boom" in rec.messages[0]
 
 
 # --------------------------------------------------------------------------- clamping

@@ -521,7 +521,8 @@ def resolve_timeout(
     env_text = os.environ.get(env_var) if env_var else None
     if obj is None:
         stamp = _stamp(path) if path is not None else None
-        memo_key: tuple[Any, ...] = (path, stamp, key, default, env_var, env_text)
+        # type(default): True == 1 and must not hit the memo of default=1.
+        memo_key: tuple[Any, ...] = (path, stamp, key, default, type(default), env_var, env_text)
         try:
             return _resolved[memo_key]
         except KeyError:
@@ -551,7 +552,12 @@ def resolve_timeout(
                 2,
             )
         elif isinstance(section, Mapping):
-            value = _lookup(section, key)
+            try:
+                value = _lookup(section, key)
+            except Exception as exc:  # a hostile Mapping must not break the caller
+                _warn(
+                    f"taut config: cannot read timeouts.{key} from the config mapping: {exc!r}", 2
+                )
         elif not isinstance(obj, Mapping):
             _warn(
                 f"taut config: config must be a mapping, a path or a TautConfig, got "

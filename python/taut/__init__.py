@@ -7,7 +7,30 @@ package adds a thin Python layer on top of them.
 
 from __future__ import annotations
 
+from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
+from taut.config import (
+    ConfigWarning,
+    TautConfig,
+    concurrent_batch_timeout,
+    load_config,
+    resolve_timeout,
+    sequential_call_timeout,
+    tool_workers,
+)
+from taut.constraints import Budget, PlanningConstraints
+from taut.deadline import (
+    MAX_TIMEOUT,
+    BoundedResult,
+    DeadlineExpired,
+    DeadlineScope,
+    clamp_timeout,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+    remaining,
+)
 from taut.executor import (
     Future,
     PoolStats,
@@ -15,12 +38,45 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
+from taut.journal import (
+    InMemoryJournal,
+    Journal,
+    JournaledError,
+    JournalError,
+    JournalRecord,
+    SqliteJournal,
+)
 
 __all__ = [
+    "MAX_TIMEOUT",
+    "BoundedResult",
+    "Budget",
+    "ConfigWarning",
+    "DeadlineExpired",
+    "DeadlineScope",
     "Future",
+    "InMemoryJournal",
+    "Journal",
+    "JournalError",
+    "JournalRecord",
+    "JournaledError",
+    "PlanningConstraints",
     "PoolStats",
     "QueueFull",
+    "SqliteJournal",
+    "TautConfig",
     "ThreadPoolExecutor",
     "__version__",
+    "clamp_timeout",
+    "concurrent_batch_timeout",
     "default_executor",
+    "fail_after",
+    "fail_at",
+    "load_config",
+    "move_on_after",
+    "move_on_at",
+    "remaining",
+    "resolve_timeout",
+    "sequential_call_timeout",
+    "tool_workers",
 ]

@@ -26,7 +26,7 @@ from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from taut._core import PoolCore, WorkerSlot
+from taut._core import PoolCore, WorkerSlot, clamp_timeout
 
 __all__ = [
     "Future",
@@ -74,10 +74,10 @@ class PoolStats(NamedTuple):
 
 def _wait_seconds(timeout: float | None) -> float | None:
     """A timeout safe for ``threading`` waits: huge values would raise
-    ``OverflowError`` deep inside the lock."""
+    ``OverflowError`` deep inside the lock; bad ones get a clear error."""
     if timeout is None:
         return None
-    return min(float(timeout), threading.TIMEOUT_MAX)
+    return clamp_timeout(timeout)
 
 
 class Future(_cf.Future):  # type: ignore[type-arg]

@@ -365,7 +365,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         )
         self._initializer = initializer
         self._initargs = initargs
+        # Copy-on-write (under _threads_lock), never changed in place: code
+        # in the wild (and CPython's own tests) holds on to `_threads` and
+        # iterates it while workers exit.
         self._threads: set[threading.Thread] = set()
+        self._threads_lock = threading.Lock()
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._abandoned_threads: set[threading.Thread] = set()
@@ -477,7 +481,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # past its deadline) are left behind at exit.
                 daemon=True,
             )
-            self._threads.add(thread)
+            with self._threads_lock:
+                self._threads = self._threads | {thread}
             self._slots[thread] = slot
             self._exited[thread] = exited
             _live_workers[thread] = (self._core, exited)
@@ -488,10 +493,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 self._core.worker_gone(True)
                 raise
 
+    def _drop_thread(self, thread: threading.Thread) -> None:
+        with self._threads_lock:
+            if thread in self._threads:
+                self._threads = self._threads - {thread}
+
     def _forget_thread(self, thread: threading.Thread) -> None:
         # Called by the worker itself as it leaves, or for a thread that
         # failed to start. Whatever remains to run after this is plain Python.
-        self._threads.discard(thread)
+        self._drop_thread(thread)
         self._slots.pop(thread, None)
         self._exited.pop(thread, None)
         _live_workers.pop(thread, None)
@@ -531,7 +541,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
         if abandoned:
             # Neither shutdown(wait=True) nor the exit hook waits for it.
-            self._threads.discard(thread)
+            self._drop_thread(thread)
             self._exited.pop(thread, None)
             self._abandoned_threads.add(thread)
             _live_workers.pop(thread, None)
@@ -603,6 +613,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         old = self._core
         self._shutdown_lock = threading.Lock()
         self._threads = set()
+        self._threads_lock = threading.Lock()
         self._slots = {}
         self._exited = {}
         self._abandoned_threads = set()

@@ -1,0 +1,46 @@
+"""taut.ThreadPoolExecutor as a drop-in for concurrent.futures.ThreadPoolExecutor:
+asyncio interop, mixed futures in wait()/as_completed(), the stdlib's errors and
+messages, thread names, and regression tests for what CPython's own suite
+(tests/cpython_suite/run_threadpool_suite.py) found."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+
+import pytest
+
+import taut
+
+LONG = 30.0  # seconds a "never" wait may take before the test fails
+
+
+def wait_until(predicate, timeout=LONG):
+    """Poll a condition until it holds; the polling only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.001)
+
+
+# -- regressions found by CPython's test_concurrent_futures ------------------
+
+
+def test_threads_set_held_by_caller_does_not_change_while_workers_exit():
+    """CPython's test_shutdown_no_wait iterates `executor._threads` while the
+    workers exit: the set must not change size under the caller."""
+    ex = taut.ThreadPoolExecutor(3)
+    gate = threading.Event()
+    futures = [ex.submit(gate.wait, LONG) for _ in range(3)]
+    threads = ex._threads
+    before = set(threads)
+    assert len(before) == 3
+    gate.set()
+    ex.shutdown(wait=True)
+    for thread in threads:  # raised "Set changed size during iteration"
+        thread.join(LONG)
+    assert threads == before
+    assert all(f.result() for f in futures)
+    assert not ex._threads  # the executor's own view: no live workers

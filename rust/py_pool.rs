@@ -254,7 +254,7 @@ impl PoolCore {
                 Take::Exit => break,
                 Take::Empty => {
                     let pool = Arc::clone(&self.pool);
-                    take = py.detach(move || pool.wait_take(idle));
+                    take = py.detach(move || pool.park(idle));
                 }
                 Take::Job {
                     seq, job, updates, ..

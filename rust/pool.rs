@@ -427,6 +427,26 @@ impl<J> Pool<J> {
         jobs
     }
 
+    /// Take out the queued jobs that wait for a running call to finish,
+    /// for `shutdown(cancel_futures=True)`. Jobs a worker is already on its
+    /// way to (a notified idle worker, a thread being started for it) stay:
+    /// they never had a queue position, so to the caller they have started,
+    /// as in the stdlib, whose fresh worker takes such a call before
+    /// `shutdown` can drain it (CPython's test_cancel_futures_wait_false).
+    pub fn drain_waiting(&self) -> Vec<J> {
+        let mut st = self.lock();
+        let keep = st.takers_in_flight().min(st.queue.len());
+        let jobs: Vec<Queued<J>> = st.queue.drain(keep..).collect();
+        if let Some(first) = jobs.first() {
+            // Queued seqs ascend: the drained ones are all from `first` on.
+            st.tracked.split_off(&first.seq);
+        }
+        st.stats.cancelled += jobs.len() as u64;
+        drop(st);
+        self.room.notify_all();
+        jobs.into_iter().map(|q| q.job).collect()
+    }
+
     /// `drain` for a forked child: never blocks, since the lock may be held
     /// by a thread that does not exist in the child. None if it is held.
     pub fn try_drain(&self) -> Option<Vec<J>> {
@@ -656,6 +676,24 @@ mod tests {
         // The notice meant for the parked-to-be worker was consumed: a stale
         // one would count as a worker on its way, and nothing would start.
         assert!(pool.submit(2, false).unwrap().spawn);
+    }
+
+    #[test]
+    fn drain_waiting_keeps_jobs_a_worker_is_on_its_way_to() {
+        let pool = Pool::new(2, 0);
+        for i in 0..5 {
+            pool.submit(i, i >= 3).unwrap();
+        }
+        // Two threads are being started for jobs 0 and 1; 2..5 wait.
+        assert_eq!(pool.drain_waiting(), vec![2, 3, 4]);
+        assert_eq!(pool.stats().queued, 2);
+        assert_eq!(pool.stats().cancelled, 3);
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        // With both workers busy nothing is on its way: all of it drains.
+        pool.submit(5, true).unwrap();
+        assert_eq!(pool.drain_waiting(), vec![5]);
+        assert_eq!(pool.position(6), None);
     }
 
     #[test]

@@ -370,8 +370,15 @@ impl PoolCore {
     }
 
     /// Take every queued call out; returns their futures in queue order.
-    fn drain(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
-        let jobs = self.pool.drain();
+    /// `waiting_only`: leave the calls a worker is already on its way to
+    /// (see `Pool::drain_waiting`).
+    #[pyo3(signature = (waiting_only=false))]
+    fn drain(&self, py: Python<'_>, waiting_only: bool) -> Vec<Py<PyAny>> {
+        let jobs = if waiting_only {
+            self.pool.drain_waiting()
+        } else {
+            self.pool.drain()
+        };
         let _attached = py;
         jobs.into_iter().map(|job| job.future).collect()
     }

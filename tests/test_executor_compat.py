@@ -60,3 +60,27 @@ def test_one_call_at_a_time_reuses_one_worker():
             assert ex.stats().workers == 1
         finally:
             ex.shutdown(wait=True)
+
+
+def test_shutdown_cancel_futures_runs_calls_a_worker_was_started_for():
+    """CPython's test_cancel_futures_wait_false: a call submitted to a pool
+    with room starts a worker for it; `shutdown(cancel_futures=True)` right
+    after must let it run (in the stdlib the fresh worker takes it first)
+    and cancel only the calls that wait behind running ones."""
+    for _ in range(50):
+        ex = taut.ThreadPoolExecutor(1)
+        first = ex.submit(pow, 2, 3)
+        ex.shutdown(wait=True, cancel_futures=True)
+        assert not first.cancelled()
+        assert first.result(LONG) == 8
+
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    running = ex.submit(gate.wait, LONG)
+    wait_until(lambda: running.running())
+    waiting = [ex.submit(pow, 2, i) for i in range(3)]
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in waiting)
+    gate.set()
+    ex.shutdown(wait=True)
+    assert running.result(LONG) is True

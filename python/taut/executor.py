@@ -595,7 +595,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             self._shutdown = True
             self._core.shutdown()
             if cancel_futures:
-                for future in self._core.drain():
+                # Calls a worker is already on its way to are not pending
+                # any more, to the caller: they run, as in the stdlib.
+                for future in self._core.drain(waiting_only=True):
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()

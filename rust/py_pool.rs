@@ -383,6 +383,15 @@ impl PoolCore {
         jobs.into_iter().map(|job| job.future).collect()
     }
 
+    /// In a forked child: take the parent's queued calls out without
+    /// blocking (a thread that does not exist in the child may hold the
+    /// lock); their futures in queue order, None if the lock was held.
+    fn drain_after_fork(&self, py: Python<'_>) -> Option<Vec<Py<PyAny>>> {
+        let jobs = self.pool.try_drain()?;
+        let _attached = py;
+        Some(jobs.into_iter().map(|job| job.future).collect())
+    }
+
     /// The 1-based position of queued call `seq`, None once it started.
     fn position(&self, seq: u64) -> Option<usize> {
         self.pool.position(seq)

@@ -6,6 +6,10 @@ messages, thread names, and regression tests for what CPython's own suite
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -84,3 +88,35 @@ def test_shutdown_cancel_futures_runs_calls_a_worker_was_started_for():
     gate.set()
     ex.shutdown(wait=True)
     assert running.result(LONG) is True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_cancels_the_parents_queued_calls_quietly():
+    """CPython's test_hang_global_shutdown_lock forks with a pool alive: the
+    child's fork handler raised AttributeError (PoolCore.drain_after_fork
+    was missing), so the queued futures it inherited were never cancelled."""
+    code = """
+        import os, threading, taut
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        running = ex.submit(gate.wait, 30)
+        while not running.running():
+            pass
+        queued = ex.submit(pow, 2, 5)
+        pid = os.fork()
+        if pid == 0:
+            ok = queued.cancelled() and ex.submit(pow, 3, 2).result(timeout=20) == 9
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        gate.set()
+        print("child", os.waitstatus_to_exitcode(status), "parent", queued.result(30))
+        """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "parent", "32"]
+    assert result.stderr == ""

@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     from test import support
 
     support.environment_altered = False
+    # Its default (1) prints every test's duration; -v asks for that.
+    support.verbose = 1 if args.verbose else 0
     suite = _select(module, args.patterns)
     result = unittest.TextTestRunner(verbosity=2 if args.verbose else 1).run(suite)
     problems = []

@@ -68,7 +68,11 @@ pub enum Take<J> {
         tracked: bool,
         updates: Vec<(u64, usize)>,
     },
-    /// No job now (only from `try_take`).
+    /// No job now (from `try_take` and `done_and_try_take`). The worker is
+    /// already counted as idle and must call `park` next: it is counted
+    /// before it lets go of the GIL, so a caller that was waiting for its
+    /// result and submits again at once reuses it instead of starting a
+    /// thread (CPython's test_idle_thread_reuse).
     Empty,
     /// The worker must exit: idle too long, above the ceiling, or shut down.
     Exit,
@@ -203,16 +207,36 @@ impl<J> Pool<J> {
         }
         match self.pop(&mut st) {
             Some(take) => take,
-            None => Take::Empty,
+            None => Self::going_idle(&mut st),
         }
+    }
+
+    fn going_idle(st: &mut State<J>) -> Take<J> {
+        st.idle += 1;
+        Take::Empty
     }
 
     /// Block until there is a job, or until the worker must exit.
     /// `idle_timeout` = None waits forever. Call without the GIL.
     pub fn wait_take(&self, idle_timeout: Option<Duration>) -> Take<J> {
+        self.wait_take_inner(idle_timeout, false)
+    }
+
+    /// `wait_take` after a `Take::Empty`, which left the worker counted as idle.
+    pub fn park(&self, idle_timeout: Option<Duration>) -> Take<J> {
+        self.wait_take_inner(idle_timeout, true)
+    }
+
+    fn wait_take_inner(&self, idle_timeout: Option<Duration>, counted_idle: bool) -> Take<J> {
         self.released.fetch_add(1, Ordering::AcqRel);
         let mut spin = WORKER_SPIN;
         let mut st = self.lock();
+        if counted_idle {
+            // A submitter may have notified "us" while we were not waiting
+            // yet: that notice is ours to consume (we look at the queue next).
+            st.idle -= 1;
+            st.notified = st.notified.min(st.idle);
+        }
         // An idle timeout too large for the clock is no timeout at all.
         let deadline = idle_timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
@@ -336,7 +360,7 @@ impl<J> Pool<J> {
         }
         match self.pop(&mut st) {
             Some(take) => take,
-            None => Take::Empty,
+            None => Self::going_idle(&mut st),
         }
     }
 
@@ -459,6 +483,26 @@ impl<J> Pool<J> {
         drop(st);
         self.room.notify_all();
         jobs
+    }
+
+    /// Take out the queued jobs that wait for a running call to finish,
+    /// for `shutdown(cancel_futures=True)`. Jobs a worker is already on its
+    /// way to (a notified idle worker, a thread being started for it) stay:
+    /// they never had a queue position, so to the caller they have started,
+    /// as in the stdlib, whose fresh worker takes such a call before
+    /// `shutdown` can drain it (CPython's test_cancel_futures_wait_false).
+    pub fn drain_waiting(&self) -> Vec<J> {
+        let mut st = self.lock();
+        let keep = st.takers_in_flight().min(st.queue.len());
+        let jobs: Vec<Queued<J>> = st.queue.drain(keep..).collect();
+        if let Some(first) = jobs.first() {
+            // Queued seqs ascend: the drained ones are all from `first` on.
+            st.tracked.split_off(&first.seq);
+        }
+        st.stats.cancelled += jobs.len() as u64;
+        drop(st);
+        self.room.notify_all();
+        jobs.into_iter().map(|q| q.job).collect()
     }
 
     /// `drain` for a forked child: never blocks, since the lock may be held
@@ -673,6 +717,44 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_out_of_work_is_idle_before_it_parks() {
+        let pool = Pool::new(4, 0);
+        assert!(pool.submit(0, false).unwrap().spawn);
+        assert!(job(pool.first_take(None)).is_some());
+        // The worker finished (still holding the GIL) and found nothing:
+        // a new submission must reuse it, not start a second thread.
+        assert_eq!(pool.done_and_try_take(true), Take::Empty);
+        assert_eq!(pool.stats().idle, 1);
+        let s = pool.submit(1, false).unwrap();
+        assert!(!s.spawn);
+        assert_eq!(s.waiting_at, None);
+        assert_eq!(job(pool.park(None)), Some(1));
+        let st = pool.stats();
+        assert_eq!((st.idle, st.workers, st.running), (0, 1, 1));
+        // The notice meant for the parked-to-be worker was consumed: a stale
+        // one would count as a worker on its way, and nothing would start.
+        assert!(pool.submit(2, false).unwrap().spawn);
+    }
+
+    #[test]
+    fn drain_waiting_keeps_jobs_a_worker_is_on_its_way_to() {
+        let pool = Pool::new(2, 0);
+        for i in 0..5 {
+            pool.submit(i, i >= 3).unwrap();
+        }
+        // Two threads are being started for jobs 0 and 1; 2..5 wait.
+        assert_eq!(pool.drain_waiting(), vec![2, 3, 4]);
+        assert_eq!(pool.stats().queued, 2);
+        assert_eq!(pool.stats().cancelled, 3);
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        // With both workers busy nothing is on its way: all of it drains.
+        pool.submit(5, true).unwrap();
+        assert_eq!(pool.drain_waiting(), vec![5]);
+        assert_eq!(pool.position(6), None);
+    }
+
+    #[test]
     fn abandoning_a_worker_starts_a_replacement_for_waiting_work() {
         let pool = Pool::new(1, 0);
         pool.submit(0, false).unwrap();
@@ -709,7 +791,7 @@ mod tests {
                             Take::Empty => {}
                         }
                         take = match p.try_take() {
-                            Take::Empty => p.wait_take(Some(Duration::from_millis(20))),
+                            Take::Empty => p.park(Some(Duration::from_millis(20))),
                             t => t,
                         };
                     }

@@ -302,7 +302,7 @@ impl PoolCore {
                 Take::Exit => break,
                 Take::Empty => {
                     let pool = Arc::clone(&self.pool);
-                    take = py.detach(move || pool.wait_take(idle));
+                    take = py.detach(move || pool.park(idle));
                 }
                 Take::Job {
                     seq, job, updates, ..
@@ -416,8 +416,15 @@ impl PoolCore {
     }
 
     /// Take every queued call out; returns their futures in queue order.
-    fn drain(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
-        let jobs = self.pool.drain();
+    /// `waiting_only`: leave the calls a worker is already on its way to
+    /// (see `Pool::drain_waiting`).
+    #[pyo3(signature = (waiting_only=false))]
+    fn drain(&self, py: Python<'_>, waiting_only: bool) -> Vec<Py<PyAny>> {
+        let jobs = if waiting_only {
+            self.pool.drain_waiting()
+        } else {
+            self.pool.drain()
+        };
         let _attached = py;
         jobs.into_iter().map(|job| job.future).collect()
     }
@@ -430,6 +437,15 @@ impl PoolCore {
         let before = self.pool.released();
         let pool = Arc::clone(&self.pool);
         py.detach(move || spin_until(Duration::from_micros(micros), || pool.released() != before));
+    }
+
+    /// In a forked child: take the parent's queued calls out without
+    /// blocking (a thread that does not exist in the child may hold the
+    /// lock); their futures in queue order, None if the lock was held.
+    fn drain_after_fork(&self, py: Python<'_>) -> Option<Vec<Py<PyAny>>> {
+        self.waiting.bind(py).clear();
+        let jobs = self.pool.try_drain()?;
+        Some(jobs.into_iter().map(|job| job.future).collect())
     }
 
     /// The 1-based position of queued call `seq`, None once it started.

@@ -256,7 +256,9 @@ def test_queue_positions_are_exact_and_clear_on_start():
 def test_tracked_call_that_starts_at_once_gets_only_start():
     events: list[object] = []
     with taut.ThreadPoolExecutor(2) as ex:
-        ex.submit_tracked(lambda: None, on_wait=events.append, on_start=lambda: events.append("s")).result(LONG)
+        ex.submit_tracked(
+            lambda: None, on_wait=events.append, on_start=lambda: events.append("s")
+        ).result(LONG)
     assert events == ["s"]
 
 
@@ -270,6 +272,7 @@ def test_positions_under_concurrent_submission_are_a_permutation():
 
         def submit_many(base: int) -> None:
             for i in range(base, base + 50):
+
                 def on_wait(pos: int, i: int = i) -> None:
                     with lock:
                         first_position.setdefault(i, pos)

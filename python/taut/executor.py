@@ -221,6 +221,17 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         super().set_exception(exception)
 
 
+def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:
+    """The result, cancelling the future if waiting fails (timeout, Ctrl-C)."""
+    try:
+        return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
+    finally:
+        del future
+
+
 class _Tracker:
     """Delivers one call's queue notices in order: positions only go down,
     and nothing is reported after the call started. The lock keeps a late
@@ -375,7 +386,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         )
         self._initializer = initializer
         self._initargs = initargs
+        # Copy-on-write (under _threads_lock), never changed in place: code
+        # in the wild (and CPython's own tests) holds on to `_threads` and
+        # iterates it while workers exit.
         self._threads: set[threading.Thread] = set()
+        self._threads_lock = threading.Lock()
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._abandoned_threads: set[threading.Thread] = set()
@@ -477,16 +492,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             try:
                 futures.reverse()
                 while futures:
-                    future = futures.pop()
-                    try:
-                        if end_time is None:
-                            yield future.result()
-                        else:
-                            yield future.result(end_time - time.monotonic())
-                    except BaseException:
-                        future.cancel()  # timed out or closed: stop it too
-                        raise
-                    del future
+                    # Popped inside the call, so the iterator keeps no
+                    # reference to a result once it is yielded (bpo-14406).
+                    if end_time is None:
+                        yield _result_or_cancel(futures.pop(), None)
+                    else:
+                        yield _result_or_cancel(futures.pop(), end_time - time.monotonic())
             finally:
                 for future in futures:
                     future.cancel()
@@ -536,7 +547,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # past its deadline) are left behind at exit.
                 daemon=True,
             )
-            self._threads.add(thread)
+            with self._threads_lock:
+                self._threads = self._threads | {thread}
             self._slots[thread] = slot
             self._exited[thread] = exited
             _live_workers[thread] = (self._core, exited)
@@ -547,10 +559,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 self._core.worker_gone(True)
                 raise
 
+    def _drop_thread(self, thread: threading.Thread) -> None:
+        with self._threads_lock:
+            if thread in self._threads:
+                self._threads = self._threads - {thread}
+
     def _forget_thread(self, thread: threading.Thread) -> None:
         # Called by the worker itself as it leaves, or for a thread that
         # failed to start. Whatever remains to run after this is plain Python.
-        self._threads.discard(thread)
+        self._drop_thread(thread)
         self._slots.pop(thread, None)
         self._exited.pop(thread, None)
         _live_workers.pop(thread, None)
@@ -590,7 +607,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
         if abandoned:
             # Neither shutdown(wait=True) nor the exit hook waits for it.
-            self._threads.discard(thread)
+            self._drop_thread(thread)
             self._exited.pop(thread, None)
             self._abandoned_threads.add(thread)
             _live_workers.pop(thread, None)
@@ -644,7 +661,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             self._shutdown = True
             self._core.shutdown()
             if cancel_futures:
-                for future in self._core.drain():
+                # Calls a worker is already on its way to are not pending
+                # any more, to the caller: they run, as in the stdlib.
+                for future in self._core.drain(waiting_only=True):
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
@@ -662,6 +681,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         old = self._core
         self._shutdown_lock = threading.Lock()
         self._threads = set()
+        self._threads_lock = threading.Lock()
         self._slots = {}
         self._exited = {}
         self._abandoned_threads = set()

@@ -232,21 +232,26 @@ def _stdlib_lateness(samples: int, delay: float) -> list[float]:
     return [_threading_timer_lateness(delay) for _ in range(samples)]
 
 
-def _spin_until_raised(at: float) -> float:
+def _spin_until_raised(arm: Callable[[float], object], delay: float) -> float:
+    # Arm inside the try: an asynchronous exception may land right after arming.
+    at = time.monotonic() + delay
+    keep = None
     try:
+        keep = arm(at)
         end = at + 10
         while time.monotonic() < end:
             pass
     except DeadlineExpired:
         return time.monotonic() - at
+    finally:
+        del keep
     raise RuntimeError("no DeadlineExpired within 10 s")
 
 
-def _taut_interrupt_lateness(delay: float) -> float:
-    at = time.monotonic() + delay
+def _arm_taut(at: float) -> object:
     d = _core.Deadline(at)
     d.interrupt_thread(threading.get_ident(), DeadlineExpired)
-    return _spin_until_raised(at)
+    return d
 
 
 def _set_async_exc(thread_id: int) -> None:
@@ -255,13 +260,19 @@ def _set_async_exc(thread_id: int) -> None:
     )
 
 
-def _stdlib_interrupt_lateness(delay: float) -> float:
-    at = time.monotonic() + delay
-    t = threading.Timer(delay, _set_async_exc, args=(threading.get_ident(),))
+def _arm_stdlib(at: float) -> object:
+    t = threading.Timer(at - time.monotonic(), _set_async_exc, args=(threading.get_ident(),))
+    t.daemon = True
     t.start()
-    late = _spin_until_raised(at)
-    t.join()
-    return late
+    return t
+
+
+def _taut_interrupt_lateness(delay: float) -> float:
+    return _spin_until_raised(_arm_taut, delay)
+
+
+def _stdlib_interrupt_lateness(delay: float) -> float:
+    return _spin_until_raised(_arm_stdlib, delay)
 
 
 def bench_lateness(quick: bool) -> list[Row]:

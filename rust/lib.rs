@@ -1,6 +1,9 @@
 //! The Rust core of taut. This file only declares modules and registers the
 //! Python module `taut._core`; the logic lives in one file per concern.
 
+pub mod pool;
+mod py_pool;
+
 use pyo3::prelude::*;
 
 pub mod clamp;
@@ -11,6 +14,9 @@ pub mod timer;
 #[pymodule]
 mod _core {
     use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use crate::py_pool::{PoolCore, WorkerSlot};
 
     #[pymodule_export]
     const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;

@@ -21,6 +21,13 @@ from taut.deadline import (
     move_on_at,
     remaining,
 )
+from taut.executor import (
+    Future,
+    PoolStats,
+    QueueFull,
+    ThreadPoolExecutor,
+    default_executor,
+)
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -33,5 +40,10 @@ __all__ = [
     "fail_at",
     "move_on_after",
     "move_on_at",
+    "Future",
+    "PoolStats",
+    "QueueFull",
+    "ThreadPoolExecutor",
+    "default_executor",
     "remaining",
 ]

@@ -17,6 +17,7 @@ mod _core {
 
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
+
     #[pymodule_export]
     const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;
     #[pymodule_export]

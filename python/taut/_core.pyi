@@ -5,6 +5,8 @@ from typing import Any, Callable, final
 __all__ = [
     "MAX_TIMEOUT",
     "Deadline",
+    "PoolCore",
+    "WorkerSlot",
     "__version__",
     "_timer_add_panicking_action",
     "_timer_after_fork",

@@ -3,9 +3,17 @@
 
 use pyo3::prelude::*;
 
+mod proctree;
+mod py_proctree;
+
 #[pymodule]
 mod _core {
     use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use crate::py_proctree::{
+        process_start_time, running_processes, signal_process_tree, signal_process_trees,
+    };
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -8,5 +8,19 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut._core import __version__
+from taut.executor import (
+    Future,
+    PoolStats,
+    QueueFull,
+    ThreadPoolExecutor,
+    default_executor,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "Future",
+    "PoolStats",
+    "QueueFull",
+    "ThreadPoolExecutor",
+    "__version__",
+    "default_executor",
+]

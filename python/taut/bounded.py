@@ -238,7 +238,11 @@ def run_bounded_sync(
         return _sync_timed_out(started, budget, label, on_timeout)
     else:
         pool = executor if executor is not None else default_executor()
-        future = pool.submit(contextvars.copy_context().run, fn)
+        if getattr(pool, "_propagate_context", False):
+            # A taut executor with context propagation copies the context itself.
+            future = pool.submit(fn)
+        else:
+            future = pool.submit(contextvars.copy_context().run, fn)
 
     deadline = _core.Deadline(started + budget)
     woken = threading.Event()

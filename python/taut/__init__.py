@@ -15,6 +15,8 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
+from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
+from taut.process import ProcessResult, kill_process_tree, run_process
 
 __all__ = [
     "Future",
@@ -23,4 +25,12 @@ __all__ = [
     "ThreadPoolExecutor",
     "__version__",
     "default_executor",
+    # bounded runs and process trees
+    "ProcessResult",
+    "TautStats",
+    "kill_process_tree",
+    "run_bounded_async",
+    "run_bounded_sync",
+    "run_process",
+    "stats",
 ]

@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::proctree::{self, ProcId};
+use crate::py_timer::Deadline;
 
 fn to_py_err(err: std::io::Error) -> PyErr {
     if err.kind() == std::io::ErrorKind::InvalidInput {
@@ -74,4 +75,38 @@ pub fn running_processes(py: Python<'_>, procs: Vec<(i32, u64)>) -> Vec<(i32, u6
 #[pyfunction]
 pub fn process_start_time(pid: i32) -> Option<u64> {
     proctree::process_start_time(pid)
+}
+
+/// At the expiry of `deadline`, kill the tree rooted at `pid` (named by
+/// `start_time` when given) with `sig`. The timer thread only starts a short-lived
+/// thread for it, so scanning `/proc` never delays other deadlines, and nothing
+/// needs the GIL. If the deadline has already expired, this happens at once.
+#[pyfunction]
+#[pyo3(signature = (deadline, pid, sig, start_time=None))]
+pub fn signal_process_tree_at(
+    deadline: &Bound<'_, Deadline>,
+    pid: i32,
+    sig: i32,
+    start_time: Option<u64>,
+) -> PyResult<()> {
+    if pid <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "pid must be a positive process id, got {pid}"
+        )));
+    }
+    proctree::check_signal(sig).map_err(to_py_err)?;
+    deadline.get().entry().add_action(Box::new(move || {
+        let kill = move || {
+            let _ = proctree::signal_tree(pid, sig, start_time);
+        };
+        // If no thread can be started (resource exhaustion), kill inline: late
+        // other deadlines are better than a tree that survives its deadline.
+        let spawned = std::thread::Builder::new()
+            .name("taut-proctree".into())
+            .spawn(kill);
+        if spawned.is_err() {
+            let _ = proctree::signal_tree(pid, sig, start_time);
+        }
+    }));
+    Ok(())
 }

@@ -7,6 +7,7 @@ package adds a thin Python layer on top of them.
 
 from __future__ import annotations
 
+from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
 from taut.executor import (
     Future,

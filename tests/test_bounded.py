@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import taut
+from taut.deadline import BoundedResult, DeadlineExpired
 from taut.bounded import run_bounded_async, run_bounded_sync
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,7 +48,7 @@ def pool() -> Any:
 
 def test_sync_returns_the_value() -> None:
     result = run_bounded_sync(lambda: 42, 10, label="answer")
-    assert isinstance(result, taut.BoundedResult)
+    assert isinstance(result, BoundedResult)
     assert (result.timed_out, result.value, result.label, result.timeout_s) == (False, 42, "answer", 10.0)
     assert result.unwrap() == 42
     assert 0 <= result.elapsed_s < PROMPT_S
@@ -76,7 +77,7 @@ def test_sync_times_out_promptly_and_abandons_the_worker(pool: Any) -> None:
         assert time.monotonic() - started < PROMPT_S
         assert result.timed_out is True and result.value is None and result.label == "slow"
         assert calls == ["t"]
-        with pytest.raises(taut.DeadlineExpired, match="slow"):
+        with pytest.raises(DeadlineExpired, match="slow"):
             result.unwrap()
         after = taut.stats()
         assert after.abandoned_threads == before.abandoned_threads + 1
@@ -108,7 +109,7 @@ def test_sync_interrupt_raises_deadline_expired_in_the_late_worker(pool: Any) ->
         until = time.monotonic() + 10
         while not seen and time.monotonic() < until:
             time.sleep(0.01)
-        assert seen and isinstance(seen[0], taut.DeadlineExpired)
+        assert seen and isinstance(seen[0], DeadlineExpired)
     finally:
         stop.set()
 
@@ -306,7 +307,7 @@ def test_async_times_out_and_cancels_the_task() -> None:
             cancelled.set()
             raise
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         return await run_bounded_async(slow(), 0.1, label="slow")
 
     started = time.monotonic()
@@ -322,7 +323,7 @@ def test_async_zero_timeout_never_starts_the_coroutine() -> None:
     async def work() -> None:
         ran.append(1)
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         return await run_bounded_async(work(), 0)
 
     assert asyncio.run(main()).timed_out is True
@@ -330,7 +331,7 @@ def test_async_zero_timeout_never_starts_the_coroutine() -> None:
 
 
 def test_async_completion_wins_a_tie() -> None:
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         done = asyncio.get_running_loop().create_future()
         done.set_result("first")
         return await run_bounded_async(done, 0)
@@ -359,7 +360,7 @@ def test_async_shielded_task_is_abandoned_on_time_and_its_outcome_consumed(
         abandoned.append("async")
         raise RuntimeError("on_abandon broke")  # logged and swallowed
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: loop_errors.append(ctx))
         before = taut.stats()
         started = time.monotonic()
@@ -425,7 +426,7 @@ def test_async_blocked_loop_is_dumped_and_interrupted(caplog: pytest.LogCaptureF
         time.sleep(10)
         return "slept"
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         return await run_bounded_async(
             blocks(), 0.1, label="blocker", interrupt_blocked_loop=True, blocked_grace=0.1
         )
@@ -448,7 +449,7 @@ def test_async_blocked_loop_dump_without_interrupt(caplog: pytest.LogCaptureFixt
         time.sleep(1.5)
         await asyncio.sleep(30)
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         return await run_bounded_async(blocks_then_waits(), 0.1, blocked_grace=0.1)
 
     with caplog.at_level(logging.WARNING, logger="taut.bounded"):
@@ -464,7 +465,7 @@ def test_async_no_dump_when_disabled(caplog: pytest.LogCaptureFixture) -> None:
         time.sleep(0.5)
         await asyncio.sleep(30)
 
-    async def main() -> taut.BoundedResult:
+    async def main() -> BoundedResult:
         return await run_bounded_async(
             blocks_then_waits(), 0.05, blocked_grace=0.05, dump_on_blocked_loop=False
         )

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 import taut
+from taut.deadline import DeadlineExpired
 from taut import _core
 
 pytestmark = [
@@ -326,7 +327,7 @@ def test_run_process_kills_the_tree_at_the_deadline(strays: list[int]) -> None:
     grandchild = int(result.stdout)
     strays.append(grandchild)
     assert wait_gone([grandchild]) == []
-    with pytest.raises(taut.DeadlineExpired):
+    with pytest.raises(DeadlineExpired):
         result.check_returncode()
 
 

@@ -18,7 +18,6 @@ Linux only (it reads ``/proc``).
 from __future__ import annotations
 
 import locale
-import math
 import numbers
 import os
 import select
@@ -77,12 +76,12 @@ def _check_grace(grace: object) -> float | None:
         raise TypeError(
             f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
         )
-    value = float(grace)
-    if math.isnan(value) or value < 0:
+    # Compared as given: float() of a huge int would raise OverflowError.
+    if grace != grace or grace < 0:
         raise ValueError(
             f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
         )
-    clamped = clamp_timeout(value)
+    clamped = clamp_timeout(grace)
     return 0.0 if clamped is None else clamped
 
 

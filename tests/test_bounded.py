@@ -18,10 +18,9 @@ import time
 from typing import Any
 
 import pytest
-
 import taut
-from taut.deadline import BoundedResult, DeadlineExpired
 from taut.bounded import run_bounded_async, run_bounded_sync
+from taut.deadline import BoundedResult, DeadlineExpired
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +48,12 @@ def pool() -> Any:
 def test_sync_returns_the_value() -> None:
     result = run_bounded_sync(lambda: 42, 10, label="answer")
     assert isinstance(result, BoundedResult)
-    assert (result.timed_out, result.value, result.label, result.timeout_s) == (False, 42, "answer", 10.0)
+    assert (result.timed_out, result.value, result.label, result.timeout_s) == (
+        False,
+        42,
+        "answer",
+        10.0,
+    )
     assert result.unwrap() == 42
     assert 0 <= result.elapsed_s < PROMPT_S
 
@@ -71,7 +75,11 @@ def test_sync_times_out_promptly_and_abandons_the_worker(pool: Any) -> None:
     before = taut.stats()
     started = time.monotonic()
     result = run_bounded_sync(
-        lambda: release.wait(30), 0.1, label="slow", on_timeout=lambda: calls.append("t"), executor=pool
+        lambda: release.wait(30),
+        0.1,
+        label="slow",
+        on_timeout=lambda: calls.append("t"),
+        executor=pool,
     )
     try:
         assert time.monotonic() - started < PROMPT_S
@@ -265,7 +273,9 @@ def test_sync_argument_errors(kwargs: dict[str, Any], error: type[Exception], ma
     kwargs.setdefault("timeout", 1)
     with pytest.raises(error, match=match):
         run_bounded_sync(lambda: None, **kwargs)
-    with pytest.raises(TypeError, match=r"fn must be a callable or a concurrent.futures.Future, got 42"):
+    with pytest.raises(
+        TypeError, match=r"fn must be a callable or a concurrent.futures.Future, got 42"
+    ):
         run_bounded_sync(42, 1)  # type: ignore[arg-type]
 
 
@@ -497,10 +507,22 @@ def test_async_loop_in_a_thread_and_many_calls() -> None:
         ({"timeout": True}, TypeError, r"True \(bool\)"),
         ({"label": None}, TypeError, r"label must be a str, got None \(NoneType\)"),
         ({"on_abandon": "x"}, TypeError, r"on_abandon must be a callable or None"),
-        ({"dump_on_blocked_loop": 1}, TypeError, r"dump_on_blocked_loop must be a bool, got 1 \(int\)"),
+        (
+            {"dump_on_blocked_loop": 1},
+            TypeError,
+            r"dump_on_blocked_loop must be a bool, got 1 \(int\)",
+        ),
         ({"interrupt_blocked_loop": None}, TypeError, "interrupt_blocked_loop must be a bool"),
-        ({"blocked_grace": -1}, ValueError, r"blocked_grace must be a finite non-negative.*-1 \(int\)"),
-        ({"blocked_grace": "1"}, TypeError, r"blocked_grace must be a non-negative number.*'1' \(str\)"),
+        (
+            {"blocked_grace": -1},
+            ValueError,
+            r"blocked_grace must be a finite non-negative.*-1 \(int\)",
+        ),
+        (
+            {"blocked_grace": "1"},
+            TypeError,
+            r"blocked_grace must be a finite non-negative number.*'1' \(str\)",
+        ),
     ],
 )
 def test_async_argument_errors(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:

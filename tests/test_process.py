@@ -15,10 +15,9 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-
 import taut
-from taut.deadline import DeadlineExpired
 from taut import _core
+from taut.deadline import DeadlineExpired
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -67,7 +66,9 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         if proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(proc.pid) == proc.pid else proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(
+                    proc.pid
+                ) == proc.pid else proc.kill()
             except OSError:
                 pass
         proc.wait(timeout=10)
@@ -93,7 +94,9 @@ def sh(script: str, **kwargs: object) -> subprocess.Popen[bytes]:
 # kill_process_tree
 
 
-def test_kills_children_and_grandchildren(spawned: list[subprocess.Popen[bytes]], strays: list[int]) -> None:
+def test_kills_children_and_grandchildren(
+    spawned: list[subprocess.Popen[bytes]], strays: list[int]
+) -> None:
     root = sh(f"sh -c 'sleep {WORK} & sleep {WORK}' & sleep {WORK} & wait")
     spawned.append(root)
     tree = wait_descendants(root.pid, 4)
@@ -126,7 +129,9 @@ def test_kills_orphans_left_in_the_session_of_an_exited_root(
     # The root exits at once; its background child is reparented to init and
     # is found only through the session the root led. The root stays a zombie
     # (unreaped), which still counts as present, as for os.kill.
-    root = sh(f"sleep {WORK} >/dev/null 2>&1 & echo $!", stdout=subprocess.PIPE, start_new_session=True)
+    root = sh(
+        f"sleep {WORK} >/dev/null 2>&1 & echo $!", stdout=subprocess.PIPE, start_new_session=True
+    )
     spawned.append(root)
     assert root.stdout is not None
     orphan = int(root.stdout.readline())
@@ -275,7 +280,11 @@ def test_start_time_identity_protects_against_pid_reuse(
         ({"pid": 12345, "sig": 999}, ValueError, r"got 999 \(int\)"),
         ({"pid": 12345, "sig": True}, TypeError, r"sig must be a signal number.*True \(bool\)"),
         ({"pid": 12345, "sig": "KILL"}, TypeError, r"'KILL' \(str\)"),
-        ({"pid": 12345, "grace": -1}, ValueError, r"grace must be None or a non-negative.*-1 \(int\)"),
+        (
+            {"pid": 12345, "grace": -1},
+            ValueError,
+            r"grace must be None or a non-negative.*-1 \(int\)",
+        ),
         ({"pid": 12345, "grace": float("nan")}, ValueError, r"nan \(float\)"),
         ({"pid": 12345, "grace": True}, TypeError, r"True \(bool\)"),
         ({"pid": 12345, "grace": "1"}, TypeError, r"'1' \(str\)"),
@@ -299,7 +308,9 @@ def test_huge_grace_is_clamped(spawned: list[subprocess.Popen[bytes]]) -> None:
 
 
 def test_run_process_completes_like_subprocess_run() -> None:
-    result = taut.run_process([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], 30)
+    result = taut.run_process(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], 30
+    )
     assert isinstance(result, subprocess.CompletedProcess)
     assert (result.returncode, result.stdout, result.stderr) == (0, b"out\n", b"err\n")
     assert result.timed_out is False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
+from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
 from taut.executor import (
     Future,
     PoolStats,
@@ -16,19 +17,17 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
-from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
 from taut.process import ProcessResult, kill_process_tree, run_process
 
 __all__ = [
     "Future",
     "PoolStats",
+    "ProcessResult",
     "QueueFull",
+    "TautStats",
     "ThreadPoolExecutor",
     "__version__",
     "default_executor",
-    # bounded runs and process trees
-    "ProcessResult",
-    "TautStats",
     "kill_process_tree",
     "run_bounded_async",
     "run_bounded_sync",

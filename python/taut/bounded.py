@@ -27,6 +27,7 @@ import ctypes
 import dataclasses
 import inspect
 import logging
+import numbers
 import os
 import signal
 import sys
@@ -35,7 +36,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, TypeVar
 
 from taut import _core
 from taut.deadline import BoundedResult, DeadlineExpired, clamp_timeout
@@ -175,13 +176,13 @@ def _release_late_worker(
 
 
 def run_bounded_sync(
-    fn: Union[Callable[[], T], concurrent.futures.Future[T]],
+    fn: Callable[[], T] | concurrent.futures.Future[T],
     timeout: Any,
     *,
     label: str = "operation",
-    on_timeout: Optional[Callable[[], object]] = None,
+    on_timeout: Callable[[], object] | None = None,
     interrupt: bool = False,
-    executor: Optional[concurrent.futures.Executor] = None,
+    executor: concurrent.futures.Executor | None = None,
 ) -> BoundedResult:
     """Run ``fn()`` on a worker thread and wait for it at most ``timeout`` seconds.
 
@@ -277,7 +278,7 @@ def run_bounded_sync(
 
 
 def _sync_timed_out(
-    started: float, budget: float, label: str, on_timeout: Optional[Callable[[], object]]
+    started: float, budget: float, label: str, on_timeout: Callable[[], object] | None
 ) -> BoundedResult:
     _counters.add("timeouts")
     result = BoundedResult(
@@ -337,17 +338,17 @@ class _LoopWaker:
 
 # Loops without add_reader (the Windows proactor loop) map to None and are woken
 # through call_soon_threadsafe from taut's callback thread instead.
-_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_LoopWaker]] = (
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker | None] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _waker_for(loop: asyncio.AbstractEventLoop) -> Optional[_LoopWaker]:
+def _waker_for(loop: asyncio.AbstractEventLoop) -> _LoopWaker | None:
     try:
         return _wakers[loop]
     except KeyError:
         pass
-    waker: Optional[_LoopWaker]
+    waker: _LoopWaker | None
     try:
         waker = _LoopWaker(loop)
     except NotImplementedError:
@@ -381,7 +382,7 @@ def _noop_signal_handler(signum: int, frame: object) -> None:
 # SIGURG is ignored by default and unused by Python programs; a no-op handler on
 # it makes a blocking system call on the main thread return EINTR and run Python
 # code, where DeadlineExpired lands.
-_WAKE_SIGNAL: Optional[int] = getattr(signal, "SIGURG", None)
+_WAKE_SIGNAL: int | None = getattr(signal, "SIGURG", None)
 _wake_handler_installed = False
 
 
@@ -484,7 +485,7 @@ class _AsyncCall:
         self.loop_thread = threading.get_ident()
         self.handled = False
         self.injected = False
-        self.watchdog_deadline: Optional[_core.Deadline] = None
+        self.watchdog_deadline: _core.Deadline | None = None
 
     # On the loop thread.
     def on_done(self, _task: object) -> None:
@@ -526,16 +527,15 @@ class _AsyncCall:
 
 
 def _validate_grace(blocked_grace: object) -> float:
-    if isinstance(blocked_grace, bool) or not isinstance(blocked_grace, (int, float)):
-        raise TypeError(
-            f"blocked_grace must be a non-negative number of seconds, got {_describe(blocked_grace)}"
-        )
+    message = "blocked_grace must be a finite non-negative number of seconds"
+    if isinstance(blocked_grace, bool) or not isinstance(blocked_grace, numbers.Real):
+        raise TypeError(f"{message}, got {_describe(blocked_grace)}")
+    # Compared as given: float() of a huge int would raise OverflowError.
+    if blocked_grace != blocked_grace or blocked_grace < 0:
+        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
     grace = clamp_timeout(blocked_grace)
-    if grace is None or blocked_grace < 0:
-        raise ValueError(
-            f"blocked_grace must be a finite non-negative number of seconds, "
-            f"got {_describe(blocked_grace)}"
-        )
+    if grace is None:
+        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
     return grace
 
 
@@ -544,7 +544,7 @@ async def run_bounded_async(
     timeout: Any,
     *,
     label: str = "operation",
-    on_abandon: Optional[Callable[[], object]] = None,
+    on_abandon: Callable[[], object] | None = None,
     dump_on_blocked_loop: bool = True,
     interrupt_blocked_loop: bool = False,
     blocked_grace: float = 1.0,
@@ -665,7 +665,9 @@ async def run_bounded_async(
     return _timed_out(started, budget, label)
 
 
-def _async_result(task: asyncio.Future[Any], started: float, budget: float, label: str) -> BoundedResult:
+def _async_result(
+    task: asyncio.Future[Any], started: float, budget: float, label: str
+) -> BoundedResult:
     return BoundedResult(
         timed_out=False,
         value=task.result(),

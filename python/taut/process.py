@@ -25,8 +25,8 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 from taut import _core
 from taut.deadline import DeadlineExpired, clamp_timeout
@@ -63,7 +63,9 @@ def _check_pid(pid: object) -> int:
 
 def _check_signal(sig: object) -> int:
     if isinstance(sig, bool) or not isinstance(sig, int):
-        raise TypeError(f"sig must be a signal number (int or signal.Signals), got {_describe(sig)}")
+        raise TypeError(
+            f"sig must be a signal number (int or signal.Signals), got {_describe(sig)}"
+        )
     if sig not in signal.valid_signals() or sig == 0:
         raise ValueError(f"sig must be a valid signal number other than 0, got {_describe(sig)}")
     return int(sig)
@@ -227,7 +229,9 @@ def run_process(
         if isinstance(input, str):
             if not text_mode:
                 raise TypeError("input must be bytes unless text, encoding or errors is given")
-            input_bytes = input.encode(encoding or locale.getpreferredencoding(False), errors or "strict")
+            input_bytes = input.encode(
+                encoding or locale.getpreferredencoding(False), errors or "strict"
+            )
         else:
             input_bytes = bytes(input)
         popen_kwargs["stdin"] = subprocess.PIPE
@@ -300,7 +304,7 @@ def _reap(proc: subprocess.Popen[bytes], wait_s: float) -> int | None:
 
 def _communicate(
     proc: subprocess.Popen[bytes],
-    deadline: Optional[_core.Deadline],
+    deadline: _core.Deadline | None,
     input_bytes: bytes | None,
     start_time: int | None,
 ) -> tuple[tuple[bytes | None, bytes | None], bool]:

@@ -20,6 +20,7 @@ call still returns on time) and fix where it falls short:
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import concurrent.futures
 import contextvars
@@ -246,15 +247,19 @@ def run_bounded_sync(
             future = pool.submit(contextvars.copy_context().run, fn)
 
     deadline = _core.Deadline(started + budget)
-    woken = threading.Event()
-    # The Rust timer thread fires the deadline; setting the event needs the GIL,
-    # so it runs on taut's callback thread and the timer itself never waits.
-    deadline.call_soon(woken.set)
-    future.add_done_callback(lambda _f: woken.set())
+    # A bare lock as a one-shot latch (a threading.Event costs several times
+    # more): held now, released by whichever comes first, completion or expiry.
+    latch = _thread.allocate_lock()
+    latch.acquire()
+    wake = _Release(latch)
+    # The Rust timer thread fires the deadline; releasing the latch needs the
+    # GIL, so it runs on taut's callback thread and the timer never waits.
+    deadline.call_soon(wake)
+    future.add_done_callback(wake)
     try:
-        # No timeout here: a plain lock wait, which signal handlers interrupt,
-        # so Ctrl-C lands at once.
-        woken.wait()
+        # No timeout: a plain lock wait, which signal handlers interrupt, so
+        # Ctrl-C lands at once.
+        latch.acquire()
     except BaseException:
         deadline.cancel()
         if pool is not None:
@@ -275,6 +280,21 @@ def run_bounded_sync(
     else:
         _release_late_worker(pool, future, interrupt)
     return _sync_timed_out(started, budget, label, on_timeout)
+
+
+class _Release:
+    """Release a latch once, from whichever thread gets there first."""
+
+    __slots__ = ("latch",)
+
+    def __init__(self, latch: _thread.LockType) -> None:
+        self.latch = latch
+
+    def __call__(self, _future: object = None) -> None:
+        try:
+            self.latch.release()
+        except RuntimeError:
+            pass  # already released by the other side
 
 
 def _sync_timed_out(

@@ -338,17 +338,40 @@ class _LoopWaker:
     Each bounded call asks the timer thread to write a byte to it at expiry
     (without the GIL); the loop then checks which of its pending calls expired."""
 
-    __slots__ = ("__weakref__", "calls", "read_fd", "write_fd")
+    __slots__ = ("__weakref__", "calls", "deadlines", "read_fd", "write_fd")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.calls: set[_AsyncCall] = set()
+        # The pending deadlines alone (they hold no reference to the loop), so
+        # the finaliser can disarm them before the fds close: a deadline firing
+        # later must never write into a reused descriptor number.
+        self.deadlines: set[_core.Deadline] = set()
         try:
             loop.add_reader(self.read_fd, self._on_readable)
         except BaseException:
             _close_fds(self.read_fd, self.write_fd)
             raise
-        weakref.finalize(loop, _close_fds, self.read_fd, self.write_fd)
+        weakref.finalize(loop, _LoopWaker._release, self.deadlines, self.read_fd, self.write_fd)
+
+    @staticmethod
+    def _release(deadlines: set[_core.Deadline], read_fd: int, write_fd: int) -> None:
+        for deadline in list(deadlines):
+            deadline.cancel()
+        if any(d.expired for d in deadlines):
+            # Fired before it could be cancelled: its byte may be in flight on
+            # the timer thread, so the descriptors are leaked rather than reused.
+            return
+        _close_fds(read_fd, write_fd)
+
+    def add(self, call: _AsyncCall) -> None:
+        self.calls.add(call)
+        self.deadlines.add(call.deadline)
+        call.deadline.notify_fd(self.write_fd)
+
+    def discard(self, call: _AsyncCall) -> None:
+        self.calls.discard(call)
+        self.deadlines.discard(call.deadline)
 
     def _on_readable(self) -> None:
         _drain(self.read_fd)
@@ -476,7 +499,6 @@ class _AsyncCall:
         "injected",
         "interrupt",
         "label",
-        "loop",
         "loop_thread",
         "started",
         "waiter",
@@ -485,7 +507,6 @@ class _AsyncCall:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
         deadline: _core.Deadline,
         waiter: asyncio.Future[None],
         label: str,
@@ -494,7 +515,6 @@ class _AsyncCall:
         grace: float,
         started: float,
     ) -> None:
-        self.loop = loop
         self.deadline = deadline
         self.waiter = waiter
         self.label = label
@@ -634,12 +654,11 @@ async def run_bounded_async(
         _install_wake_handler()
     deadline = _core.Deadline(started + budget)
     waiter: asyncio.Future[None] = loop.create_future()
-    call = _AsyncCall(loop, deadline, waiter, label, dump, interrupt, grace, started)
+    call = _AsyncCall(deadline, waiter, label, dump, interrupt, grace, started)
     task.add_done_callback(call.on_done)
     waker = _waker_for(loop)
     if waker is not None:
-        waker.calls.add(call)
-        deadline.notify_fd(waker.write_fd)
+        waker.add(call)
     else:
         deadline.call_soon(lambda: loop.call_soon_threadsafe(call.on_expire))
     if dump or interrupt:
@@ -651,14 +670,14 @@ async def run_bounded_async(
         deadline.cancel()
         call.handled = True
         if waker is not None:
-            waker.calls.discard(call)
+            waker.discard(call)
         task.remove_done_callback(call.on_done)
         task.cancel()
         task.add_done_callback(_consume_outcome)
         raise
     call.handled = True
     if waker is not None:
-        waker.calls.discard(call)
+        waker.discard(call)
     if task.done():
         deadline.cancel()
         if call.injected and not task.cancelled() and isinstance(task.exception(), DeadlineExpired):

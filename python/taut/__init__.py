@@ -10,6 +10,18 @@ from __future__ import annotations
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
 from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
+from taut.deadline import (
+    MAX_TIMEOUT,
+    BoundedResult,
+    DeadlineExpired,
+    DeadlineScope,
+    clamp_timeout,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+    remaining,
+)
 from taut.executor import (
     Future,
     PoolStats,
@@ -20,6 +32,10 @@ from taut.executor import (
 from taut.process import ProcessResult, kill_process_tree, run_process
 
 __all__ = [
+    "MAX_TIMEOUT",
+    "BoundedResult",
+    "DeadlineExpired",
+    "DeadlineScope",
     "Future",
     "PoolStats",
     "ProcessResult",
@@ -27,8 +43,14 @@ __all__ = [
     "TautStats",
     "ThreadPoolExecutor",
     "__version__",
+    "clamp_timeout",
     "default_executor",
+    "fail_after",
+    "fail_at",
     "kill_process_tree",
+    "move_on_after",
+    "move_on_at",
+    "remaining",
     "run_bounded_async",
     "run_bounded_sync",
     "run_process",

@@ -184,7 +184,7 @@ def run_bounded_sync(
     on_timeout: Callable[[], object] | None = None,
     interrupt: bool = False,
     executor: concurrent.futures.Executor | None = None,
-) -> BoundedResult:
+) -> BoundedResult[T]:
     """Run ``fn()`` on a worker thread and wait for it at most ``timeout`` seconds.
 
     ``fn`` runs on a worker of ``executor`` (taut's shared default executor when
@@ -299,9 +299,9 @@ class _Release:
 
 def _sync_timed_out(
     started: float, budget: float, label: str, on_timeout: Callable[[], object] | None
-) -> BoundedResult:
+) -> BoundedResult[Any]:
     _counters.add("timeouts")
-    result = BoundedResult(
+    result: BoundedResult[Any] = BoundedResult(
         timed_out=True,
         value=None,
         elapsed_s=time.monotonic() - started,
@@ -588,7 +588,7 @@ async def run_bounded_async(
     dump_on_blocked_loop: bool = True,
     interrupt_blocked_loop: bool = False,
     blocked_grace: float = 1.0,
-) -> BoundedResult:
+) -> BoundedResult[T]:
     """Await ``awaitable`` for at most ``timeout`` seconds; never hang past it.
 
     The deadline lives in taut's Rust timer thread, which wakes this loop through
@@ -706,7 +706,7 @@ async def run_bounded_async(
 
 def _async_result(
     task: asyncio.Future[Any], started: float, budget: float, label: str
-) -> BoundedResult:
+) -> BoundedResult[Any]:
     return BoundedResult(
         timed_out=False,
         value=task.result(),
@@ -716,7 +716,7 @@ def _async_result(
     )
 
 
-def _timed_out(started: float, budget: float, label: str) -> BoundedResult:
+def _timed_out(started: float, budget: float, label: str) -> BoundedResult[Any]:
     return BoundedResult(
         timed_out=True,
         value=None,

@@ -385,3 +385,24 @@ def test_run_process_argument_errors() -> None:
         taut.run_process(["true"], 1, capture_output=True)
     with pytest.raises(TypeError, match="input must be bytes"):
         taut.run_process(["cat"], 1, input="text")
+
+
+def test_run_process_kills_the_tree_when_the_caller_is_interrupted() -> None:
+    script = (
+        "import taut\n"
+        "try:\n"
+        f"    taut.run_process(['sh', '-c', 'sleep {WORK} & sleep {WORK}'], 60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        tree = wait_descendants(caller.pid, 3)  # sh and its two sleeps
+        caller.send_signal(signal.SIGINT)
+        assert caller.wait(timeout=20) == 0
+        assert caller.stdout is not None and caller.stdout.read() == b"interrupted\n"
+        assert wait_gone(tree) == []
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()

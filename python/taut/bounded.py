@@ -442,9 +442,14 @@ def _install_wake_handler() -> None:
     _wake_handler_installed = signal.getsignal(_WAKE_SIGNAL) is _noop_signal_handler
 
 
+def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    # NULL clears an exception that was set but not raised yet.
+    exc = ctypes.py_object(exc_type) if exc_type is not None else None
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), exc)
+
+
 def _interrupt_loop_thread(thread_id: int) -> None:
-    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(DeadlineExpired))
+    _set_async_exc(thread_id, DeadlineExpired)
     if (
         _wake_handler_installed
         and _WAKE_SIGNAL is not None
@@ -671,6 +676,8 @@ async def run_bounded_async(
         call.handled = True
         if waker is not None:
             waker.discard(call)
+        if call.injected:
+            _set_async_exc(threading.get_ident(), None)
         task.remove_done_callback(call.on_done)
         task.cancel()
         task.add_done_callback(_consume_outcome)
@@ -678,6 +685,10 @@ async def run_bounded_async(
     call.handled = True
     if waker is not None:
         waker.discard(call)
+    if call.injected:
+        # If the interrupt has not been raised yet (the blocking call ended on
+        # its own first), it must not land later in unrelated code.
+        _set_async_exc(threading.get_ident(), None)
     if task.done():
         deadline.cancel()
         if call.injected and not task.cancelled() and isinstance(task.exception(), DeadlineExpired):

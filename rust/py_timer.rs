@@ -203,6 +203,21 @@ impl Deadline {
     }
 }
 
+/// Queue `action` for expiry; if the deadline already fired, run it now while
+/// keeping the GIL. Only for actions that just hand a job to the callback
+/// queue (a short Rust lock nobody holds while waiting for the GIL). Keeping
+/// the GIL matters for interrupts: the callback thread can then set the
+/// exception only once this thread next yields the GIL (switch interval or a
+/// blocking call), so it lands in the caller's block rather than in the
+/// registering `__enter__`.
+fn add_or_run_inline(entry: &Entry, action: Action) {
+    if let Err(action) = entry.try_add_action(action) {
+        if entry.is_expired() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
+        }
+    }
+}
+
 fn add_or_run_detached(py: Python<'_>, entry: &Entry, action: Action) {
     if let Err(action) = entry.try_add_action(action) {
         if entry.is_expired() {
@@ -396,8 +411,7 @@ impl Deadline {
         }
         ensure_callback_thread(py)?;
         let callable = r#fn.unbind();
-        add_or_run_detached(
-            py,
+        add_or_run_inline(
             &self.entry,
             Box::new(move || queue().push(Job::Call(callable))),
         );
@@ -414,8 +428,7 @@ impl Deadline {
         ensure_callback_thread(py)?;
         let weak: Weak<Entry> = Arc::downgrade(&self.entry);
         let exc_type = exc_type.unbind();
-        add_or_run_detached(
-            py,
+        add_or_run_inline(
             &self.entry,
             Box::new(move || {
                 if let Some(entry) = weak.upgrade() {

@@ -25,7 +25,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering as AO};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering as AO};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -126,112 +126,127 @@ pub fn secs_to_ns(secs: f64) -> u64 {
 // Entries
 // ---------------------------------------------------------------------------
 
-const PENDING: u8 = 0;
-const EXPIRED: u8 = 1;
-const CANCELLED: u8 = 2;
+// The state of an entry and the head of its action stack share one word:
+// nodes are 16-byte aligned, so the low four bits are free for flags. One
+// compare-and-swap both decides the entry's fate and takes its actions, so
+// an action pushed concurrently is either taken or refused, never lost.
+const EXPIRED: usize = 1;
+const CANCELLED: usize = 2;
 /// Set (on top of EXPIRED) when `cancel()` is called after expiry: the owner
 /// has left its scope, so late consumers of the expiry (an asynchronous
 /// exception still queued for delivery) must drop it.
-const CLOSED: u8 = 4;
+const CLOSED: usize = 4;
 /// Set by a binding once it delivered an effect that may need undoing.
-const DELIVERED: u8 = 8;
-const FATE: u8 = EXPIRED | CANCELLED;
+const DELIVERED: usize = 8;
+const FATE: usize = EXPIRED | CANCELLED;
+const FLAGS: usize = 0xF;
 
 enum Item {
     Action(Action),
     Waiter(Thread),
 }
 
+#[repr(align(16))]
 struct Node {
     item: Item,
     next: *mut Node,
 }
 
-/// Marks an action list that was taken by expiry or cancel: no more pushes.
-fn sealed() -> *mut Node {
-    // A dangling but non-null, well-aligned address that is never dereferenced.
-    ptr::NonNull::<Node>::dangling().as_ptr()
+fn head_of(word: usize) -> *mut Node {
+    (word & !FLAGS) as *mut Node
 }
 
 /// One armed deadline. Shared between the heap and its owners through `Arc`.
 ///
-/// Kept small on purpose (24 bytes plus the `Arc` counts), because millions
-/// may be pending: the action list is a lock-free stack, so an entry needs
-/// neither a mutex nor a condition variable of its own.
+/// One machine word (24 bytes with the `Arc` counts), because millions may
+/// be pending: the expiry time lives in the heap slot, and the action list
+/// is a lock-free stack, so an entry needs no mutex or condition variable.
 pub struct Entry {
-    at_ns: u64,
-    state: AtomicU8,
-    actions: AtomicPtr<Node>,
+    word: AtomicUsize,
 }
 
-// SAFETY: the raw node pointers are only created from Box, owned by the
-// stack and freed by whoever swaps the stack out; the items are Send.
+// SAFETY: the node pointers in `word` are only created from Box, owned by the
+// stack and freed by whoever takes the stack out; the items are Send.
 unsafe impl Send for Entry {}
 unsafe impl Sync for Entry {}
 
 impl Entry {
-    fn new(at_ns: u64) -> Self {
+    fn new() -> Self {
         Entry {
-            at_ns,
-            state: AtomicU8::new(PENDING),
-            actions: AtomicPtr::new(ptr::null_mut()),
+            word: AtomicUsize::new(0),
         }
     }
 
-    /// The expiry time in clock nanoseconds.
-    pub fn at_ns(&self) -> u64 {
-        self.at_ns
+    #[inline]
+    fn flags(&self) -> usize {
+        self.word.load(AO::Acquire) & FLAGS
     }
 
     /// True once the deadline has fired. One atomic load.
     #[inline]
     pub fn is_expired(&self) -> bool {
-        self.state.load(AO::Acquire) & EXPIRED != 0
+        self.flags() & EXPIRED != 0
     }
 
     /// True if `cancel()` won before expiry.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
-        self.state.load(AO::Acquire) & CANCELLED != 0
+        self.flags() & CANCELLED != 0
     }
 
     /// True while neither fired nor cancelled.
     #[inline]
     pub fn is_pending(&self) -> bool {
-        self.state.load(AO::Acquire) & FATE == 0
+        self.flags() & FATE == 0
     }
 
     /// True if `cancel()` was called after the deadline had fired.
     pub fn is_closed(&self) -> bool {
-        self.state.load(AO::Acquire) & CLOSED != 0
+        self.flags() & CLOSED != 0
     }
 
     /// Record that a binding delivered an effect for this expiry.
     pub fn mark_delivered(&self) {
-        self.state.fetch_or(DELIVERED, AO::AcqRel);
+        self.word.fetch_or(DELIVERED, AO::AcqRel);
     }
 
     /// True if [`Entry::mark_delivered`] was called.
     pub fn was_delivered(&self) -> bool {
-        self.state.load(AO::Acquire) & DELIVERED != 0
+        self.flags() & DELIVERED != 0
+    }
+
+    /// Decide the entry's fate (EXPIRED or CANCELLED) if still pending, and
+    /// take its action stack in the same atomic step.
+    fn settle(&self, fate: usize) -> Option<*mut Node> {
+        let mut word = self.word.load(AO::Acquire);
+        loop {
+            if word & FATE != 0 {
+                return None;
+            }
+            let settled = (word & FLAGS) | fate;
+            match self
+                .word
+                .compare_exchange_weak(word, settled, AO::AcqRel, AO::Acquire)
+            {
+                Ok(_) => return Some(head_of(word)),
+                Err(actual) => word = actual,
+            }
+        }
     }
 
     /// Cancel the deadline. Returns true if it had not fired (and now never
     /// will); its actions are dropped without running and its waiters wake.
     /// Returns false if it had already fired (or was cancelled before).
     pub fn cancel(&self) -> bool {
-        match self
-            .state
-            .compare_exchange(PENDING, CANCELLED, AO::AcqRel, AO::Acquire)
-        {
-            Ok(_) => {
+        match self.settle(CANCELLED) {
+            Some(head) => {
                 shared().cancelled.fetch_add(1, AO::Relaxed);
-                self.drain(false);
+                run_list(head, false);
                 true
             }
-            Err(current) => {
-                if current & EXPIRED != 0 {
-                    self.state.fetch_or(CLOSED, AO::AcqRel);
+            None => {
+                if self.is_expired() {
+                    self.word.fetch_or(CLOSED, AO::AcqRel);
                 }
                 false
             }
@@ -264,46 +279,22 @@ impl Entry {
             item,
             next: ptr::null_mut(),
         }));
-        let mut head = self.actions.load(AO::Acquire);
+        let mut word = self.word.load(AO::Acquire);
         loop {
-            if head == sealed() {
+            if word & FATE != 0 {
                 // SAFETY: node came from Box::into_raw above and was never shared.
                 let node = unsafe { Box::from_raw(node) };
                 return Err(node.item);
             }
             // SAFETY: node is still exclusively ours until the CAS publishes it.
-            unsafe { (*node).next = head };
+            unsafe { (*node).next = head_of(word) };
+            let pushed = node as usize | (word & FLAGS);
             match self
-                .actions
-                .compare_exchange_weak(head, node, AO::AcqRel, AO::Acquire)
+                .word
+                .compare_exchange_weak(word, pushed, AO::AcqRel, AO::Acquire)
             {
                 Ok(_) => return Ok(()),
-                Err(actual) => head = actual,
-            }
-        }
-    }
-
-    /// Take the action list (sealing it), then run the actions in the order
-    /// they were added (`fire`) or drop them (cancel), waking every waiter.
-    fn drain(&self, fire: bool) {
-        let mut head = self.actions.swap(sealed(), AO::AcqRel);
-        if head == sealed() {
-            return;
-        }
-        // Reverse the LIFO stack so actions run in the order they were added.
-        let mut items = Vec::new();
-        while !head.is_null() {
-            // SAFETY: every node on the stack came from Box::into_raw and the
-            // swap above gave this thread sole ownership of the whole list.
-            let node = unsafe { Box::from_raw(head) };
-            head = node.next;
-            items.push(node.item);
-        }
-        for item in items.into_iter().rev() {
-            match item {
-                Item::Action(action) if fire => run_guarded(action),
-                Item::Action(action) => drop(action),
-                Item::Waiter(thread) => thread.unpark(),
+                Err(actual) => word = actual,
             }
         }
     }
@@ -354,12 +345,33 @@ impl Entry {
     }
 }
 
+/// Run (`fire`) or drop the actions of a taken stack in the order they were
+/// added, waking every waiter either way.
+fn run_list(mut head: *mut Node, fire: bool) {
+    if head.is_null() {
+        return;
+    }
+    let mut items = Vec::new();
+    while !head.is_null() {
+        // SAFETY: every node came from Box::into_raw, and settle() gave this
+        // thread sole ownership of the whole list.
+        let node = unsafe { Box::from_raw(head) };
+        head = node.next;
+        items.push(node.item);
+    }
+    // The stack is LIFO: reverse so actions run in registration order.
+    for item in items.into_iter().rev() {
+        match item {
+            Item::Action(action) if fire => run_guarded(action),
+            Item::Action(action) => drop(action),
+            Item::Waiter(thread) => thread.unpark(),
+        }
+    }
+}
+
 impl Drop for Entry {
     fn drop(&mut self) {
-        let mut head = *self.actions.get_mut();
-        if head == sealed() {
-            return;
-        }
+        let mut head = head_of(*self.word.get_mut());
         while !head.is_null() {
             // SAFETY: &mut self means no one else can reach the list.
             let node = unsafe { Box::from_raw(head) };
@@ -371,8 +383,7 @@ impl Drop for Entry {
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entry")
-            .field("at_ns", &self.at_ns)
-            .field("state", &self.state.load(AO::Relaxed))
+            .field("flags", &self.flags())
             .finish()
     }
 }
@@ -492,7 +503,7 @@ pub fn arm(at: Instant) -> Arc<Entry> {
 
 /// Arm a deadline at absolute clock nanoseconds (see [`now_ns`]).
 pub fn arm_ns(at_ns: u64) -> Arc<Entry> {
-    let entry = Arc::new(Entry::new(at_ns));
+    let entry = Arc::new(Entry::new());
     let sh = shared();
     if !sh.running.load(AO::Acquire) {
         start(sh);
@@ -605,13 +616,10 @@ fn dec_cancelled(sh: &Shared) {
 }
 
 fn fire(entry: &Entry, sh: &Shared) {
-    match entry
-        .state
-        .compare_exchange(PENDING, EXPIRED, AO::AcqRel, AO::Acquire)
-    {
-        Ok(_) => entry.drain(true),
+    match entry.settle(EXPIRED) {
+        Some(head) => run_list(head, true),
         // cancel() won the race after the pop; the slot is gone already.
-        Err(_) => dec_cancelled(sh),
+        None => dec_cancelled(sh),
     }
 }
 
@@ -770,7 +778,8 @@ mod tests {
         let far = arm(crate::clamp::saturating_add(Instant::now(), Duration::MAX));
         assert!(!far.wait(Some(Duration::from_millis(10))));
         assert!(far.cancel());
-        assert_eq!(arm_ns(u64::MAX).at_ns(), u64::MAX);
+        assert!(arm_ns(u64::MAX).cancel());
+        assert_eq!(std::mem::size_of::<Entry>(), 8);
     }
 
     #[test]

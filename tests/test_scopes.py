@@ -416,3 +416,15 @@ def test_async_many_loops_and_scopes() -> None:
 
     for _ in range(3):
         assert asyncio.run(main()) == 20
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_with_deadline_already_passed_lands_in_the_block() -> None:
+    for _ in range(20):
+        with pytest.raises(DeadlineExpired) as info:
+            with fail_after(0, "zero", interrupt=True):
+                _spin(LONG)
+        assert info.value.label == "zero"
+        with move_on_after(-1, interrupt=True) as scope:
+            _spin(LONG)
+        assert scope.expired

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from taut._bench import Row
 
 # Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
-BENCH_AREAS = ["taut._bench.executor", "taut._bench.bounded"]
+BENCH_AREAS = ["taut._bench.executor", "taut._bench.deadlines", "taut._bench.bounded"]
 
 
 def _format_value(value: float, unit: str) -> str:

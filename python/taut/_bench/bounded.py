@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from taut._bench import Row, interleaved_medians
 from taut.bounded import run_bounded_async, run_bounded_sync
+from taut.executor import default_executor
 
 TARGET = 0.1  # at least 10x less overhead than the baseline
 
@@ -109,7 +110,20 @@ def _sync_runners(n: int) -> dict[str, Callable[[], float]]:
         for _ in range(k):
             baseline_sync(_fast, 10.0)
 
-    return {"bare": _per_call(bare, n), "taut": _per_call(taut, n), "seed": _per_call(seed, n)}
+    pool = default_executor()
+
+    def round_trip(k: int) -> None:
+        for _ in range(k):
+            pool.submit(_fast).result()
+
+    return {
+        "bare": _per_call(bare, n),
+        "taut": _per_call(taut, n),
+        "seed": _per_call(seed, n),
+        # Not a contender: the floor any worker-thread design pays (one hand-off
+        # to a pooled worker and back), shown in the note for context.
+        "round_trip": _per_call(round_trip, n),
+    }
 
 
 def _async_runners(loop: asyncio.AbstractEventLoop, n: int) -> dict[str, Callable[[], float]]:
@@ -147,7 +161,12 @@ def _row(case: str, baseline_name: str, medians: dict[str, float]) -> Row:
         better="lower",
         target=f"<= {TARGET:g}x",
         met=ours <= TARGET * seed,
-        note=f"bare call {medians['bare'] * 1e6:.2f} µs",
+        note=f"bare call {medians['bare'] * 1e6:.2f} µs"
+        + (
+            f"; pool submit().result() round trip {medians['round_trip'] * 1e6:.1f} µs"
+            if "round_trip" in medians
+            else ""
+        ),
     )
 
 

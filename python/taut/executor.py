@@ -18,8 +18,9 @@ import itertools
 import os
 import queue
 import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
@@ -44,6 +45,9 @@ _CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
 _FINISHED = _base.FINISHED
 _DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
 _CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
+
+# How long result() spins (GIL released) for a short call before parking.
+_SPIN_MICROS = 50
 
 # Guards the lazy creation of a future's Condition against the lock-free
 # state changes below. Held only for a few attribute reads and writes.
@@ -133,6 +137,10 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         return self._state == _RUNNING
 
     def result(self, timeout: float | None = None) -> Any:
+        if self._state != _FINISHED and self._core is not None and timeout != 0:
+            # A short call is likely to finish within microseconds: wait for
+            # it without parking this thread (see PoolCore.spin_for_release).
+            self._core.spin_for_release(_SPIN_MICROS)
         if self._state == _FINISHED:
             if self._exception is not None:
                 try:
@@ -149,6 +157,8 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         return super().exception(_wait_seconds(timeout))
 
     def cancel(self) -> bool:
+        if self._state in (_RUNNING, _FINISHED):  # states only move forward
+            return False
         with _state_lock:
             fast = self._cond is None
             if fast:
@@ -452,8 +462,57 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
-    ) -> Any:
-        return super().map(fn, *iterables, timeout=_wait_seconds(timeout), chunksize=chunksize)
+    ) -> Iterator[_T]:
+        """Like the stdlib's ``map`` (``chunksize`` is accepted and ignored,
+        as there), with the submissions made in one tight loop."""
+        end_time = None if timeout is None else _wait_seconds(timeout) + time.monotonic()  # type: ignore[operator]
+        if self._broken or self._shutdown or _interpreter_exiting:
+            self._check_open()
+        if self._propagate_context or self._max_queue:
+            futures = [self.submit(fn, *args) for args in zip(*iterables)]
+        else:
+            futures = self._submit_all(fn, zip(*iterables))
+
+        def result_iterator() -> Iterator[_T]:
+            try:
+                futures.reverse()
+                while futures:
+                    future = futures.pop()
+                    try:
+                        if end_time is None:
+                            yield future.result()
+                        else:
+                            yield future.result(end_time - time.monotonic())
+                    except BaseException:
+                        future.cancel()  # timed out or closed: stop it too
+                        raise
+                    del future
+            finally:
+                for future in futures:
+                    future.cancel()
+
+        return result_iterator()
+
+    def _submit_all(self, fn: Callable[..., Any], arg_tuples: Iterable[tuple[Any, ...]]) -> list[Future]:
+        """``submit`` for many calls, without the per-call checks that cannot
+        change in between (the core still refuses once shut down)."""
+        core = self._core
+        submit = core.submit
+        futures: list[Future] = []
+        append = futures.append
+        for args in arg_tuples:
+            future = Future()
+            future._core = core
+            seq, spawn_one, _ = submit(future, fn, args)
+            if seq <= 0:
+                for queued in futures:
+                    queued.cancel()
+                self._check_open()
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if spawn_one:
+                self._spawn(1)
+            append(future)
+        return futures
 
     # -- workers --------------------------------------------------------
 

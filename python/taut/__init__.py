@@ -10,6 +10,16 @@ from __future__ import annotations
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
 from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
+from taut.config import (
+    ConfigWarning,
+    TautConfig,
+    concurrent_batch_timeout,
+    load_config,
+    resolve_timeout,
+    sequential_call_timeout,
+    tool_workers,
+)
+from taut.constraints import Budget, PlanningConstraints
 from taut.deadline import (
     MAX_TIMEOUT,
     BoundedResult,
@@ -29,30 +39,53 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
+from taut.journal import (
+    InMemoryJournal,
+    Journal,
+    JournaledError,
+    JournalError,
+    JournalRecord,
+    SqliteJournal,
+)
 from taut.process import ProcessResult, kill_process_tree, run_process
 
 __all__ = [
     "MAX_TIMEOUT",
     "BoundedResult",
+    "Budget",
+    "ConfigWarning",
     "DeadlineExpired",
     "DeadlineScope",
     "Future",
+    "InMemoryJournal",
+    "Journal",
+    "JournalError",
+    "JournalRecord",
+    "JournaledError",
+    "PlanningConstraints",
     "PoolStats",
     "ProcessResult",
     "QueueFull",
+    "SqliteJournal",
+    "TautConfig",
     "TautStats",
     "ThreadPoolExecutor",
     "__version__",
     "clamp_timeout",
+    "concurrent_batch_timeout",
     "default_executor",
     "fail_after",
     "fail_at",
     "kill_process_tree",
+    "load_config",
     "move_on_after",
     "move_on_at",
     "remaining",
+    "resolve_timeout",
     "run_bounded_async",
     "run_bounded_sync",
     "run_process",
+    "sequential_call_timeout",
     "stats",
+    "tool_workers",
 ]

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from taut._bench import Row
 
 # Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
-BENCH_AREAS = ["taut._bench.executor", "taut._bench.deadlines", "taut._bench.bounded"]
+BENCH_AREAS = [
+    "taut._bench.executor",
+    "taut._bench.config",
+    "taut._bench.deadlines",
+    "taut._bench.bounded",
+]
 
 
 def _format_value(value: float, unit: str) -> str:
@@ -86,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
     bench.add_argument("--area", action="append", help="only this area (repeatable)")
     bench.set_defaults(handler=_bench)
+    from taut.config import register_cli as _register_config
+
+    _register_config(sub)
     args = parser.parse_args(argv)
     result: int = args.handler(args)
     return result

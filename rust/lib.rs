@@ -11,6 +11,9 @@ mod py_clamp;
 mod py_timer;
 pub mod timer;
 
+mod proctree;
+mod py_proctree;
+
 #[pymodule]
 mod _core {
     use pyo3::prelude::*;
@@ -26,6 +29,12 @@ mod _core {
     use crate::py_timer::{
         _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_probe, _timer_shutdown,
         monotonic, Deadline,
+    };
+
+    #[pymodule_export]
+    use crate::py_proctree::{
+        process_start_time, running_processes, signal_process_tree, signal_process_tree_at,
+        signal_process_trees,
     };
 
     #[pymodule_init]

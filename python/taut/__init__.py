@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
+from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
 from taut.config import (
     ConfigWarning,
     TautConfig,
@@ -46,6 +47,7 @@ from taut.journal import (
     JournalRecord,
     SqliteJournal,
 )
+from taut.process import ProcessResult, kill_process_tree, run_process
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -62,9 +64,11 @@ __all__ = [
     "JournaledError",
     "PlanningConstraints",
     "PoolStats",
+    "ProcessResult",
     "QueueFull",
     "SqliteJournal",
     "TautConfig",
+    "TautStats",
     "ThreadPoolExecutor",
     "__version__",
     "clamp_timeout",
@@ -72,11 +76,16 @@ __all__ = [
     "default_executor",
     "fail_after",
     "fail_at",
+    "kill_process_tree",
     "load_config",
     "move_on_after",
     "move_on_at",
     "remaining",
     "resolve_timeout",
+    "run_bounded_async",
+    "run_bounded_sync",
+    "run_process",
     "sequential_call_timeout",
+    "stats",
     "tool_workers",
 ]

@@ -15,6 +15,11 @@ __all__ = [
     "_timer_shutdown",
     "clamp_timeout",
     "monotonic",
+    "process_start_time",
+    "running_processes",
+    "signal_process_tree",
+    "signal_process_tree_at",
+    "signal_process_trees",
 ]
 __version__: str
 
@@ -111,3 +116,38 @@ def _timer_probe(delay: float) -> tuple[float, float]:
 
 def _timer_add_panicking_action(deadline: Deadline) -> None:
     """Test hook: attach a Rust action that panics at expiry."""
+
+# -- process trees (rust/proctree.rs); Linux only, all without the GIL --------
+
+def signal_process_tree(
+    pid: int, sig: int, start_time: int | None = None
+) -> list[tuple[int, int]] | None:
+    """Freeze the tree rooted at ``pid`` with ``SIGSTOP`` (rescanning ``/proc``
+    until no new member appears: descendants by parent link, plus members of
+    process groups and sessions that a member leads), send ``sig`` to every
+    member, then ``SIGCONT`` unless ``sig`` is ``SIGKILL`` or ``SIGSTOP``.
+    The caller's own process is never signalled, its own group and session
+    never expanded. With ``start_time``, the root must be that exact process.
+    Returns ``None`` if the root is gone, else the ``(pid, start_time)``
+    identities signalled. ``ValueError`` for a pid <= 0 or a signal outside
+    1..64."""
+
+def signal_process_trees(procs: list[tuple[int, int]], sig: int) -> list[tuple[int, int]]:
+    """Like ``signal_process_tree`` for several roots named by ``(pid,
+    start_time)``; roots no longer running as that process are skipped.
+    Returns the identities signalled."""
+
+def running_processes(procs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(pid, start_time)`` identities among ``procs`` that still run
+    (a zombie has exited; a reused pid is another process)."""
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks after boot (field 22 of
+    ``/proc/PID/stat``), or ``None`` if there is no such process."""
+
+def signal_process_tree_at(
+    deadline: Deadline, pid: int, sig: int, start_time: int | None = None
+) -> None:
+    """At the expiry of ``deadline``, do ``signal_process_tree(pid, sig,
+    start_time)`` on a short-lived Rust thread that the timer thread starts,
+    without the GIL (at once if already expired; never if cancelled first)."""

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from taut._bench import Row
 
 # Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
-BENCH_AREAS = ["taut._bench.executor", "taut._bench.deadlines", "taut._bench.config"]
+BENCH_AREAS = [
+    "taut._bench.executor",
+    "taut._bench.deadlines",
+    "taut._bench.bounded",
+    "taut._bench.config",
+]
 
 
 def _format_value(value: float, unit: str) -> str:

@@ -8,5 +8,23 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut._core import __version__
+from taut.gather import (
+    Call,
+    GatherRejected,
+    Outcome,
+    Scheduler,
+    agather,
+    call,
+    gather,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "Call",
+    "GatherRejected",
+    "Outcome",
+    "Scheduler",
+    "__version__",
+    "agather",
+    "call",
+    "gather",
+]

@@ -69,8 +69,7 @@ import weakref
 from collections import deque
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, cast
-
+from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 
 __all__ = [
     "Call",
@@ -115,7 +114,7 @@ class Outcome:
     call_id: str
     status: str
     value: Any = None
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     started: bool = False
     elapsed_s: float = 0.0
     replayed: bool = False
@@ -191,6 +190,7 @@ class Call(Generic[T]):
     """
 
     __slots__ = (
+        "__weakref__",
         "_args",
         "_call_id",
         "_event",
@@ -203,7 +203,6 @@ class Call(Generic[T]):
         "_pid",
         "_scheduler",
         "_state",
-        "__weakref__",
     )
 
     def __init__(
@@ -493,6 +492,12 @@ class _TaskRef:
             self._payload_done = True
         return (_restore_ref, (self.token, os.getpid(), self._payload))
 
+    @property
+    def __name__(self) -> str:
+        # Dask names task keys after this.
+        task = self.task
+        return "taut-call" if task is None else f"taut-call-{task.entry.call_id}"
+
     def __dask_tokenize__(self) -> str:
         # Dask deduplicates equal tasks by token; every call is distinct.
         return self.token
@@ -747,8 +752,10 @@ class _Run:
                 e.call_id = cast(str, h._call_id)
                 if h._state == _DONE:
                     cached = cast(Outcome, h._outcome)
-                    e.outcome = cached if cached.call_id == e.call_id else replace(
-                        cached, call_id=e.call_id
+                    e.outcome = (
+                        cached
+                        if cached.call_id == e.call_id
+                        else replace(cached, call_id=e.call_id)
                     )
                 else:
                     h._state = _RUNNING
@@ -763,8 +770,7 @@ class _Run:
         records = self.journal.reserve([e.call_id for e in self.entries])
         if len(records) != len(self.entries):
             raise RuntimeError(
-                f"journal.reserve returned {len(records)} records for "
-                f"{len(self.entries)} call ids"
+                f"journal.reserve returned {len(records)} records for {len(self.entries)} call ids"
             )
         _advance_cursor(self.journal, base, len(self.entries))
         for e, rec in zip(self.entries, records):
@@ -864,8 +870,12 @@ class _Run:
             return
         started = task.started_at is not None
         observable = (
-            e.afuture is not None and future is None  # an asyncio task on this loop
-        ) or isinstance(self.executor, cf.ThreadPoolExecutor) or self.batch.local
+            (
+                e.afuture is not None and future is None  # an asyncio task on this loop
+            )
+            or isinstance(self.executor, cf.ThreadPoolExecutor)
+            or self.batch.local
+        )
         if not started and not observable:
             started = True  # cannot see starts in other processes: assume the worst
         if started:
@@ -1127,8 +1137,9 @@ class Scheduler:
     def executor(self) -> cf.Executor:
         return self._executor if self._executor is not None else _default_executor()
 
-    def call(self, fn: Callable[..., Any], /, *args: Any, call_id: str | None = None,
-             **kwargs: Any) -> Call[Any]:
+    def call(
+        self, fn: Callable[..., Any], /, *args: Any, call_id: str | None = None, **kwargs: Any
+    ) -> Call[Any]:
         """A cold handle for ``fn(*args, **kwargs)`` owned by this scheduler."""
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r} ({type(fn).__name__})")
@@ -1293,8 +1304,9 @@ def default_scheduler() -> Scheduler:
     return _DEFAULT
 
 
-def call(fn: Callable[..., Any], /, *args: Any, call_id: str | None = None,
-         **kwargs: Any) -> Call[Any]:
+def call(
+    fn: Callable[..., Any], /, *args: Any, call_id: str | None = None, **kwargs: Any
+) -> Call[Any]:
     """A cold handle for ``fn(*args, **kwargs)``: nothing runs until it is
     awaited (``handle.result()``, ``await handle``) or gathered."""
     return _DEFAULT.call(fn, *args, call_id=call_id, **kwargs)
@@ -1347,4 +1359,3 @@ async def agather(
         journal=journal,
         interrupt=interrupt,
     )
-

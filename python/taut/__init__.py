@@ -8,6 +8,24 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut._core import __version__
+from taut.executor import (
+    Future,
+    PoolStats,
+    QueueFull,
+    ThreadPoolExecutor,
+    default_executor,
+)
+
+__all__ = [
+    "Future",
+    "PoolStats",
+    "QueueFull",
+    "ThreadPoolExecutor",
+    "__version__",
+    "default_executor",
+]
+
+# Gathered calls (taut.gather)
 from taut.gather import (
     Call,
     GatherRejected,
@@ -18,12 +36,11 @@ from taut.gather import (
     gather,
 )
 
-__all__ = [
+__all__ += [
     "Call",
     "GatherRejected",
     "Outcome",
     "Scheduler",
-    "__version__",
     "agather",
     "call",
     "gather",

@@ -1,0 +1,626 @@
+"""``taut.ThreadPoolExecutor``: a drop-in for ``concurrent.futures.ThreadPoolExecutor``
+whose queue, worker ceiling and worker loop live in the Rust core.
+
+Beyond the standard library it offers a bounded queue (``max_queue``), idle
+workers that retire (``idle_timeout``), a ceiling that changes at run time
+(``resize``), context propagation, exact queue positions (``submit_tracked``),
+``in_worker()``, ``stats()``, and ``abandon``/``interrupt`` for calls that ran
+past their deadline. Where the standard library is wrong it is right:
+``shutdown(cancel_futures=True)`` wakes waiters of ``wait()``/``as_completed()``,
+a forked child gets fresh workers instead of hanging, and cancelling a queued
+future takes it out of the queue at once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Iterable
+from concurrent import futures as _cf
+from concurrent.futures import _base
+from concurrent.futures.thread import BrokenThreadPool
+from typing import Any, Callable, NamedTuple, TypeVar
+
+from taut._core import PoolCore, WorkerSlot
+
+__all__ = [
+    "Future",
+    "PoolStats",
+    "QueueFull",
+    "ThreadPoolExecutor",
+    "default_executor",
+]
+
+_T = TypeVar("_T")
+
+_PENDING = _base.PENDING
+_RUNNING = _base.RUNNING
+_CANCELLED = _base.CANCELLED
+_CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
+_FINISHED = _base.FINISHED
+_DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
+_CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
+
+# Guards the lazy creation of a future's Condition against the lock-free
+# state changes below. Held only for a few attribute reads and writes.
+_state_lock = threading.Lock()
+
+
+class QueueFull(queue.Full):
+    """``try_submit`` found the bounded queue (``max_queue``) full."""
+
+
+class PoolStats(NamedTuple):
+    """A snapshot of one executor's pool."""
+
+    max_workers: int
+    workers: int
+    idle: int
+    running: int
+    queued: int
+    completed: int
+    failed: int
+    cancelled: int
+    abandoned: int
+
+
+def _wait_seconds(timeout: float | None) -> float | None:
+    """A timeout safe for ``threading`` waits: huge values would raise
+    ``OverflowError`` deep inside the lock."""
+    if timeout is None:
+        return None
+    return min(float(timeout), threading.TIMEOUT_MAX)
+
+
+class Future(_cf.Future):  # type: ignore[type-arg]
+    """A ``concurrent.futures.Future`` that is cheap to create and complete.
+
+    The standard future builds a ``threading.Condition`` for every call,
+    which costs as much as the rest of a submission. Ours creates it on first
+    use (by a waiter, a callback registration, ``wait()``/``as_completed()``),
+    and completes futures nobody waits on without it. The private fields
+    ``_state``, ``_condition`` and ``_waiters`` keep their meaning, so
+    ``wait``, ``as_completed`` and ``asyncio.wrap_future`` work unchanged.
+    """
+
+    _seq: int
+    _core: PoolCore | None
+
+    def __init__(self) -> None:
+        # The base __init__ is skipped on purpose: it builds the Condition.
+        self._cond: threading.Condition | None = None
+        self._state = _PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
+        self._seq = 0
+        self._core = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        cond = self._cond
+        if cond is None:
+            with _state_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    def __repr__(self) -> str:
+        state = self._state
+        if state == _FINISHED:
+            if self._exception is not None:
+                what = f"raised {self._exception.__class__.__name__}"
+            else:
+                what = f"returned {self._result.__class__.__name__}"
+            return f"<{self.__class__.__name__} at {id(self):#x} state=finished {what}>"
+        return f"<{self.__class__.__name__} at {id(self):#x} state={state.lower()}>"
+
+    # Reading the state needs no lock: it only ever moves forward, and the
+    # result is stored before the state says FINISHED.
+    def done(self) -> bool:
+        return self._state in _DONE_STATES
+
+    def cancelled(self) -> bool:
+        return self._state in _CANCELLED_STATES
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == _FINISHED:
+            if self._exception is not None:
+                try:
+                    raise self._exception
+                finally:
+                    # Break the cycle frame -> exception -> traceback -> frame.
+                    self = None  # type: ignore[assignment]  # noqa: PLW0642
+            return self._result
+        return super().result(_wait_seconds(timeout))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(_wait_seconds(timeout))
+
+    def cancel(self) -> bool:
+        with _state_lock:
+            fast = self._cond is None
+            if fast:
+                state = self._state
+                if state in (_RUNNING, _FINISHED):
+                    return False
+                if state in _CANCELLED_STATES:
+                    return True
+                self._state = _CANCELLED
+        if fast:
+            self._invoke_callbacks()
+        elif not super().cancel():
+            return False
+        core = self._core
+        if core is not None and self._state == _CANCELLED and core.remove(self._seq):
+            # Out of the queue: no worker will ever see it, so tell the
+            # waiters of wait()/as_completed() here.
+            self.set_running_or_notify_cancel()
+        return True
+
+    def set_running_or_notify_cancel(self) -> bool:
+        with _state_lock:
+            if self._cond is None:
+                state = self._state
+                if state == _PENDING:
+                    self._state = _RUNNING
+                    return True
+                if state == _CANCELLED:
+                    # Nobody can be waiting: waiters need the Condition.
+                    self._state = _CANCELLED_AND_NOTIFIED
+                    return False
+        return super().set_running_or_notify_cancel()
+
+    def set_result(self, result: Any) -> None:
+        with _state_lock:
+            fast = self._cond is None
+            if fast:
+                if self._state in _DONE_STATES:
+                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
+                self._result = result
+                self._state = _FINISHED
+        if fast:
+            if self._done_callbacks:
+                self._invoke_callbacks()
+            return
+        super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        with _state_lock:
+            fast = self._cond is None
+            if fast:
+                if self._state in _DONE_STATES:
+                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
+                self._exception = exception
+                self._state = _FINISHED
+        if fast:
+            if self._done_callbacks:
+                self._invoke_callbacks()
+            return
+        super().set_exception(exception)
+
+
+class _Tracker:
+    """Delivers one call's queue notices in order: positions only go down,
+    and nothing is reported after the call started. The lock keeps a late
+    position from overtaking the start notice (they come from different
+    threads); callbacks must therefore be quick and never wait for the call."""
+
+    __slots__ = ("_lock", "_on_start", "_on_wait", "_position", "_started")
+
+    def __init__(
+        self, on_wait: Callable[[int], object] | None, on_start: Callable[[], object] | None
+    ) -> None:
+        self._lock = threading.Lock()
+        self._on_wait = on_wait
+        self._on_start = on_start
+        self._position: int | None = None
+        self._started = False
+
+    def wait(self, position: int) -> None:
+        with self._lock:
+            if self._started or (self._position is not None and position >= self._position):
+                return
+            self._position = position
+            if self._on_wait is not None:
+                self._on_wait(position)
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            if self._on_start is not None:
+                self._on_start()
+
+
+# Every worker thread not yet joined, for the exit hook: thread -> its pool.
+_live_workers: weakref.WeakKeyDictionary[threading.Thread, PoolCore] = (
+    weakref.WeakKeyDictionary()
+)
+_live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+_interpreter_exiting = False
+
+
+def _python_exit() -> None:
+    """At interpreter exit, like the standard library: queued work still
+    runs, then every (non-abandoned) worker is joined — before finalization,
+    so no worker meets a finalizing interpreter."""
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    items = list(_live_workers.items())
+    for _, core in items:
+        core.shutdown()
+    for thread, _ in items:
+        thread.join()
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
+def _worker_main(
+    core: PoolCore,
+    slot: WorkerSlot,
+    initializer: Callable[..., object] | None,
+    initargs: tuple[Any, ...],
+    executor_ref: weakref.ReferenceType[ThreadPoolExecutor],
+) -> None:
+    try:
+        if initializer is not None:
+            try:
+                initializer(*initargs)
+            except BaseException:
+                _base.LOGGER.critical("Exception in initializer:", exc_info=True)
+                core.worker_gone(True)
+                executor = executor_ref()
+                if executor is not None:
+                    executor._initializer_failed()
+                return
+        try:
+            core.run_worker(slot)
+        except BaseException:
+            _base.LOGGER.critical("taut worker loop failed", exc_info=True)
+            executor = executor_ref()
+            if executor is not None:
+                executor._worker_died()
+    finally:
+        executor = executor_ref()
+        if executor is not None:
+            executor._forget_thread(threading.current_thread())
+
+
+class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
+    """A drop-in for ``concurrent.futures.ThreadPoolExecutor`` on a Rust pool.
+
+    ``max_queue``: how many calls may wait for a worker (0: unbounded);
+    ``submit`` then blocks (GIL released) until there is room, and
+    ``try_submit`` raises :class:`QueueFull`. ``idle_timeout``: seconds after
+    which an idle worker retires (None: never). ``propagate_context``: run
+    each call in a copy of the submitter's ``contextvars`` context.
+    """
+
+    _counter = itertools.count().__next__
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        thread_name_prefix: str = "",
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+        *,
+        max_queue: int = 0,
+        idle_timeout: float | None = None,
+        propagate_context: bool = False,
+    ) -> None:
+        # The base __init__ is not called: it builds the pure-Python queue
+        # and thread bookkeeping that the Rust core replaces.
+        if max_workers is None:
+            max_workers = min(32, (os.cpu_count() or 1) + 4)
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+            raise TypeError(
+                f"max_workers must be an int or None, got {max_workers!r} "
+                f"({type(max_workers).__name__})"
+            )
+        if max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 0:
+            raise ValueError(
+                f"max_queue must be an int >= 0 (0: unbounded), got {max_queue!r} "
+                f"({type(max_queue).__name__})"
+            )
+        if idle_timeout is not None:
+            if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)):
+                raise TypeError(
+                    f"idle_timeout must be a number of seconds or None, got {idle_timeout!r} "
+                    f"({type(idle_timeout).__name__})"
+                )
+            if not idle_timeout > 0:  # also rejects NaN
+                raise ValueError(
+                    f"idle_timeout must be a positive number of seconds or None, "
+                    f"got {idle_timeout!r}"
+                )
+        self._max_workers = max_workers
+        self._max_queue = max_queue
+        self._idle_timeout = idle_timeout
+        self._propagate_context = bool(propagate_context)
+        self._thread_name_prefix = thread_name_prefix or (
+            f"ThreadPoolExecutor-{self._counter()}"
+        )
+        self._initializer = initializer
+        self._initargs = initargs
+        self._threads: set[threading.Thread] = set()
+        self._slots: dict[threading.Thread, WorkerSlot] = {}
+        self._abandoned_threads: set[threading.Thread] = set()
+        self._thread_numbers = itertools.count()
+        self._broken: str | bool = False
+        self._shutdown = False
+        self._shutdown_lock = threading.Lock()
+        self._core = PoolCore(max_workers, max_queue, idle_timeout)
+        # A dropped executor lets its workers finish the queue and exit.
+        self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
+        _live_executors.add(self)
+
+    # -- submitting -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._broken:
+            raise BrokenThreadPool(self._broken)
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if _interpreter_exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        block: bool,
+        tracker: _Tracker | None = None,
+    ) -> Future:
+        if self._broken or self._shutdown or _interpreter_exiting:
+            self._check_open()
+        if self._propagate_context:
+            args = (fn, *args)
+            fn = contextvars.copy_context().run
+        future = Future()
+        future._core = self._core
+        while True:
+            seq, spawn, waiting_at = self._core.submit(future, fn, args, kwargs, tracker)
+            if seq > 0:
+                break
+            if seq == 0:
+                self._check_open()
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if not block:
+                raise QueueFull(f"the queue is full: max_queue={self._max_queue} calls waiting")
+            self._core.wait_for_room()
+        if spawn:
+            self._spawn(1)
+        if tracker is not None:
+            if waiting_at is not None:
+                tracker.wait(waiting_at)
+        return future
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
+        """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
+        (GIL released, Ctrl-C honoured) until there is room."""
+        return self._submit(fn, args, kwargs, block=True)
+
+    def try_submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
+        """Like ``submit``, but raise :class:`QueueFull` instead of waiting
+        when the bounded queue is full."""
+        return self._submit(fn, args, kwargs, block=False)
+
+    def submit_tracked(
+        self,
+        fn: Callable[..., _T],
+        /,
+        *args: Any,
+        on_wait: Callable[[int], object] | None = None,
+        on_start: Callable[[], object] | None = None,
+        **kwargs: Any,
+    ) -> Future:
+        """Like ``submit``, with queue notices: ``on_wait(position)`` when the
+        call cannot start at once and each time its 1-based position changes,
+        ``on_start()`` on the worker just before the call begins. Notices
+        arrive in order and none after the start; keep them quick."""
+        return self._submit(fn, args, kwargs, block=True, tracker=_Tracker(on_wait, on_start))
+
+    def map(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Any:
+        return super().map(fn, *iterables, timeout=_wait_seconds(timeout), chunksize=chunksize)
+
+    # -- workers --------------------------------------------------------
+
+    def _spawn(self, count: int) -> None:
+        for _ in range(count):
+            slot = WorkerSlot()
+            thread = threading.Thread(
+                name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
+                target=_worker_main,
+                args=(self._core, slot, self._initializer, self._initargs, weakref.ref(self)),
+                # Daemon, yet joined by the exit hook like the stdlib's
+                # workers: only abandoned workers (stuck in a call that ran
+                # past its deadline) are left behind at exit.
+                daemon=True,
+            )
+            self._threads.add(thread)
+            self._slots[thread] = slot
+            _live_workers[thread] = self._core
+            try:
+                thread.start()
+            except BaseException:
+                self._forget_thread(thread)
+                self._core.worker_gone(True)
+                raise
+
+    def _forget_thread(self, thread: threading.Thread) -> None:
+        self._threads.discard(thread)
+        self._slots.pop(thread, None)
+        _live_workers.pop(thread, None)
+
+    def _initializer_failed(self) -> None:
+        with self._shutdown_lock:
+            self._broken = "A thread initializer failed, the thread pool is not usable anymore"
+            self._core.shutdown()
+            for future in self._core.drain():
+                future.set_exception(BrokenThreadPool(self._broken))
+
+    def _worker_died(self) -> None:
+        with self._shutdown_lock:
+            self._broken = "A worker thread died unexpectedly, the thread pool is not usable"
+            self._core.shutdown()
+            for future in self._core.drain():
+                future.set_exception(BrokenThreadPool(self._broken))
+
+    def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
+        seq = getattr(future, "_seq", 0)
+        if not seq or getattr(future, "_core", None) is not self._core:
+            return None
+        for thread, slot in list(self._slots.items()):
+            if slot.current == seq:
+                return thread, slot
+        return None
+
+    def abandon(self, future: _cf.Future[Any]) -> bool:
+        """Give up on the worker running ``future`` (its call ran past its
+        deadline): it stops counting against the ceiling, a replacement
+        starts if work is waiting, and it exits once the call returns. The
+        exit hook does not wait for it. False if ``future`` is not running here."""
+        found = self._slot_running(future)
+        if found is None:
+            return False
+        thread, slot = found
+        abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
+        if abandoned:
+            self._threads.discard(thread)
+            self._abandoned_threads.add(thread)
+            _live_workers.pop(thread, None)
+        if spawn:
+            self._spawn(1)
+        return bool(abandoned)
+
+    def interrupt(self, future: _cf.Future[Any], exc_type: type[BaseException]) -> bool:
+        """Raise ``exc_type`` inside the call running ``future``, at its next
+        bytecode boundary (not inside a blocking C call; a broad ``except``
+        in the call can swallow it). False if ``future`` is not running here."""
+        if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+            raise TypeError(f"exc_type must be an exception class, got {exc_type!r}")
+        found = self._slot_running(future)
+        if found is None:
+            return False
+        return bool(self._core.interrupt(found[1], future._seq, exc_type))  # type: ignore[attr-defined]
+
+    # -- run-time control -------------------------------------------------
+
+    def resize(self, max_workers: int) -> None:
+        """Change the worker ceiling now: growing starts waiting calls at
+        once, shrinking lets running calls finish and retires the surplus."""
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+            raise TypeError(
+                f"max_workers must be an int, got {max_workers!r} ({type(max_workers).__name__})"
+            )
+        if max_workers <= 0:
+            raise ValueError(f"max_workers must be greater than 0, got {max_workers}")
+        spawn = self._core.resize(max_workers)
+        self._max_workers = max_workers
+        if spawn:
+            self._spawn(spawn)
+
+    def in_worker(self) -> bool:
+        """True when called on one of this executor's worker threads."""
+        return self._core.in_worker()
+
+    def stats(self) -> PoolStats:
+        """Workers, idle, running, queued and the outcome counters."""
+        return PoolStats(*self._core.stats())
+
+    def position(self, future: _cf.Future[Any]) -> int | None:
+        """The 1-based queue position of ``future``, None once it started."""
+        if getattr(future, "_core", None) is not self._core:
+            return None
+        return self._core.position(future._seq)  # type: ignore[attr-defined]
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._shutdown_lock:
+            self._shutdown = True
+            self._core.shutdown()
+            if cancel_futures:
+                for future in self._core.drain():
+                    # Unlike the stdlib (gh-87893), tell wait()/as_completed().
+                    if future.cancel():
+                        future.set_running_or_notify_cancel()
+        if wait:
+            for thread in list(self._threads):
+                if thread is not threading.current_thread():
+                    thread.join()
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child only this thread exists: the parent's workers
+        and queue are gone. Queued calls are cancelled (waiters woken) and
+        the executor starts fresh workers on demand."""
+        old = self._core
+        self._shutdown_lock = threading.Lock()
+        self._threads = set()
+        self._slots = {}
+        self._abandoned_threads = set()
+        self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
+        queued = old.drain_after_fork()
+        for future in queued or ():
+            if future.cancel():
+                future.set_running_or_notify_cancel()
+
+
+def _after_fork_in_child() -> None:
+    global _state_lock, _default_lock
+    # A thread that no longer exists may have held these at fork time.
+    _state_lock = threading.Lock()
+    _default_lock = threading.Lock()
+    _live_workers.clear()
+    for executor in list(_live_executors):
+        executor._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_default: ThreadPoolExecutor | None = None
+_default_lock = threading.Lock()
+
+
+def default_executor() -> ThreadPoolExecutor:
+    """The shared process-wide pool used by taut's bounded runs and gathers
+    (context propagation on, idle workers retire after 60 s)."""
+    global _default
+    executor = _default
+    if executor is None:
+        with _default_lock:
+            executor = _default
+            if executor is None:
+                executor = _default = ThreadPoolExecutor(
+                    thread_name_prefix="taut-default",
+                    idle_timeout=60.0,
+                    propagate_context=True,
+                )
+    return executor

@@ -1,0 +1,670 @@
+//! The bounded FIFO worker pool: the queue, the worker ceiling and the
+//! bookkeeping that decides when a worker must be started, woken or retired.
+//!
+//! This file knows nothing about Python. Threads are started by the caller
+//! (the Python layer starts `threading.Thread`s whose target runs the worker
+//! loop), so `submit` only *tells* the caller to start one. Every method is
+//! short and never calls out while holding the lock, so it is safe to call
+//! with the GIL held: no holder of this lock ever waits for the GIL.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Why a submission was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused<J> {
+    /// `shutdown` was called; the job is handed back.
+    Shutdown(J),
+    /// The bounded queue is full; the job is handed back.
+    Full(J),
+}
+
+/// What the pool decided about a new submission.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Submitted {
+    /// The job's sequence number, its identity inside the pool.
+    pub seq: u64,
+    /// The caller must start one more worker thread.
+    pub spawn: bool,
+    /// `Some(position)` (1-based) when the job cannot start at once.
+    pub waiting_at: Option<usize>,
+}
+
+/// What a worker gets when it asks for work.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Take<J> {
+    /// Run this job; `updates` are the new positions of tracked waiting jobs.
+    Job {
+        seq: u64,
+        job: J,
+        tracked: bool,
+        updates: Vec<(u64, usize)>,
+    },
+    /// No job now (only from `try_take`).
+    Empty,
+    /// The worker must exit: idle too long, above the ceiling, or shut down.
+    Exit,
+}
+
+/// Counters for `stats()`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub max_workers: usize,
+    pub workers: usize,
+    pub idle: usize,
+    pub running: usize,
+    pub queued: usize,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub abandoned: u64,
+}
+
+struct Queued<J> {
+    seq: u64,
+    job: J,
+}
+
+struct State<J> {
+    queue: VecDeque<Queued<J>>,
+    next_seq: u64,
+    max_workers: usize,
+    max_queue: usize,
+    /// Workers counted against the ceiling: started (or about to be) and not
+    /// retired or abandoned.
+    workers: usize,
+    /// Workers parked in `wait_take` (including notified ones not yet awake).
+    idle: usize,
+    /// Idle workers notified for a job that have not woken up yet.
+    notified: usize,
+    /// Worker threads the caller was told to start that have not arrived.
+    starting: usize,
+    running: usize,
+    shutdown: bool,
+    stats: Stats,
+    /// Tracked jobs still queued: seq -> last position reported.
+    tracked: BTreeMap<u64, usize>,
+}
+
+/// The pool. `J` is the job type: Python work items in the bindings,
+/// plain values in the tests.
+pub struct Pool<J> {
+    state: Mutex<State<J>>,
+    /// Signalled when a job arrives or a worker must exit.
+    work: Condvar,
+    /// Signalled when the bounded queue gains room or the pool shuts down.
+    room: Condvar,
+}
+
+impl<J> Pool<J> {
+    pub fn new(max_workers: usize, max_queue: usize) -> Self {
+        Pool {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                next_seq: 1,
+                max_workers,
+                max_queue,
+                workers: 0,
+                idle: 0,
+                notified: 0,
+                starting: 0,
+                running: 0,
+                shutdown: false,
+                stats: Stats::default(),
+                tracked: BTreeMap::new(),
+            }),
+            work: Condvar::new(),
+            room: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<J>> {
+        // A panic while holding this lock can only come from a bug in this
+        // file; the state is still consistent enough to keep serving, and
+        // refusing every later call would lose work.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue a job. `tracked` jobs get position updates (see `Take::Job`).
+    pub fn submit(&self, job: J, tracked: bool) -> Result<Submitted, Refused<J>> {
+        let mut st = self.lock();
+        if st.shutdown {
+            return Err(Refused::Shutdown(job));
+        }
+        if st.is_full() {
+            return Err(Refused::Full(job));
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.queue.push_back(Queued { seq, job });
+        let spawn = Self::top_up_count(&mut st, &self.work) > 0;
+        let index = st.queue.len() - 1;
+        let in_flight = st.takers_in_flight();
+        let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
+        if tracked {
+            if let Some(pos) = waiting_at {
+                st.tracked.insert(seq, pos);
+            }
+        }
+        Ok(Submitted {
+            seq,
+            spawn,
+            waiting_at,
+        })
+    }
+
+    /// Take the next job without blocking (the fast path of a busy worker).
+    pub fn try_take(&self) -> Take<J> {
+        let mut st = self.lock();
+        if st.workers > st.max_workers {
+            // Shrunk by `resize`: this worker retires.
+            return Self::retire(&mut st);
+        }
+        match Self::pop(&mut st) {
+            Some(take) => take,
+            None => Take::Empty,
+        }
+    }
+
+    /// Block until there is a job, or until the worker must exit.
+    /// `idle_timeout` = None waits forever. Call without the GIL.
+    pub fn wait_take(&self, idle_timeout: Option<Duration>) -> Take<J> {
+        let mut st = self.lock();
+        // An idle timeout too large for the clock is no timeout at all.
+        let deadline = idle_timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if st.workers > st.max_workers {
+                return Self::retire(&mut st);
+            }
+            if let Some(take) = Self::pop(&mut st) {
+                return take;
+            }
+            if st.shutdown {
+                return Self::retire(&mut st);
+            }
+            st.idle += 1;
+            let timed_out = match deadline {
+                None => {
+                    st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
+                    false
+                }
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        true
+                    } else {
+                        let (guard, result) = self
+                            .work
+                            .wait_timeout(st, deadline - now)
+                            .unwrap_or_else(|e| e.into_inner());
+                        st = guard;
+                        result.timed_out()
+                    }
+                }
+            };
+            st.idle -= 1;
+            if st.notified > 0 {
+                st.notified -= 1;
+            } else if timed_out && st.queue.is_empty() {
+                return Self::retire(&mut st);
+            }
+        }
+    }
+
+    /// A freshly started worker's first take: `submit` counted it as
+    /// starting, and it may find its job already taken by a busy worker.
+    pub fn first_take(&self, idle_timeout: Option<Duration>) -> Take<J> {
+        {
+            let mut st = self.lock();
+            st.starting = st.starting.saturating_sub(1);
+            if st.workers <= st.max_workers {
+                if let Some(take) = Self::pop(&mut st) {
+                    return take;
+                }
+            }
+        }
+        self.wait_take(idle_timeout)
+    }
+
+    fn pop(st: &mut State<J>) -> Option<Take<J>> {
+        let Queued { seq, job } = st.queue.pop_front()?;
+        st.running += 1;
+        let tracked = st.tracked.remove(&seq).is_some();
+        let updates = Self::position_updates(st);
+        Some(Take::Job {
+            seq,
+            job,
+            tracked,
+            updates,
+        })
+    }
+
+    fn retire(st: &mut State<J>) -> Take<J> {
+        st.workers = st.workers.saturating_sub(1);
+        Take::Exit
+    }
+
+    /// Recompute the positions of tracked jobs; report those that changed.
+    fn position_updates(st: &mut State<J>) -> Vec<(u64, usize)> {
+        if st.tracked.is_empty() {
+            return Vec::new();
+        }
+        let in_flight = st.takers_in_flight();
+        let queue = &st.queue;
+        let mut updates = Vec::new();
+        for (seq, last) in st.tracked.iter_mut() {
+            if let Ok(index) = queue.binary_search_by_key(seq, |q| q.seq) {
+                let pos = (index + 1).saturating_sub(in_flight).max(1);
+                if pos != *last {
+                    *last = pos;
+                    updates.push((*seq, pos));
+                }
+            }
+        }
+        updates
+    }
+
+    /// A worker finished a job (`ok`: without an exception) and, still
+    /// holding the GIL, asks for the next one without blocking: one lock
+    /// round trip per job on the hot path.
+    pub fn done_and_try_take(&self, ok: bool) -> Take<J> {
+        let mut st = self.lock();
+        st.running = st.running.saturating_sub(1);
+        Self::count(&mut st, ok);
+        if st.is_full_or_bounded() {
+            self.room.notify_one();
+        }
+        if st.workers > st.max_workers {
+            return Self::retire(&mut st);
+        }
+        match Self::pop(&mut st) {
+            Some(take) => take,
+            None => Take::Empty,
+        }
+    }
+
+    /// A worker finished a job.
+    pub fn done(&self, ok: bool) {
+        let mut st = self.lock();
+        st.running = st.running.saturating_sub(1);
+        Self::count(&mut st, ok);
+        drop(st);
+        self.room.notify_one();
+    }
+
+    /// An abandoned worker finished the job it was abandoned in; it was
+    /// already taken off `running` and the ceiling.
+    pub fn done_abandoned(&self, ok: bool) {
+        let mut st = self.lock();
+        Self::count(&mut st, ok);
+    }
+
+    fn count(st: &mut State<J>, ok: bool) {
+        if ok {
+            st.stats.completed += 1;
+        } else {
+            st.stats.failed += 1;
+        }
+    }
+
+    /// A popped job turned out to be cancelled before it started.
+    pub fn skipped_cancelled(&self) {
+        let mut st = self.lock();
+        st.running = st.running.saturating_sub(1);
+        st.stats.cancelled += 1;
+        drop(st);
+        self.room.notify_one();
+    }
+
+    /// Remove a queued job (its future was cancelled). Returns the job and
+    /// the position updates, or None if a worker already took it.
+    pub fn remove(&self, seq: u64) -> Option<(J, Vec<(u64, usize)>)> {
+        let mut st = self.lock();
+        let index = st.queue.binary_search_by_key(&seq, |q| q.seq).ok()?;
+        let queued = st.queue.remove(index)?;
+        st.tracked.remove(&seq);
+        st.stats.cancelled += 1;
+        let updates = Self::position_updates(&mut st);
+        drop(st);
+        self.room.notify_one();
+        Some((queued.job, updates))
+    }
+
+    /// The worker running a job is given up on (its call timed out): it no
+    /// longer counts against the ceiling, and a replacement is started if
+    /// work is waiting. Returns whether the caller must start a worker.
+    pub fn abandon_worker(&self) -> bool {
+        let mut st = self.lock();
+        st.workers = st.workers.saturating_sub(1);
+        st.running = st.running.saturating_sub(1);
+        st.stats.abandoned += 1;
+        Self::top_up(&mut st, &self.work)
+    }
+
+    /// Start or wake workers for queued jobs nobody is on the way for.
+    /// Returns how many threads the caller must start.
+    fn top_up_count(st: &mut State<J>, work: &Condvar) -> usize {
+        let mut spawn = 0;
+        while st.queue.len() > st.takers_in_flight() {
+            if st.idle > st.notified {
+                st.notified += 1;
+                work.notify_one();
+            } else if st.workers < st.max_workers {
+                st.workers += 1;
+                st.starting += 1;
+                spawn += 1;
+            } else {
+                break;
+            }
+        }
+        spawn
+    }
+
+    fn top_up(st: &mut State<J>, work: &Condvar) -> bool {
+        Self::top_up_count(st, work) > 0
+    }
+
+    /// Change the ceiling. Returns how many worker threads the caller must
+    /// start (growing starts waiting work at once); shrinking lets running
+    /// work finish and retires workers as they come back for more.
+    pub fn resize(&self, max_workers: usize) -> usize {
+        let mut st = self.lock();
+        st.max_workers = max_workers;
+        let spawn = Self::top_up_count(&mut st, &self.work);
+        if st.workers > st.max_workers {
+            self.work.notify_all();
+        }
+        spawn
+    }
+
+    /// Stop accepting work. Queued jobs still run unless drained; idle
+    /// workers exit once the queue is empty; blocked submitters are woken.
+    pub fn shutdown(&self) {
+        let mut st = self.lock();
+        st.shutdown = true;
+        drop(st);
+        self.work.notify_all();
+        self.room.notify_all();
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.lock().shutdown
+    }
+
+    /// Take every queued job out (for `cancel_futures` or a broken pool).
+    pub fn drain(&self) -> Vec<J> {
+        let mut st = self.lock();
+        st.tracked.clear();
+        let jobs: Vec<J> = st.queue.drain(..).map(|q| q.job).collect();
+        st.stats.cancelled += jobs.len() as u64;
+        drop(st);
+        self.room.notify_all();
+        jobs
+    }
+
+    /// `drain` for a forked child: never blocks, since the lock may be held
+    /// by a thread that does not exist in the child. None if it is held.
+    pub fn try_drain(&self) -> Option<Vec<J>> {
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        st.tracked.clear();
+        Some(st.queue.drain(..).map(|q| q.job).collect())
+    }
+
+    /// Wait up to `timeout` for room in a bounded queue. True if there may
+    /// be room now (or the pool shut down: the caller's next submit says
+    /// which). Call without the GIL; callers loop in slices to see signals.
+    pub fn wait_for_room(&self, timeout: Duration) -> bool {
+        let st = self.lock();
+        let full = |st: &mut State<J>| !st.shutdown && st.is_full();
+        let (_st, result) = self
+            .room
+            .wait_timeout_while(st, timeout, full)
+            .unwrap_or_else(|e| e.into_inner());
+        !result.timed_out()
+    }
+
+    /// A worker thread that never reached the loop (its initializer failed,
+    /// or starting the thread failed) gives back its place.
+    pub fn worker_gone(&self, never_took: bool) {
+        let mut st = self.lock();
+        st.workers = st.workers.saturating_sub(1);
+        if never_took {
+            st.starting = st.starting.saturating_sub(1);
+        }
+    }
+
+    /// The current position of a queued tracked job (None once taken).
+    pub fn position(&self, seq: u64) -> Option<usize> {
+        let st = self.lock();
+        let index = st.queue.binary_search_by_key(&seq, |q| q.seq).ok()?;
+        Some((index + 1).saturating_sub(st.takers_in_flight()).max(1))
+    }
+
+    pub fn stats(&self) -> Stats {
+        let st = self.lock();
+        Stats {
+            max_workers: st.max_workers,
+            workers: st.workers,
+            idle: st.idle,
+            running: st.running,
+            queued: st.queue.len(),
+            ..st.stats
+        }
+    }
+
+    pub fn max_workers(&self) -> usize {
+        self.lock().max_workers
+    }
+}
+
+impl<J> State<J> {
+    /// Workers already on their way to take a queued job: notified idle
+    /// ones and freshly started ones. Jobs at queue indices below this number
+    /// start without waiting for a running call to finish.
+    fn takers_in_flight(&self) -> usize {
+        self.notified + self.starting
+    }
+
+    /// The bounded queue counts the calls that must wait for a running call
+    /// to finish, not those a worker is already on its way to take.
+    fn is_full_or_bounded(&self) -> bool {
+        self.max_queue > 0
+    }
+
+    fn is_full(&self) -> bool {
+        self.max_queue > 0 && self.queue.len() >= self.max_queue + self.takers_in_flight()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    fn job(t: Take<u32>) -> Option<u32> {
+        match t {
+            Take::Job { job, .. } => Some(job),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn first_submissions_ask_for_workers_up_to_the_ceiling() {
+        let pool = Pool::new(2, 0);
+        let a = pool.submit(1, false).unwrap();
+        let b = pool.submit(2, false).unwrap();
+        let c = pool.submit(3, true).unwrap();
+        assert!(a.spawn && b.spawn && !c.spawn);
+        assert_eq!(a.waiting_at, None);
+        assert_eq!(b.waiting_at, None);
+        assert_eq!(c.waiting_at, Some(1));
+        assert_eq!(pool.stats().workers, 2);
+    }
+
+    #[test]
+    fn jobs_come_out_in_fifo_order() {
+        let pool = Pool::new(1, 0);
+        for i in 0..5 {
+            pool.submit(i, false).unwrap();
+        }
+        let mut seen = vec![job(pool.first_take(None)).unwrap()];
+        for _ in 0..4 {
+            seen.push(job(pool.try_take()).unwrap());
+        }
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        assert_eq!(pool.try_take(), Take::Empty);
+    }
+
+    #[test]
+    fn positions_shrink_as_the_queue_moves() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        let s1 = pool.submit(1, true).unwrap();
+        let s2 = pool.submit(2, true).unwrap();
+        assert_eq!(s1.waiting_at, Some(1));
+        assert_eq!(s2.waiting_at, Some(2));
+        pool.done(true);
+        match pool.try_take() {
+            Take::Job {
+                job,
+                tracked,
+                updates,
+                ..
+            } => {
+                assert_eq!(job, 1);
+                assert!(tracked);
+                assert_eq!(updates, vec![(s2.seq, 1)]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn removing_a_queued_job_updates_those_behind_it() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        let a = pool.submit(1, true).unwrap();
+        let b = pool.submit(2, true).unwrap();
+        assert_eq!(b.waiting_at, Some(2));
+        let (removed, updates) = pool.remove(a.seq).unwrap();
+        assert_eq!(removed, 1);
+        assert_eq!(updates, vec![(b.seq, 1)]);
+        assert!(pool.remove(a.seq).is_none());
+        assert_eq!(pool.stats().cancelled, 1);
+    }
+
+    #[test]
+    fn bounded_queue_refuses_when_full_and_frees_on_take() {
+        let pool = Pool::new(1, 1);
+        pool.submit(0, false).unwrap(); // taken by the worker being started
+        pool.submit(1, false).unwrap(); // fills the queue
+        assert_eq!(pool.submit(2, false), Err(Refused::Full(2)));
+        assert!(job(pool.first_take(None)).is_some());
+        // The worker runs job 0; job 1 still waits for it, so still full.
+        assert_eq!(pool.submit(2, false), Err(Refused::Full(2)));
+        assert!(job(pool.done_and_try_take(true)).is_some());
+        assert!(pool.submit(2, false).is_ok());
+    }
+
+    #[test]
+    fn shutdown_refuses_and_wakes_idle_workers() {
+        let pool = Arc::new(Pool::<u32>::new(1, 0));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.wait_take(None));
+        while pool.stats().idle == 0 {
+            thread::yield_now();
+        }
+        pool.shutdown();
+        assert_eq!(worker.join().unwrap(), Take::Exit);
+        assert_eq!(pool.submit(9, false), Err(Refused::Shutdown(9)));
+    }
+
+    #[test]
+    fn idle_workers_retire_after_the_idle_timeout() {
+        let pool = Pool::<u32>::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
+        assert_eq!(pool.stats().workers, 0);
+        assert!(pool.submit(1, false).unwrap().spawn);
+    }
+
+    #[test]
+    fn resize_grows_for_waiting_work_and_shrinks_lazily() {
+        let pool = Pool::new(1, 0);
+        for i in 0..4 {
+            pool.submit(i, false).unwrap();
+        }
+        assert_eq!(pool.resize(3), 2);
+        assert_eq!(pool.stats().workers, 3);
+        pool.resize(1);
+        assert_eq!(pool.try_take(), Take::Exit);
+        assert_eq!(pool.try_take(), Take::Exit);
+        assert!(job(pool.try_take()).is_some());
+    }
+
+    #[test]
+    fn abandoning_a_worker_starts_a_replacement_for_waiting_work() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.submit(1, false).unwrap();
+        assert!(pool.abandon_worker());
+        assert_eq!(pool.stats().abandoned, 1);
+    }
+
+    #[test]
+    fn many_threads_every_job_taken_exactly_once() {
+        let pool = Arc::new(Pool::new(4, 0));
+        let total = 20_000u32;
+        let mut spawned = 0;
+        for i in 0..total {
+            if pool.submit(i, false).unwrap().spawn {
+                spawned += 1;
+            }
+        }
+        assert_eq!(spawned, 4);
+        let handles: Vec<_> = (0..spawned)
+            .map(|_| {
+                let p = Arc::clone(&pool);
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let mut take = p.first_take(Some(Duration::from_millis(20)));
+                    loop {
+                        match take {
+                            Take::Job { job, .. } => {
+                                got.push(job);
+                                p.done(true);
+                            }
+                            Take::Exit => return got,
+                            Take::Empty => {}
+                        }
+                        take = match p.try_take() {
+                            Take::Empty => p.wait_take(Some(Duration::from_millis(20))),
+                            t => t,
+                        };
+                    }
+                })
+            })
+            .collect();
+        let mut all: Vec<u32> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..total).collect::<Vec<_>>());
+        assert_eq!(pool.stats().completed, u64::from(total));
+        assert_eq!(pool.stats().workers, 0);
+    }
+}

@@ -805,3 +805,63 @@ def test_dask_deadline_cancels_remote_work_and_fences_the_rest(dask_client: Any)
         assert sorted(ran.runs) == ["a", "b"]
     finally:
         latch.set()
+
+
+# ------------------------------------------------------------- taut executor
+
+
+def test_default_executor_is_tauts_shared_pool() -> None:
+    [o] = taut.gather([taut.call(lambda: threading.current_thread().name)])
+    assert o.value.startswith("taut-default")
+
+
+def test_deadline_abandons_the_taut_worker_so_queued_work_proceeds() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="ab")
+    latch = threading.Event()
+    try:
+        [o] = taut.gather([taut.call(latch.wait, LONG)], timeout=0.1, executor=ex)
+        assert o.status == "timeout"
+        assert ex.stats().abandoned == 1
+        # the ceiling of one is free again although the hung call still runs
+        assert ex.submit(lambda: "next").result(LONG) == "next"
+    finally:
+        latch.set()
+        ex.shutdown(wait=True)
+
+
+def test_interrupt_stops_a_timed_out_python_loop() -> None:
+    ex = taut.ThreadPoolExecutor(2, thread_name_prefix="intr")
+    stopped = threading.Event()
+
+    def spin() -> None:
+        try:
+            end = time.monotonic() + LONG
+            while time.monotonic() < end:
+                time.sleep(0.005)
+        except TimeoutError:
+            stopped.set()
+            raise
+
+    try:
+        [o] = taut.gather([taut.call(spin)], timeout=0.1, executor=ex, interrupt=True)
+        assert o.status == "timeout"
+        assert stopped.wait(LONG / 2)
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_gather_on_a_one_worker_taut_pool_runs_inline() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="nest")
+    try:
+
+        def sub_agent() -> list[Any]:
+            assert ex.in_worker()
+            inner = taut.gather(
+                [taut.call(threading.current_thread) for _ in range(3)], executor=ex
+            )
+            return [o.value for o in inner]
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok and len(set(o.value)) == 1
+    finally:
+        ex.shutdown(wait=True)

@@ -506,21 +506,11 @@ class _TaskRef:
 # --------------------------------------------------------------------------
 # Executors: adapters for what only some executors can do
 
-_fallback_lock = threading.Lock()
-_fallback: cf.ThreadPoolExecutor | None = None
-
 
 def _default_executor() -> cf.Executor:
-    try:
-        from taut.executor import default_executor  # type: ignore[attr-defined,unused-ignore]
+    from taut.executor import default_executor
 
-        return cast(cf.Executor, default_executor())
-    except ImportError:
-        global _fallback
-        with _fallback_lock:
-            if _fallback is None:
-                _fallback = cf.ThreadPoolExecutor(thread_name_prefix="taut-gather")
-            return _fallback
+    return default_executor()
 
 
 def _in_worker_of(executor: Any) -> bool:

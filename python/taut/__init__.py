@@ -15,17 +15,6 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
-
-__all__ = [
-    "Future",
-    "PoolStats",
-    "QueueFull",
-    "ThreadPoolExecutor",
-    "__version__",
-    "default_executor",
-]
-
-# Gathered calls (taut.gather)
 from taut.gather import (
     Call,
     GatherRejected,
@@ -35,8 +24,16 @@ from taut.gather import (
     call,
     gather,
 )
+from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
 
-__all__ += [
+__all__ = [
+    "Future",
+    "PoolStats",
+    "QueueFull",
+    "ThreadPoolExecutor",
+    "__version__",
+    "default_executor",
+    # gathered calls
     "Call",
     "GatherRejected",
     "Outcome",
@@ -44,4 +41,9 @@ __all__ += [
     "agather",
     "call",
     "gather",
+    # tool batches
+    "QueueNotice",
+    "ToolCall",
+    "ToolResult",
+    "ToolRunner",
 ]

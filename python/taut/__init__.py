@@ -27,23 +27,21 @@ from taut.gather import (
 from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
 
 __all__ = [
-    "Future",
-    "PoolStats",
-    "QueueFull",
-    "ThreadPoolExecutor",
-    "__version__",
-    "default_executor",
-    # gathered calls
     "Call",
+    "Future",
     "GatherRejected",
     "Outcome",
-    "Scheduler",
-    "agather",
-    "call",
-    "gather",
-    # tool batches
+    "PoolStats",
+    "QueueFull",
     "QueueNotice",
+    "Scheduler",
+    "ThreadPoolExecutor",
     "ToolCall",
     "ToolResult",
     "ToolRunner",
+    "__version__",
+    "agather",
+    "call",
+    "default_executor",
+    "gather",
 ]

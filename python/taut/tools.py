@@ -24,6 +24,7 @@ waiting for workers of the same bounded pool could wait forever.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -130,7 +131,7 @@ def _config_value(name: str, config: Any, default: Any) -> Any:
     """Read one setting through taut.config, which may not be installed in
     every build of this layer; a broken config never breaks a tool batch."""
     try:
-        from taut import config as _config
+        _config = importlib.import_module("taut.config")
     except ImportError:
         return default
     getter = getattr(_config, name, None)
@@ -230,16 +231,16 @@ class ToolRunner:
     def batch_timeout(self) -> float | None:
         """The deadline of a parallel group, in seconds (``None`` = none)."""
         if self._batch_timeout is not _UNSET:
-            return self._batch_timeout  # type: ignore[no-any-return]
+            return self._batch_timeout
         value = _config_value("concurrent_batch_timeout", self._config, _DEFAULT_BATCH_TIMEOUT)
         return _check_timeout(value)
 
     def sequential_timeout(self) -> float | None:
         """The deadline of a call that runs alone, in seconds (``None`` = none)."""
         if self._sequential_timeout is not _UNSET:
-            return self._sequential_timeout  # type: ignore[no-any-return]
+            return self._sequential_timeout
         if self._batch_timeout is not _UNSET:
-            return self._batch_timeout  # type: ignore[no-any-return]
+            return self._batch_timeout
         value = _config_value("sequential_call_timeout", self._config, _UNSET)
         return self.batch_timeout() if value is _UNSET else _check_timeout(value)
 

@@ -243,10 +243,13 @@ class _Tracker:
                 self._on_start()
 
 
-# Every worker thread not yet joined, for the exit hook: thread -> its pool.
-_live_workers: weakref.WeakKeyDictionary[threading.Thread, PoolCore] = (
-    weakref.WeakKeyDictionary()
-)
+# Every worker thread not yet finished, for the exit hook: thread -> its
+# pool and the event the thread sets as its very last step. We wait on that
+# event rather than Thread.join(): in CPython < 3.12 a join interrupted by
+# Ctrl-C marks a still-running thread as stopped, and a later join returns
+# at once — a worker then meets the finalizing interpreter, and with Rust
+# frames on its stack that aborts the process.
+_live_workers: dict[threading.Thread, tuple[PoolCore, threading.Event]] = {}
 _live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
 _interpreter_exiting = False
 
@@ -257,11 +260,11 @@ def _python_exit() -> None:
     so no worker meets a finalizing interpreter."""
     global _interpreter_exiting
     _interpreter_exiting = True
-    items = list(_live_workers.items())
-    for _, core in items:
+    items = list(_live_workers.values())
+    for core, _ in items:
         core.shutdown()
-    for thread, _ in items:
-        thread.join()
+    for _, exited in items:
+        exited.wait()
 
 
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
@@ -270,6 +273,7 @@ threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
 def _worker_main(
     core: PoolCore,
     slot: WorkerSlot,
+    exited: threading.Event,
     initializer: Callable[..., object] | None,
     initargs: tuple[Any, ...],
     executor_ref: weakref.ReferenceType[ThreadPoolExecutor],
@@ -296,6 +300,8 @@ def _worker_main(
         executor = executor_ref()
         if executor is not None:
             executor._forget_thread(threading.current_thread())
+        _live_workers.pop(threading.current_thread(), None)
+        exited.set()
 
 
 class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
@@ -361,6 +367,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._initargs = initargs
         self._threads: set[threading.Thread] = set()
         self._slots: dict[threading.Thread, WorkerSlot] = {}
+        self._exited: dict[threading.Thread, threading.Event] = {}
         self._abandoned_threads: set[threading.Thread] = set()
         self._thread_numbers = itertools.count()
         self._broken: str | bool = False
@@ -453,10 +460,18 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     def _spawn(self, count: int) -> None:
         for _ in range(count):
             slot = WorkerSlot()
+            exited = threading.Event()
             thread = threading.Thread(
                 name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
                 target=_worker_main,
-                args=(self._core, slot, self._initializer, self._initargs, weakref.ref(self)),
+                args=(
+                    self._core,
+                    slot,
+                    exited,
+                    self._initializer,
+                    self._initargs,
+                    weakref.ref(self),
+                ),
                 # Daemon, yet joined by the exit hook like the stdlib's
                 # workers: only abandoned workers (stuck in a call that ran
                 # past its deadline) are left behind at exit.
@@ -464,7 +479,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             )
             self._threads.add(thread)
             self._slots[thread] = slot
-            _live_workers[thread] = self._core
+            self._exited[thread] = exited
+            _live_workers[thread] = (self._core, exited)
             try:
                 thread.start()
             except BaseException:
@@ -473,8 +489,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 raise
 
     def _forget_thread(self, thread: threading.Thread) -> None:
+        # Called by the worker itself as it leaves, or for a thread that
+        # failed to start. Whatever remains to run after this is plain Python.
         self._threads.discard(thread)
         self._slots.pop(thread, None)
+        self._exited.pop(thread, None)
         _live_workers.pop(thread, None)
 
     def _initializer_failed(self) -> None:
@@ -511,7 +530,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         thread, slot = found
         abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
         if abandoned:
+            # Neither shutdown(wait=True) nor the exit hook waits for it.
             self._threads.discard(thread)
+            self._exited.pop(thread, None)
             self._abandoned_threads.add(thread)
             _live_workers.pop(thread, None)
         if spawn:
@@ -569,9 +590,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                     if future.cancel():
                         future.set_running_or_notify_cancel()
         if wait:
-            for thread in list(self._threads):
+            # Our own exit events, not Thread.join(): see _live_workers.
+            for thread, exited in list(self._exited.items()):
                 if thread is not threading.current_thread():
-                    thread.join()
+                    exited.wait()
+                    self._exited.pop(thread, None)
 
     def _reset_after_fork(self) -> None:
         """In a forked child only this thread exists: the parent's workers
@@ -581,6 +604,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown_lock = threading.Lock()
         self._threads = set()
         self._slots = {}
+        self._exited = {}
         self._abandoned_threads = set()
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
         self._finalizer.detach()

@@ -1,0 +1,474 @@
+"""taut.ThreadPoolExecutor: the pool's own features and the corners where
+the standard library is wrong. Compatibility with the stdlib's behaviour is
+covered by test_executor_compat.py and the CPython suite runner."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextvars
+import gc
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+
+import pytest
+
+import taut
+from taut.executor import QueueFull
+
+LONG = 30.0  # seconds a "never" wait may take before the test fails
+
+
+def wait_until(predicate, timeout=LONG):
+    """Poll a condition until it holds; the polling only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.001)
+
+
+def run_python(code: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+class Gate:
+    """Calls that block until the test opens the gate, counting how many run at once."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+
+    def __call__(self, value=None):
+        with self.lock:
+            self.running += 1
+            self.started += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            assert self.open.wait(LONG), "gate never opened"
+            return value
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_results_exceptions_and_order():
+    with taut.ThreadPoolExecutor(3) as ex:
+        futures = [ex.submit(pow, 2, i) for i in range(50)]
+        assert [f.result() for f in futures] == [2**i for i in range(50)]
+        failing = ex.submit(int, "x")
+        with pytest.raises(ValueError, match="invalid literal"):
+            failing.result()
+        assert isinstance(failing.exception(), ValueError)
+        assert ex.submit(lambda *a, **k: (a, k), 1, b=2).result() == ((1,), {"b": 2})
+
+
+def test_futures_are_concurrent_futures():
+    with taut.ThreadPoolExecutor(1) as ex:
+        assert isinstance(ex, cf.ThreadPoolExecutor)
+        f = ex.submit(lambda: 1)
+        assert isinstance(f, cf.Future)
+        done, _ = cf.wait([f], timeout=LONG)
+        assert done == {f}
+
+
+def test_ceiling_holds_and_waiting_work_runs_in_fifo_order():
+    gate = Gate()
+    order: list[int] = []
+    with taut.ThreadPoolExecutor(2) as ex:
+        blockers = [ex.submit(gate) for _ in range(2)]
+        wait_until(lambda: gate.started == 2)
+        queued = [ex.submit(order.append, i) for i in range(10)]
+        assert ex.stats().queued == 10
+        assert len(ex._threads) == 2
+        gate.open.set()
+        cf.wait(blockers + queued, timeout=LONG)
+    assert gate.peak == 2
+    # With two workers, two calls may overlap, but each started in order.
+    assert sorted(order) == list(range(10))
+    assert all(abs(order.index(i) - i) <= 1 for i in range(10))
+
+
+def test_cancelling_a_queued_future_removes_it_and_wakes_waiters():
+    gate = Gate()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+        queued = ex.submit(lambda: "never")
+        waiter = threading.Thread(target=cf.wait, args=([queued],), kwargs={"timeout": LONG})
+        waiter.start()
+        assert queued.cancel()
+        assert ex.stats().queued == 0
+        waiter.join(LONG)
+        assert not waiter.is_alive()
+        assert queued.cancelled()
+        gate.open.set()
+        blocker.result(LONG)
+    assert ex.stats().cancelled == 1
+
+
+def test_shutdown_cancel_futures_wakes_wait_and_as_completed():
+    """The stdlib leaves these waiters hanging (CPython gh-87893)."""
+    gate = Gate()
+    ex = taut.ThreadPoolExecutor(1)
+    blocker = ex.submit(gate)
+    wait_until(lambda: gate.started == 1)
+    queued = [ex.submit(lambda: None) for _ in range(3)]
+    results: dict[str, object] = {}
+
+    def wait_all() -> None:
+        results["wait"] = cf.wait(queued, timeout=LONG)
+
+    def drain_as_completed() -> None:
+        results["as_completed"] = list(cf.as_completed(queued, timeout=LONG))
+
+    threads = [threading.Thread(target=wait_all), threading.Thread(target=drain_as_completed)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)  # let both waiters register (not needed for correctness)
+    ex.shutdown(wait=False, cancel_futures=True)
+    for t in threads:
+        t.join(LONG)
+        assert not t.is_alive()
+    done, not_done = results["wait"]  # type: ignore[misc]
+    assert done == set(queued) and not not_done
+    assert set(results["as_completed"]) == set(queued)  # type: ignore[arg-type]
+    assert all(f.cancelled() for f in queued)
+    gate.open.set()
+    ex.shutdown(wait=True)
+    assert blocker.result() is None
+
+
+def test_bounded_queue_blocks_then_unblocks_and_try_submit_raises():
+    gate = Gate()
+    with taut.ThreadPoolExecutor(1, max_queue=2) as ex:
+        ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+        ex.submit(gate)
+        ex.submit(gate)
+        with pytest.raises(QueueFull, match="max_queue=2"):
+            ex.try_submit(gate)
+        submitted = threading.Event()
+
+        def blocked_submit() -> None:
+            ex.submit(gate)
+            submitted.set()
+
+        t = threading.Thread(target=blocked_submit)
+        t.start()
+        assert not submitted.wait(0.1)  # still blocked: the queue is full
+        gate.open.set()
+        assert submitted.wait(LONG)
+        t.join(LONG)
+
+
+def test_shutdown_wakes_blocked_submitters_with_runtime_error():
+    gate = Gate()
+    ex = taut.ThreadPoolExecutor(1, max_queue=1)
+    ex.submit(gate)
+    wait_until(lambda: gate.started == 1)
+    ex.submit(gate)
+    errors: list[BaseException] = []
+
+    def blocked_submit() -> None:
+        try:
+            ex.submit(gate)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=blocked_submit)
+    t.start()
+    time.sleep(0.05)
+    ex.shutdown(wait=False)
+    t.join(LONG)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert str(errors[0]) == "cannot schedule new futures after shutdown"
+    gate.open.set()
+    ex.shutdown(wait=True)
+
+
+def test_idle_workers_retire_and_come_back_on_demand():
+    with taut.ThreadPoolExecutor(3, idle_timeout=0.05) as ex:
+        list(ex.map(time.sleep, [0.01] * 3))
+        wait_until(lambda: ex.stats().workers == 0 and not ex._threads)
+        assert ex.submit(lambda: 5).result(LONG) == 5
+        wait_until(lambda: ex.stats().completed == 4)
+
+
+def test_resize_grows_at_once_and_shrinks_after_running_work():
+    gate = Gate()
+    with taut.ThreadPoolExecutor(1) as ex:
+        futures = [ex.submit(gate) for _ in range(4)]
+        wait_until(lambda: gate.started == 1)
+        ex.resize(3)
+        wait_until(lambda: gate.started == 3)
+        assert ex._max_workers == 3
+        ex.resize(1)
+        gate.open.set()
+        cf.wait(futures, timeout=LONG)
+        wait_until(lambda: ex.stats().workers == 1)
+        assert gate.peak == 3
+    with pytest.raises(ValueError, match="greater than 0"):
+        taut.ThreadPoolExecutor(1).resize(0)
+
+
+def test_queue_positions_are_exact_and_clear_on_start():
+    gate = Gate()
+    events: dict[int, list[object]] = {i: [] for i in range(4)}
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+        futures = [
+            ex.submit_tracked(
+                lambda: None,
+                on_wait=events[i].append,
+                on_start=lambda i=i: events[i].append("start"),
+            )
+            for i in range(4)
+        ]
+        assert [ex.position(f) for f in futures] == [1, 2, 3, 4]
+        futures[1].cancel()
+        assert [ex.position(f) for f in futures[2:]] == [2, 3]
+        gate.open.set()
+        cf.wait([blocker, *futures], timeout=LONG)
+    assert events[0] == [1, "start"]
+    assert events[1] == [2]  # cancelled: never started
+    assert events[2] == [3, 2, 1, "start"]
+    assert events[3] == [4, 3, 2, 1, "start"]
+
+
+def test_tracked_call_that_starts_at_once_gets_only_start():
+    events: list[object] = []
+    with taut.ThreadPoolExecutor(2) as ex:
+        ex.submit_tracked(lambda: None, on_wait=events.append, on_start=lambda: events.append("s")).result(LONG)
+    assert events == ["s"]
+
+
+def test_positions_under_concurrent_submission_are_a_permutation():
+    gate = Gate()
+    first_position: dict[int, int] = {}
+    lock = threading.Lock()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+
+        def submit_many(base: int) -> None:
+            for i in range(base, base + 50):
+                def on_wait(pos: int, i: int = i) -> None:
+                    with lock:
+                        first_position.setdefault(i, pos)
+
+                ex.submit_tracked(lambda: None, on_wait=on_wait)
+
+        threads = [threading.Thread(target=submit_many, args=(k * 50,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(first_position.values()) == list(range(1, 201))
+        gate.open.set()
+        blocker.result(LONG)
+
+
+def test_in_worker_and_stats():
+    with taut.ThreadPoolExecutor(2) as ex, taut.ThreadPoolExecutor(1) as other:
+        assert not ex.in_worker()
+        assert ex.submit(ex.in_worker).result(LONG)
+        assert not other.submit(ex.in_worker).result(LONG)
+        ex.submit(int, "x").exception(LONG)
+        # Counters move just after the future completes: wait for them.
+        wait_until(lambda: ex.stats().running == 0)
+        stats = ex.stats()
+        assert (stats.completed, stats.failed, stats.max_workers) == (1, 1, 2)
+
+
+def test_propagate_context():
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("submitter")
+    with taut.ThreadPoolExecutor(1, propagate_context=True) as ex:
+        assert ex.submit(var.get).result(LONG) == "submitter"
+    with taut.ThreadPoolExecutor(1) as ex:
+        assert ex.submit(var.get).result(LONG) == "unset"
+
+
+def test_abandon_replaces_the_worker_and_interrupt_raises_inside_the_call():
+    release = threading.Event()
+
+    def stuck() -> str:
+        release.wait(LONG)
+        return "late"
+
+    def busy_python() -> None:
+        while True:  # pure Python: an async exception lands here
+            pass
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        hung = ex.submit(stuck)
+        wait_until(hung.running)
+        assert ex.abandon(hung)
+        assert ex.submit(lambda: "replacement ran").result(LONG) == "replacement ran"
+        assert ex.stats().abandoned == 1
+        release.set()
+        assert hung.result(LONG) == "late"
+
+        spinning = ex.submit(busy_python)
+        wait_until(spinning.running)
+        assert ex.interrupt(spinning, TimeoutError)
+        assert isinstance(spinning.exception(LONG), TimeoutError)
+        assert ex.submit(lambda: 1).result(LONG) == 1
+        finished = ex.submit(lambda: None)
+        finished.result(LONG)
+        assert not ex.abandon(finished)
+        assert not ex.interrupt(finished, TimeoutError)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="max_workers must be greater than 0"):
+        taut.ThreadPoolExecutor(0)
+    with pytest.raises(TypeError, match=r"max_workers must be an int or None, got True \(bool\)"):
+        taut.ThreadPoolExecutor(True)
+    with pytest.raises(ValueError, match=r"max_queue must be an int >= 0.*got -1"):
+        taut.ThreadPoolExecutor(1, max_queue=-1)
+    with pytest.raises(ValueError, match="idle_timeout must be a positive number"):
+        taut.ThreadPoolExecutor(1, idle_timeout=float("nan"))
+    with pytest.raises(TypeError, match="initializer must be a callable"):
+        taut.ThreadPoolExecutor(1, initializer=5)  # type: ignore[arg-type]
+
+
+def test_huge_timeouts_never_overflow():
+    with taut.ThreadPoolExecutor(1) as ex:
+        assert ex.submit(lambda: 3).result(timeout=10**400) == 3
+        assert list(ex.map(abs, [-1], timeout=1e300)) == [1]
+
+
+def test_dropped_executor_lets_its_workers_exit():
+    ex = taut.ThreadPoolExecutor(2)
+    ex.submit(lambda: None).result(LONG)
+    threads = list(ex._threads)
+    ref = weakref.ref(ex)
+    del ex
+    gc.collect()
+    assert ref() is None
+    for t in threads:
+        t.join(LONG)
+        assert not t.is_alive()
+
+
+def test_stress_every_outcome_arrives_exactly_once():
+    n = 200_000 if os.environ.get("CI") else 1_000_000
+    rng = random.Random(7)
+    fail = [rng.random() < 0.1 for _ in range(n)]
+    seen = bytearray(n)
+
+    def task(i: int) -> int:
+        if fail[i]:
+            raise KeyError(i)
+        return i
+
+    def record(f: cf.Future[int]) -> None:
+        exc = f.exception()
+        i = exc.args[0] if exc is not None else f.result()
+        seen[i] += 1
+
+    with taut.ThreadPoolExecutor(4) as ex:
+        for i in range(n):
+            ex.submit(task, i).add_done_callback(record)
+    assert seen.count(1) == n
+    assert ex.stats().failed == sum(fail)
+    assert ex.stats().completed == n - sum(fail)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_gets_fresh_workers():
+    result = run_python(
+        """
+        import os, sys, taut
+        ex = taut.ThreadPoolExecutor(2)
+        assert ex.submit(lambda: 1).result() == 1
+        pid = os.fork()
+        if pid == 0:
+            ok = ex.submit(lambda x: x * 2, 21).result(timeout=20) == 42
+            ok = ok and sorted(ex.map(abs, [-1, -2])) == [1, 2]
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        print("parent", ex.submit(lambda: 7).result())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "child 0" in result.stdout and "parent 7" in result.stdout
+
+
+@pytest.mark.parametrize("blocked_in", ["result", "shutdown"])
+def test_ctrl_c_lands_while_blocked(blocked_in):
+    code = f"""
+        import sys, threading, taut
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        f = ex.submit(gate.wait, 60)
+        print("ready", flush=True)
+        try:
+            if {blocked_in!r} == "result":
+                f.result()
+            else:
+                ex.shutdown(wait=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        gate.set()
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)  # let it block (if the signal came first it still lands)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=LONG)
+    assert "interrupted" in out
+    assert proc.returncode == 0
+
+
+def test_interpreter_exit_runs_queued_work_and_never_hangs():
+    result = run_python(
+        """
+        import time, taut
+        ex = taut.ThreadPoolExecutor(1)
+        never_shut = taut.ThreadPoolExecutor(2)
+        never_shut.submit(lambda: None)
+        ex.submit(time.sleep, 0.2)
+        for i in range(3):
+            ex.submit(print, "queued", i, flush=True)
+        print("main done", flush=True)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["main done", "queued 0", "queued 1", "queued 2"]
+    assert result.stderr == ""
+
+
+def test_task_raising_base_exception_keeps_the_worker():
+    def raise_(exc: BaseException) -> None:
+        raise exc
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        for exc in (KeyboardInterrupt(), SystemExit(3), GeneratorExit()):
+            f = ex.submit(raise_, exc)
+            assert f.exception(LONG) is exc
+        assert ex.submit(lambda: "alive").result(LONG) == "alive"
+        assert len(ex._threads) == 1

@@ -134,15 +134,22 @@ class Outcome:
         raise cf.CancelledError(f"call {self.call_id!r} {self.status.replace('_', ' ')}")
 
 
-def _timeout_error(call_id: str, timeout: float | None) -> BaseException:
-    after = f" after {float(timeout)}s" if timeout is not None else ""
-    message = f"call {call_id!r} timed out{after} (gather deadline)"
+def _timeout_error(call_id: str, timeout: float | None, elapsed: float) -> BaseException:
+    label = f"call {call_id!r} (gather deadline)"
     try:
         from taut.deadline import DeadlineExpired  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # built without the deadline layer
+        after = f" after {float(timeout)}s" if timeout is not None else ""
+        return TimeoutError(f"deadline expired{after}: {label}")
+    return cast(BaseException, DeadlineExpired(label, timeout, elapsed))
 
-        return cast(BaseException, DeadlineExpired(message))
-    except Exception:  # the deadline module may be absent or differently shaped
-        return TimeoutError(message)
+
+def _interrupt_type() -> type[BaseException]:
+    try:
+        from taut.deadline import DeadlineExpired  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return TimeoutError
+    return cast("type[BaseException]", DeadlineExpired)
 
 
 # --------------------------------------------------------------------------
@@ -535,7 +542,7 @@ def _stop_started(executor: Any, future: cf.Future[Any], interrupt: bool) -> Non
         if interrupt:
             stopper = getattr(executor, "interrupt", None)
             if callable(stopper):
-                stopper(future, TimeoutError)
+                stopper(future, _interrupt_type())
     else:
         # Remote executors (Dask) cancel the remote task through their future;
         # a stdlib thread cannot be stopped and is left to finish unobserved.
@@ -873,16 +880,16 @@ class _Run:
                 _stop_started(self.executor, future, self.interrupt)
             elif e.afuture is not None:
                 e.afuture.cancel()
-            elapsed = (now - task.started_at) if task.started_at is not None else 0.0
+            elapsed = max(0.0, now - task.started_at) if task.started_at is not None else 0.0
             self.finish(
                 e,
                 Outcome(
                     e.call_id,
                     "timeout",
                     None,
-                    _timeout_error(e.call_id, self.timeout),
+                    _timeout_error(e.call_id, self.timeout, elapsed),
                     True,
-                    max(0.0, elapsed),
+                    elapsed,
                 ),
             )
         else:

@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
     bench.add_argument("--area", action="append", help="only this area (repeatable)")
     bench.set_defaults(handler=_bench)
+    from taut.demo import register_cli as _register_demo
+
+    _register_demo(sub)
     args = parser.parse_args(argv)
     result: int = args.handler(args)
     return result

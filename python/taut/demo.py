@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable
 
 from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
@@ -176,7 +177,7 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     # -- round 1 ---------------------------------------------------------------
 
     con.line(text["title"], stamp=False)
-    constraints = PlanningConstraints(time_budget=f"PT{int(BUDGET_S)}S", max_agents=WORKERS)
+    constraints = PlanningConstraints(time_budget=timedelta(seconds=BUDGET_S), max_agents=WORKERS)
     budget = constraints.start()
     con.line(text["plan"].format(n=1, guidance=budget.guidance(lang)))
 

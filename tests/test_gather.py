@@ -740,7 +740,7 @@ def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
 def dask_client() -> Iterator[Any]:
     from distributed import Client
 
-    client = Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None)
+    client = Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0")
     yield client
     client.close()
 

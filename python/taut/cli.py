@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -65,7 +66,10 @@ def _bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(_table(area_rows), flush=True)
             print(flush=True)
-    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}"
+    )
     if args.json:
         payload = {
             "machine": machine,
@@ -94,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from taut.config import register_cli as _register_config
 
     _register_config(sub)
+    from taut.demo import register_cli as _register_demo
+
+    _register_demo(sub)
     args = parser.parse_args(argv)
     result: int = args.handler(args)
     return result

@@ -147,7 +147,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                     raise self._exception
                 finally:
                     # Break the cycle frame -> exception -> traceback -> frame.
-                    self = None  # type: ignore[assignment]  # noqa: PLW0642
+                    self = None  # type: ignore[assignment]
             return self._result
         return super().result(_wait_seconds(timeout))
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from taut.config import resolve_timeout
 
 ENV = "TAUT_BENCH_TIMEOUT_S"

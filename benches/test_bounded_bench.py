@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from taut._bench.bounded import _fast, _fast_async, baseline_async, baseline_sync
 from taut.bounded import run_bounded_async, run_bounded_sync
 

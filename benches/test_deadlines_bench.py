@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
+
 from taut import _core, move_on_after
 from taut._bench import deadlines as bench
 

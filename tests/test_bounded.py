@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import pytest
+
 import taut
 from taut.bounded import run_bounded_async, run_bounded_sync
 from taut.deadline import BoundedResult, DeadlineExpired

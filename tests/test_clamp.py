@@ -13,9 +13,10 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
-import taut
 from hypothesis import given
 from hypothesis import strategies as st
+
+import taut
 from taut import MAX_TIMEOUT, clamp_timeout
 
 try:

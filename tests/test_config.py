@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import taut
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+
+import taut
 from taut import config as cfgmod
 from taut.config import (
     ConfigWarning,

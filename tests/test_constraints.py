@@ -11,10 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import taut
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+
+import taut
 from taut import Budget, PlanningConstraints
 from taut.constraints import iso_duration
 

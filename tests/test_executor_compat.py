@@ -5,7 +5,6 @@ messages, thread names, and regression tests for what CPython's own suite
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import subprocess
 import sys

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import pytest
+
 import taut
 from taut.gather import GatherRejected, Outcome, Scheduler
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import taut
 from taut.journal import (
     InMemoryJournal,
@@ -149,18 +150,26 @@ def test_complete_validation(make: Factory) -> None:
         journal.reserve([1])
 
 
-class NeedsTwoArgs(Exception):
-    def __init__(self, a: int, b: int) -> None:
-        super().__init__(f"{a}/{b}")
-        self.a, self.b = a, b
-
-
 class Unpicklable(Exception):
     def __reduce__(self) -> Any:
         raise TypeError("no pickling")
 
 
+def _refuse_to_load(message: str) -> Exception:
+    raise RuntimeError(f"cannot rebuild: {message}")
+
+
 def test_errors_that_do_not_unpickle_become_journaled_errors(tmp_path: Path) -> None:
+    # Defined here, at run time: importing dask.distributed installs tblib's
+    # pickling support for every exception class that exists at that moment,
+    # which would make a module-level class round-trip after all.
+    class NeedsTwoArgs(Exception):
+        def __reduce__(self) -> Any:
+            return (_refuse_to_load, (str(self),))
+
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__(f"{a}/{b}")
+
     journal = SqliteJournal(tmp_path / "j.db")
     journal.reserve(["a", "b"])
     journal.complete(0, "a", "error", None, NeedsTwoArgs(1, 2))

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+
 import taut
 from taut import _core
 from taut.deadline import DeadlineExpired

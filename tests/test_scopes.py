@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 import taut
 from taut import (
     BoundedResult,

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
+
 import taut  # noqa: F401  (registers the fork/exit hooks)
 from taut import _core
 from taut._core import Deadline

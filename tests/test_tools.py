@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 import taut
 from taut import QueueNotice, ToolCall, ToolRunner
 

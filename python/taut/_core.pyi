@@ -151,3 +151,77 @@ def signal_process_tree_at(
     """At the expiry of ``deadline``, do ``signal_process_tree(pid, sig,
     start_time)`` on a short-lived Rust thread that the timer thread starts,
     without the GIL (at once if already expired; never if cancelled first)."""
+
+@final
+class WorkerSlot:
+    """What one worker thread shares with its executor: which call it runs,
+    so that the executor can abandon or interrupt that call."""
+
+    def __new__(cls) -> WorkerSlot: ...
+    @property
+    def thread_id(self) -> int:
+        """``threading.get_ident()`` of the worker (0 before it runs)."""
+    @property
+    def current(self) -> int:
+        """Sequence number of the running call, 0 when idle."""
+    @property
+    def abandoned(self) -> bool:
+        """True once the executor gave up on this worker."""
+
+@final
+class PoolCore:
+    """The Rust side of one ``taut.ThreadPoolExecutor``: the FIFO queue, the
+    worker ceiling and the worker loop."""
+
+    def __new__(
+        cls, max_workers: int, max_queue: int = 0, idle_timeout: float | None = None
+    ) -> PoolCore: ...
+    def submit(
+        self,
+        future: Any,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None = None,
+        tracker: Any | None = None,
+    ) -> tuple[int, bool, int | None]:
+        """Queue a call; sets ``future._seq``. Returns ``(seq, spawn,
+        waiting_at)``: seq 0 = shut down, -1 = bounded queue full; ``spawn``:
+        start one more worker thread; ``waiting_at``: the 1-based position
+        when the call cannot start at once."""
+    def wait_for_room(self, timeout: float | None = None) -> None:
+        """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
+        have room or the pool shut down."""
+    def run_worker(self, slot: WorkerSlot) -> None:
+        """The worker loop, run by each worker thread until it must exit."""
+    def worker_gone(self, never_took: bool = True) -> None:
+        """A worker thread that will never run the loop gives back its place."""
+    def remove(self, seq: int) -> bool:
+        """Take a cancelled call out of the queue; False if a worker has it."""
+    def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, bool]:
+        """Give up on the worker running ``seq``: ``(abandoned, spawn)``."""
+    def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:
+        """Raise ``exc_type`` in the worker running ``seq``."""
+    def resize(self, max_workers: int) -> int:
+        """Change the ceiling; returns how many worker threads to start."""
+    def shutdown(self) -> None:
+        """Refuse new calls; queued ones still run; idle workers exit."""
+    @property
+    def is_shutdown(self) -> bool:
+        """True after ``shutdown``."""
+    def drain(self, waiting_only: bool = False) -> list[Any]:
+        """Take every queued call out; their futures in queue order.
+        ``waiting_only``: leave those a worker is already on its way to."""
+    def drain_after_fork(self) -> list[Any] | None:
+        """``drain`` in a forked child, None if the lock was held at fork."""
+    def spin_for_release(self, micros: int) -> None:
+        """Spin, GIL released, until a worker comes back for work."""
+    def position(self, seq: int) -> int | None:
+        """The 1-based queue position of ``seq``, None once it started."""
+    def in_worker(self) -> bool:
+        """True on a worker thread of this pool."""
+    @property
+    def max_workers(self) -> int:
+        """The current ceiling."""
+    def stats(self) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """``(max_workers, workers, idle, running, queued, completed, failed,
+        cancelled, abandoned)``."""

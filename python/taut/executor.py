@@ -169,7 +169,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                     return True
                 self._state = _CANCELLED
         if fast:
-            self._invoke_callbacks()
+            self._invoke_callbacks()  # type: ignore[attr-defined]
         elif not super().cancel():
             return False
         core = self._core
@@ -202,7 +202,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 self._state = _FINISHED
         if fast:
             if self._done_callbacks:
-                self._invoke_callbacks()
+                self._invoke_callbacks()  # type: ignore[attr-defined]
             return
         super().set_result(result)
 
@@ -216,7 +216,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 self._state = _FINISHED
         if fast:
             if self._done_callbacks:
-                self._invoke_callbacks()
+                self._invoke_callbacks()  # type: ignore[attr-defined]
             return
         super().set_exception(exception)
 
@@ -384,7 +384,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._thread_name_prefix = thread_name_prefix or (
             f"ThreadPoolExecutor-{self._counter()}"
         )
-        self._initializer = initializer
+        self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
         # Copy-on-write (under _threads_lock), never changed in place: code
         # in the wild (and CPython's own tests) holds on to `_threads` and
@@ -395,7 +395,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._abandoned_threads: set[threading.Thread] = set()
         self._thread_numbers = itertools.count()
-        self._broken: str | bool = False
+        self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
@@ -504,7 +504,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
         return result_iterator()
 
-    def _submit_all(self, fn: Callable[..., Any], arg_tuples: Iterable[tuple[Any, ...]]) -> list[Future]:
+    def _submit_all(
+        self, fn: Callable[..., Any], arg_tuples: Iterable[tuple[Any, ...]]
+    ) -> list[Future]:
         """``submit`` for many calls, without the per-call checks that cannot
         change in between (the core still refuses once shut down)."""
         core = self._core
@@ -654,7 +656,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """The 1-based queue position of ``future``, None once it started."""
         if getattr(future, "_core", None) is not self._core:
             return None
-        return self._core.position(future._seq)  # type: ignore[attr-defined]
+        seq: int = getattr(future, "_seq", 0)
+        position: int | None = self._core.position(seq)
+        return position
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._shutdown_lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import functools
 import json
 import subprocess
 import sys
@@ -143,10 +144,10 @@ def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
 
     def pair(fn: Callable[..., float], *args: Any) -> dict[str, float]:
-        return interleaved_medians(
-            {name: (lambda f=factory: fn(f, *args)) for name, factory in CONTENDERS.items()},
-            rounds,
-        )
+        runners: dict[str, Callable[[], float]] = {
+            name: functools.partial(fn, factory, *args) for name, factory in CONTENDERS.items()
+        }
+        return interleaved_medians(runners, rounds)
 
     rows.append(
         _row(
@@ -198,13 +199,11 @@ def run(quick: bool) -> list[Row]:
     n_io = 2_000 if quick else 10_000
     workers, sleep = 64, 0.001
     ideal = n_io * sleep / workers
-    io = interleaved_medians(
-        {
-            name: (lambda f=factory: io_shaped(f, n_io, workers, sleep))
-            for name, factory in CONTENDERS.items()
-        },
-        max(3, rounds // 2),
-    )
+    io_runners: dict[str, Callable[[], float]] = {
+        name: functools.partial(io_shaped, factory, n_io, workers, sleep)
+        for name, factory in CONTENDERS.items()
+    }
+    io = interleaved_medians(io_runners, max(3, rounds // 2))
     rows.append(
         Row(
             case=f"(f) {n_io:,} x sleep(1 ms) on {workers} workers (ideal {ideal * 1e3:.0f} ms)",

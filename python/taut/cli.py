@@ -54,6 +54,7 @@ def _table(rows: Sequence[Row]) -> str:
     out = [" | ".join(h.ljust(w) for h, w in zip(header, widths))]
     out.append("-+-".join("-" * w for w in widths))
     out += [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
+    out += [f"  * {row.case.split(' ')[0]} {row.note}" for row in rows if row.note]
     return "\n".join(out)
 
 

@@ -179,6 +179,22 @@ class Future(_cf.Future):  # type: ignore[type-arg]
             self.set_running_or_notify_cancel()
         return True
 
+    def add_done_callback(self, fn: Callable[[_cf.Future[Any]], object]) -> None:
+        # Without the Condition when nobody waits: asyncio.wrap_future (so
+        # every run_in_executor) registers a callback on each future.
+        with _state_lock:
+            fast = self._cond is None
+            if fast and self._state not in _DONE_STATES:
+                self._done_callbacks.append(fn)
+                return
+        if not fast:
+            super().add_done_callback(fn)
+            return
+        try:
+            fn(self)
+        except Exception:
+            _base.LOGGER.exception("exception calling callback for %r", self)
+
     def set_running_or_notify_cancel(self) -> bool:
         with _state_lock:
             if self._cond is None:

@@ -6,12 +6,36 @@ mod py_pool;
 
 use pyo3::prelude::*;
 
+pub mod clamp;
+mod py_clamp;
+mod py_timer;
+pub mod timer;
+
+mod proctree;
+mod py_proctree;
+
 #[pymodule]
 mod _core {
     use pyo3::prelude::*;
 
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
+
+    #[pymodule_export]
+    const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;
+    #[pymodule_export]
+    use crate::py_clamp::clamp_timeout;
+    #[pymodule_export]
+    use crate::py_timer::{
+        _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_probe, _timer_shutdown,
+        monotonic, Deadline,
+    };
+
+    #[pymodule_export]
+    use crate::py_proctree::{
+        process_start_time, running_processes, signal_process_tree, signal_process_tree_at,
+        signal_process_trees,
+    };
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

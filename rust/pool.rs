@@ -8,8 +8,35 @@
 //! with the GIL held: no holder of this lock ever waits for the GIL.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// How long a worker that ran out of work keeps looking before it parks.
+/// Waking a parked thread costs tens of microseconds on these machines (see
+/// the round-trip benchmark); a call submitted within this window starts at
+/// once. Spinning yields the CPU often, so it costs little on a busy machine.
+pub const WORKER_SPIN: Duration = Duration::from_micros(50);
+
+/// Spin until `done()` or `limit` passed, yielding the CPU now and then.
+pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut turns = 0u32;
+    loop {
+        if done() {
+            return true;
+        }
+        turns = turns.wrapping_add(1);
+        if turns % 32 == 0 {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// Why a submission was refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -95,6 +122,11 @@ struct State<J> {
 /// plain values in the tests.
 pub struct Pool<J> {
     state: Mutex<State<J>>,
+    /// The queue's length, readable without the lock by spinning workers.
+    queued: AtomicUsize,
+    /// Bumped each time a worker comes back for work without the GIL, so a
+    /// thread waiting for a result knows when to try taking the GIL.
+    released: AtomicU64,
     /// Signalled when a job arrives or a worker must exit.
     work: Condvar,
     /// Signalled when the bounded queue gains room or the pool shuts down.
@@ -118,9 +150,16 @@ impl<J> Pool<J> {
                 stats: Stats::default(),
                 tracked: BTreeMap::new(),
             }),
+            queued: AtomicUsize::new(0),
+            released: AtomicU64::new(0),
             work: Condvar::new(),
             room: Condvar::new(),
         }
+    }
+
+    /// See `released`: the count of workers' returns for more work.
+    pub fn released(&self) -> u64 {
+        self.released.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, State<J>> {
@@ -142,6 +181,7 @@ impl<J> Pool<J> {
         let seq = st.next_seq;
         st.next_seq += 1;
         st.queue.push_back(Queued { seq, job });
+        self.queued.store(st.queue.len(), Ordering::Release);
         let spawn = Self::top_up_count(&mut st, &self.work) > 0;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
@@ -165,7 +205,7 @@ impl<J> Pool<J> {
             // Shrunk by `resize`: this worker retires.
             return Self::retire(&mut st);
         }
-        match Self::pop(&mut st) {
+        match self.pop(&mut st) {
             Some(take) => take,
             None => Self::going_idle(&mut st),
         }
@@ -188,6 +228,8 @@ impl<J> Pool<J> {
     }
 
     fn wait_take_inner(&self, idle_timeout: Option<Duration>, counted_idle: bool) -> Take<J> {
+        self.released.fetch_add(1, Ordering::AcqRel);
+        let mut spin = WORKER_SPIN;
         let mut st = self.lock();
         if counted_idle {
             // A submitter may have notified "us" while we were not waiting
@@ -201,11 +243,23 @@ impl<J> Pool<J> {
             if st.workers > st.max_workers {
                 return Self::retire(&mut st);
             }
-            if let Some(take) = Self::pop(&mut st) {
+            if let Some(take) = self.pop(&mut st) {
                 return take;
             }
             if st.shutdown {
                 return Self::retire(&mut st);
+            }
+            if !spin.is_zero() {
+                // Counted as idle while spinning, so a submission wakes us
+                // (its notify is harmlessly lost) instead of starting a thread.
+                st.idle += 1;
+                drop(st);
+                spin_until(spin, || self.queued.load(Ordering::Acquire) > 0);
+                spin = Duration::ZERO;
+                st = self.lock();
+                st.idle -= 1;
+                st.notified = st.notified.min(st.idle);
+                continue;
             }
             st.idle += 1;
             let timed_out = match deadline {
@@ -233,6 +287,7 @@ impl<J> Pool<J> {
             } else if timed_out && st.queue.is_empty() {
                 return Self::retire(&mut st);
             }
+            st.notified = st.notified.min(st.idle);
         }
     }
 
@@ -243,7 +298,7 @@ impl<J> Pool<J> {
             let mut st = self.lock();
             st.starting = st.starting.saturating_sub(1);
             if st.workers <= st.max_workers {
-                if let Some(take) = Self::pop(&mut st) {
+                if let Some(take) = self.pop(&mut st) {
                     return take;
                 }
             }
@@ -251,8 +306,9 @@ impl<J> Pool<J> {
         self.wait_take(idle_timeout)
     }
 
-    fn pop(st: &mut State<J>) -> Option<Take<J>> {
+    fn pop(&self, st: &mut State<J>) -> Option<Take<J>> {
         let Queued { seq, job } = st.queue.pop_front()?;
+        self.queued.store(st.queue.len(), Ordering::Release);
         st.running += 1;
         let tracked = st.tracked.remove(&seq).is_some();
         let updates = Self::position_updates(st);
@@ -302,7 +358,7 @@ impl<J> Pool<J> {
         if st.workers > st.max_workers {
             return Self::retire(&mut st);
         }
-        match Self::pop(&mut st) {
+        match self.pop(&mut st) {
             Some(take) => take,
             None => Self::going_idle(&mut st),
         }
@@ -347,6 +403,7 @@ impl<J> Pool<J> {
         let mut st = self.lock();
         let index = st.queue.binary_search_by_key(&seq, |q| q.seq).ok()?;
         let queued = st.queue.remove(index)?;
+        self.queued.store(st.queue.len(), Ordering::Release);
         st.tracked.remove(&seq);
         st.stats.cancelled += 1;
         let updates = Self::position_updates(&mut st);
@@ -421,6 +478,7 @@ impl<J> Pool<J> {
         let mut st = self.lock();
         st.tracked.clear();
         let jobs: Vec<J> = st.queue.drain(..).map(|q| q.job).collect();
+        self.queued.store(0, Ordering::Release);
         st.stats.cancelled += jobs.len() as u64;
         drop(st);
         self.room.notify_all();

@@ -425,8 +425,9 @@ def test_ctrl_c_lands_while_blocked(blocked_in):
         ex = taut.ThreadPoolExecutor(1)
         gate = threading.Event()
         f = ex.submit(gate.wait, 60)
-        print("ready", flush=True)
         try:
+            # Inside the try: however late the signal comes, it lands here.
+            print("ready", flush=True)
             if {blocked_in!r} == "result":
                 f.result()
             else:

@@ -1,3 +1,227 @@
 """Type stubs for the Rust core, checked against the binary with mypy.stubtest."""
 
+from typing import Any, Callable, final
+
+__all__ = [
+    "MAX_TIMEOUT",
+    "Deadline",
+    "PoolCore",
+    "WorkerSlot",
+    "__version__",
+    "_timer_add_panicking_action",
+    "_timer_after_fork",
+    "_timer_info",
+    "_timer_probe",
+    "_timer_shutdown",
+    "clamp_timeout",
+    "monotonic",
+    "process_start_time",
+    "running_processes",
+    "signal_process_tree",
+    "signal_process_tree_at",
+    "signal_process_trees",
+]
 __version__: str
+
+MAX_TIMEOUT: float
+"""The largest timeout taut passes on, in seconds (1,000,000 s, 11.6 days).
+
+Far below ``poll``/``epoll``'s ``INT_MAX`` milliseconds (24.8 days), Windows'
+``threading.TIMEOUT_MAX`` and a 32-bit ``time_t``, so that the value plus any
+grace period (``+5``, ``+3600``) is still safe for every thread, asyncio and
+OS wait."""
+
+def clamp_timeout(value: object, /, *, name: str = "timeout") -> float | None:
+    """Normalise a timeout: the one gate every timeout passes.
+
+    ``None`` and ``math.inf`` mean no deadline (``None``); zero or negative
+    (including ``-inf``) mean already expired (``0.0``); finite values are
+    capped at ``MAX_TIMEOUT``. Accepts ``int`` of any size, ``float``,
+    ``Decimal``, ``Fraction``, ``datetime.timedelta`` and numpy scalars (any
+    object with ``__index__`` or ``__float__``). Raises ``TypeError`` for
+    ``bool``, strings and other types and ``ValueError`` for NaN; messages
+    name ``name``, the value and its type."""
+
+def monotonic() -> float:
+    """Seconds on the timer's clock: the clock ``time.monotonic()`` reads."""
+
+@final
+class Deadline:
+    """One deadline armed on the process's single timer thread.
+
+    Arming and cancelling cost well under a microsecond. At expiry the timer
+    thread, without the GIL, flips ``expired``, wakes ``wait()``-ers and
+    writes to ``notify_fd`` fds; Python callables and thread interrupts go
+    to taut's Python callback thread. Deadlines armed before ``os.fork()``
+    belong to the parent and never fire in the child."""
+
+    def __new__(cls, at: float) -> Deadline:
+        """Arm a deadline at ``at``, absolute ``time.monotonic()`` seconds
+        (already clamped; a time in the past fires at once)."""
+
+    @property
+    def at(self) -> float:
+        """The absolute ``time.monotonic()`` time this deadline fires at."""
+
+    @property
+    def expired(self) -> bool:
+        """True once the deadline has fired (one atomic load)."""
+
+    @property
+    def cancelled(self) -> bool:
+        """True if ``cancel()`` won before expiry."""
+
+    def remaining(self) -> float:
+        """Seconds left until expiry, never negative."""
+
+    def cancel(self) -> bool:
+        """Disarm. True if it had not fired (its callbacks will never run);
+        False if it had already fired. Called from a thread that an
+        ``interrupt_thread`` targeted, it also discards an interrupt that was
+        set but not raised yet."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block with the GIL released until expiry (True), cancel or
+        ``timeout`` seconds (False). Wakes every 50 ms for signals, so
+        Ctrl-C lands."""
+
+    def notify_fd(self, fd: int) -> None:
+        """At expiry the timer thread writes one byte ``b"\\x01"`` to ``fd``,
+        without the GIL and never blocking. ``fd`` must be a socket or a
+        non-blocking pipe write end, and stay open until expiry or cancel."""
+
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        """At expiry run ``fn()`` on taut's Python callback thread
+        (exceptions go to ``sys.unraisablehook``). Runs soon if already
+        expired; never if cancelled first."""
+
+    def interrupt_thread(self, thread_id: int, exc_type: type[BaseException]) -> None:
+        """At expiry raise ``exc_type`` in thread ``thread_id`` (its
+        ``threading.get_ident()``) at its next bytecode boundary, via the
+        callback thread. Not inside a blocking C call; skipped if
+        ``cancel()`` is called first."""
+
+def _timer_after_fork() -> None:
+    """Give a forked child a fresh timer and callback queue."""
+
+def _timer_shutdown() -> None:
+    """Stop the timer thread and the callback thread (interpreter exit)."""
+
+def _timer_info() -> dict[str, Any]:
+    """Diagnostics: running, heap_len, action_panics, callback_thread."""
+
+def _timer_probe(delay: float) -> tuple[float, float]:
+    """Arm ``delay`` s ahead; return how late a Rust action ran and a Rust
+    waiter woke, in seconds (GIL-free lateness, for benchmarks)."""
+
+def _timer_add_panicking_action(deadline: Deadline) -> None:
+    """Test hook: attach a Rust action that panics at expiry."""
+
+# -- process trees (rust/proctree.rs); Linux only, all without the GIL --------
+
+def signal_process_tree(
+    pid: int, sig: int, start_time: int | None = None
+) -> list[tuple[int, int]] | None:
+    """Freeze the tree rooted at ``pid`` with ``SIGSTOP`` (rescanning ``/proc``
+    until no new member appears: descendants by parent link, plus members of
+    process groups and sessions that a member leads), send ``sig`` to every
+    member, then ``SIGCONT`` unless ``sig`` is ``SIGKILL`` or ``SIGSTOP``.
+    The caller's own process is never signalled, its own group and session
+    never expanded. With ``start_time``, the root must be that exact process.
+    Returns ``None`` if the root is gone, else the ``(pid, start_time)``
+    identities signalled. ``ValueError`` for a pid <= 0 or a signal outside
+    1..64."""
+
+def signal_process_trees(procs: list[tuple[int, int]], sig: int) -> list[tuple[int, int]]:
+    """Like ``signal_process_tree`` for several roots named by ``(pid,
+    start_time)``; roots no longer running as that process are skipped.
+    Returns the identities signalled."""
+
+def running_processes(procs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(pid, start_time)`` identities among ``procs`` that still run
+    (a zombie has exited; a reused pid is another process)."""
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks after boot (field 22 of
+    ``/proc/PID/stat``), or ``None`` if there is no such process."""
+
+def signal_process_tree_at(
+    deadline: Deadline, pid: int, sig: int, start_time: int | None = None
+) -> None:
+    """At the expiry of ``deadline``, do ``signal_process_tree(pid, sig,
+    start_time)`` on a short-lived Rust thread that the timer thread starts,
+    without the GIL (at once if already expired; never if cancelled first)."""
+
+@final
+class WorkerSlot:
+    """What one worker thread shares with its executor: which call it runs,
+    so that the executor can abandon or interrupt that call."""
+
+    def __new__(cls) -> WorkerSlot: ...
+    @property
+    def thread_id(self) -> int:
+        """``threading.get_ident()`` of the worker (0 before it runs)."""
+    @property
+    def current(self) -> int:
+        """Sequence number of the running call, 0 when idle."""
+    @property
+    def abandoned(self) -> bool:
+        """True once the executor gave up on this worker."""
+
+@final
+class PoolCore:
+    """The Rust side of one ``taut.ThreadPoolExecutor``: the FIFO queue, the
+    worker ceiling and the worker loop."""
+
+    def __new__(
+        cls, max_workers: int, max_queue: int = 0, idle_timeout: float | None = None
+    ) -> PoolCore: ...
+    def submit(
+        self,
+        future: Any,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None = None,
+        tracker: Any | None = None,
+    ) -> tuple[int, bool, int | None]:
+        """Queue a call; sets ``future._seq``. Returns ``(seq, spawn,
+        waiting_at)``: seq 0 = shut down, -1 = bounded queue full; ``spawn``:
+        start one more worker thread; ``waiting_at``: the 1-based position
+        when the call cannot start at once."""
+    def wait_for_room(self, timeout: float | None = None) -> None:
+        """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
+        have room or the pool shut down."""
+    def run_worker(self, slot: WorkerSlot) -> None:
+        """The worker loop, run by each worker thread until it must exit."""
+    def worker_gone(self, never_took: bool = True) -> None:
+        """A worker thread that will never run the loop gives back its place."""
+    def remove(self, seq: int) -> bool:
+        """Take a cancelled call out of the queue; False if a worker has it."""
+    def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, bool]:
+        """Give up on the worker running ``seq``: ``(abandoned, spawn)``."""
+    def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:
+        """Raise ``exc_type`` in the worker running ``seq``."""
+    def resize(self, max_workers: int) -> int:
+        """Change the ceiling; returns how many worker threads to start."""
+    def shutdown(self) -> None:
+        """Refuse new calls; queued ones still run; idle workers exit."""
+    @property
+    def is_shutdown(self) -> bool:
+        """True after ``shutdown``."""
+    def drain(self, waiting_only: bool = False) -> list[Any]:
+        """Take every queued call out; their futures in queue order.
+        ``waiting_only``: leave those a worker is already on its way to."""
+    def drain_after_fork(self) -> list[Any] | None:
+        """``drain`` in a forked child, None if the lock was held at fork."""
+    def spin_for_release(self, micros: int) -> None:
+        """Spin, GIL released, until a worker comes back for work."""
+    def position(self, seq: int) -> int | None:
+        """The 1-based queue position of ``seq``, None once it started."""
+    def in_worker(self) -> bool:
+        """True on a worker thread of this pool."""
+    @property
+    def max_workers(self) -> int:
+        """The current ceiling."""
+    def stats(self) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """``(max_workers, workers, idle, running, queued, completed, failed,
+        cancelled, abandoned)``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,12 @@ from collections.abc import Sequence
 from taut._bench import Row
 
 # Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
-BENCH_AREAS = ["taut._bench.executor"]
+BENCH_AREAS = [
+    "taut._bench.executor",
+    "taut._bench.deadlines",
+    "taut._bench.bounded",
+    "taut._bench.config",
+]
 
 
 def _format_value(value: float, unit: str) -> str:
@@ -60,7 +66,10 @@ def _bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(_table(area_rows), flush=True)
             print(flush=True)
-    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}"
+    )
     if args.json:
         payload = {
             "machine": machine,
@@ -86,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
     bench.add_argument("--area", action="append", help="only this area (repeatable)")
     bench.set_defaults(handler=_bench)
+    from taut.config import register_cli as _register_config
+
+    _register_config(sub)
+    from taut.demo import register_cli as _register_demo
+
+    _register_demo(sub)
     args = parser.parse_args(argv)
     result: int = args.handler(args)
     return result

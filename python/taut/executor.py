@@ -18,14 +18,15 @@ import itertools
 import os
 import queue
 import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from taut._core import PoolCore, WorkerSlot
+from taut._core import PoolCore, WorkerSlot, clamp_timeout
 
 __all__ = [
     "Future",
@@ -44,6 +45,9 @@ _CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
 _FINISHED = _base.FINISHED
 _DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
 _CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
+
+# How long result() spins (GIL released) for a short call before parking.
+_SPIN_MICROS = 50
 
 # Guards the lazy creation of a future's Condition against the lock-free
 # state changes below. Held only for a few attribute reads and writes.
@@ -70,10 +74,10 @@ class PoolStats(NamedTuple):
 
 def _wait_seconds(timeout: float | None) -> float | None:
     """A timeout safe for ``threading`` waits: huge values would raise
-    ``OverflowError`` deep inside the lock."""
+    ``OverflowError`` deep inside the lock; bad ones get a clear error."""
     if timeout is None:
         return None
-    return min(float(timeout), threading.TIMEOUT_MAX)
+    return clamp_timeout(timeout)
 
 
 class Future(_cf.Future):  # type: ignore[type-arg]
@@ -133,13 +137,17 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         return self._state == _RUNNING
 
     def result(self, timeout: float | None = None) -> Any:
+        if self._state != _FINISHED and self._core is not None and timeout != 0:
+            # A short call is likely to finish within microseconds: wait for
+            # it without parking this thread (see PoolCore.spin_for_release).
+            self._core.spin_for_release(_SPIN_MICROS)
         if self._state == _FINISHED:
             if self._exception is not None:
                 try:
                     raise self._exception
                 finally:
                     # Break the cycle frame -> exception -> traceback -> frame.
-                    self = None  # type: ignore[assignment]  # noqa: PLW0642
+                    self = None  # type: ignore[assignment]
             return self._result
         return super().result(_wait_seconds(timeout))
 
@@ -149,6 +157,8 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         return super().exception(_wait_seconds(timeout))
 
     def cancel(self) -> bool:
+        if self._state in (_RUNNING, _FINISHED):  # states only move forward
+            return False
         with _state_lock:
             fast = self._cond is None
             if fast:
@@ -159,7 +169,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                     return True
                 self._state = _CANCELLED
         if fast:
-            self._invoke_callbacks()
+            self._invoke_callbacks()  # type: ignore[attr-defined]
         elif not super().cancel():
             return False
         core = self._core
@@ -192,7 +202,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 self._state = _FINISHED
         if fast:
             if self._done_callbacks:
-                self._invoke_callbacks()
+                self._invoke_callbacks()  # type: ignore[attr-defined]
             return
         super().set_result(result)
 
@@ -206,9 +216,20 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 self._state = _FINISHED
         if fast:
             if self._done_callbacks:
-                self._invoke_callbacks()
+                self._invoke_callbacks()  # type: ignore[attr-defined]
             return
         super().set_exception(exception)
+
+
+def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:
+    """The result, cancelling the future if waiting fails (timeout, Ctrl-C)."""
+    try:
+        return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
+    finally:
+        del future
 
 
 class _Tracker:
@@ -363,7 +384,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._thread_name_prefix = thread_name_prefix or (
             f"ThreadPoolExecutor-{self._counter()}"
         )
-        self._initializer = initializer
+        self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
         # Copy-on-write (under _threads_lock), never changed in place: code
         # in the wild (and CPython's own tests) holds on to `_threads` and
@@ -374,7 +395,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._abandoned_threads: set[threading.Thread] = set()
         self._thread_numbers = itertools.count()
-        self._broken: str | bool = False
+        self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
@@ -456,8 +477,55 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
-    ) -> Any:
-        return super().map(fn, *iterables, timeout=_wait_seconds(timeout), chunksize=chunksize)
+    ) -> Iterator[_T]:
+        """Like the stdlib's ``map`` (``chunksize`` is accepted and ignored,
+        as there), with the submissions made in one tight loop."""
+        end_time = None if timeout is None else _wait_seconds(timeout) + time.monotonic()  # type: ignore[operator]
+        if self._broken or self._shutdown or _interpreter_exiting:
+            self._check_open()
+        if self._propagate_context or self._max_queue:
+            futures = [self.submit(fn, *args) for args in zip(*iterables)]
+        else:
+            futures = self._submit_all(fn, zip(*iterables))
+
+        def result_iterator() -> Iterator[_T]:
+            try:
+                futures.reverse()
+                while futures:
+                    # Popped inside the call, so the iterator keeps no
+                    # reference to a result once it is yielded (bpo-14406).
+                    if end_time is None:
+                        yield _result_or_cancel(futures.pop(), None)
+                    else:
+                        yield _result_or_cancel(futures.pop(), end_time - time.monotonic())
+            finally:
+                for future in futures:
+                    future.cancel()
+
+        return result_iterator()
+
+    def _submit_all(
+        self, fn: Callable[..., Any], arg_tuples: Iterable[tuple[Any, ...]]
+    ) -> list[Future]:
+        """``submit`` for many calls, without the per-call checks that cannot
+        change in between (the core still refuses once shut down)."""
+        core = self._core
+        submit = core.submit
+        futures: list[Future] = []
+        append = futures.append
+        for args in arg_tuples:
+            future = Future()
+            future._core = core
+            seq, spawn_one, _ = submit(future, fn, args)
+            if seq <= 0:
+                for queued in futures:
+                    queued.cancel()
+                self._check_open()
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if spawn_one:
+                self._spawn(1)
+            append(future)
+        return futures
 
     # -- workers --------------------------------------------------------
 
@@ -588,7 +656,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """The 1-based queue position of ``future``, None once it started."""
         if getattr(future, "_core", None) is not self._core:
             return None
-        return self._core.position(future._seq)  # type: ignore[attr-defined]
+        seq: int = getattr(future, "_seq", 0)
+        position: int | None = self._core.position(seq)
+        return position
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._shutdown_lock:

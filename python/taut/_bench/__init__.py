@@ -36,9 +36,7 @@ class Row:
         return self.taut / self.baseline if self.baseline else float("inf")
 
 
-def interleaved_medians(
-    runners: dict[str, Callable[[], float]], rounds: int
-) -> dict[str, float]:
+def interleaved_medians(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """Run each measurement function once per round, alternating between them,
     and return the median of each. Interleaving spreads a noisy neighbour's load
     over all contenders instead of penalising whoever ran during the burst."""

@@ -1,0 +1,440 @@
+"""Deadline benchmarks (issue 3 §8 a, c, d), each against its stdlib baseline
+measured in the same run:
+
+(a) arm+cancel of one deadline vs ``asyncio.timeout`` enter/exit,
+    ``loop.call_later``+cancel and ``threading.Timer`` start+cancel;
+(c) expiry lateness p50/p99, idle and while another thread runs a pure-Python
+    loop: a GIL-free effect (a Rust action on the timer thread) vs
+    ``threading.Timer``; and ``DeadlineExpired`` raised into busy Python code
+    vs a ``threading.Timer`` that sets the same asynchronous exception;
+(d) 1M pending deadlines: time to arm and memory (RSS, and tracemalloc for the
+    Python heap) vs ``loop.call_later``, each in a fresh subprocess so one
+    measurement's freed memory cannot hide the next one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Callable
+
+from taut import _core
+from taut._bench import Row, interleaved_medians
+from taut.deadline import DeadlineExpired
+
+_FAR = 3600.0
+
+
+def _per_op(fn: Callable[[int], None], n: int) -> Callable[[], float]:
+    def measure() -> float:
+        start = time.perf_counter()
+        fn(n)
+        return (time.perf_counter() - start) / n
+
+    return measure
+
+
+def _taut_arm_cancel(n: int) -> None:
+    deadline = _core.Deadline
+    at = time.monotonic() + _FAR
+    for _ in range(n):
+        deadline(at).cancel()
+
+
+def _timer_start_cancel(n: int) -> None:
+    timers = []
+    for _ in range(n):
+        t = threading.Timer(_FAR, lambda: None)
+        t.start()
+        t.cancel()
+        timers.append(t)
+    # Joining is part of the pattern's cost: each Timer is a thread to retire.
+    for t in timers:
+        t.join()
+
+
+def _loop_timed(
+    body: Callable[[asyncio.AbstractEventLoop, int], object], n: int
+) -> Callable[[], float]:
+    """Time only the body, not asyncio.run's loop setup."""
+
+    def measure() -> float:
+        elapsed = 0.0
+
+        async def main() -> None:
+            nonlocal elapsed
+            loop = asyncio.get_running_loop()
+            start = time.perf_counter()
+            result = body(loop, n)
+            if asyncio.iscoroutine(result):
+                await result
+            elapsed = time.perf_counter() - start
+
+        asyncio.run(main())
+        return elapsed / n
+
+    return measure
+
+
+def _call_later_cancel(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    cb = lambda: None  # noqa: E731
+    for _ in range(n):
+        loop.call_later(_FAR, cb).cancel()
+
+
+async def _asyncio_timeout(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    timeout = asyncio.timeout  # type: ignore[attr-defined,unused-ignore]
+    for _ in range(n):
+        async with timeout(_FAR):
+            pass
+
+
+async def _taut_async_scope(loop: asyncio.AbstractEventLoop, n: int) -> None:
+    from taut.deadline import move_on_after
+
+    for _ in range(n):
+        async with move_on_after(_FAR):
+            pass
+
+
+def bench_arm_cancel(quick: bool) -> list[Row]:
+    n = 20_000 if quick else 200_000
+    n_thread = 300 if quick else 2_000
+    rounds = 3 if quick else 7
+    runners: dict[str, Callable[[], float]] = {
+        "taut": _per_op(_taut_arm_cancel, n),
+        "call_later": _loop_timed(_call_later_cancel, n),
+        "threading.Timer": _per_op(_timer_start_cancel, n_thread),
+    }
+    has_timeout = sys.version_info >= (3, 11)
+    if has_timeout:
+        runners["asyncio.timeout"] = _loop_timed(_asyncio_timeout, n // 4)
+        runners["taut async scope"] = _loop_timed(_taut_async_scope, n // 4)
+    m = interleaved_medians(runners, rounds)
+    taut = m["taut"]
+    rows = []
+    if has_timeout:
+        base = m["asyncio.timeout"]
+        rows.append(
+            Row(
+                "(a) arm+cancel one deadline",
+                "asyncio.timeout enter/exit",
+                base,
+                taut,
+                "s",
+                "lower",
+                "<=1 µs and >=4x cheaper",
+                taut <= 1e-6 and base / taut >= 4,
+            )
+        )
+        rows.append(
+            Row(
+                "(a) async with move_on_after (full scope)",
+                "asyncio.timeout enter/exit",
+                base,
+                m["taut async scope"],
+                "s",
+                "lower",
+                "informational",
+                True,
+                note="a whole taut scope, not only the timer",
+            )
+        )
+    base = m["call_later"]
+    rows.append(
+        Row(
+            "(a) arm+cancel one deadline",
+            "loop.call_later+cancel",
+            base,
+            taut,
+            "s",
+            "lower",
+            "cheaper",
+            taut < base,
+        )
+    )
+    base = m["threading.Timer"]
+    rows.append(
+        Row(
+            "(a) arm+cancel one deadline",
+            "threading.Timer start+cancel",
+            base,
+            taut,
+            "s",
+            "lower",
+            ">=100x cheaper",
+            base / taut >= 100,
+        )
+    )
+    return rows
+
+
+# -- (c) lateness -----------------------------------------------------------------
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _threading_timer_lateness(delay: float) -> float:
+    fired: list[float] = []
+    done = threading.Event()
+
+    def cb() -> None:
+        fired.append(time.monotonic())
+        done.set()
+
+    target = time.monotonic() + delay
+    t = threading.Timer(delay, cb)
+    t.start()
+    done.wait(10)
+    t.join()
+    return fired[0] - target
+
+
+class _Busy:
+    """Another thread running a pure-Python loop (it holds the GIL except at
+    the switch interval)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+
+    def __enter__(self) -> _Busy:
+        self._thread.start()
+        time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _gil_free_lateness(samples: int, delay: float) -> list[float]:
+    return [_core._timer_probe(delay)[0] for _ in range(samples)]
+
+
+def _stdlib_lateness(samples: int, delay: float) -> list[float]:
+    return [_threading_timer_lateness(delay) for _ in range(samples)]
+
+
+def _spin_until_raised(arm: Callable[[float], object], delay: float) -> float:
+    # Arm inside the try: an asynchronous exception may land right after arming.
+    at = time.monotonic() + delay
+    keep = None
+    try:
+        keep = arm(at)
+        end = at + 10
+        while time.monotonic() < end:
+            pass
+    except DeadlineExpired:
+        return time.monotonic() - at
+    finally:
+        del keep
+    raise RuntimeError("no DeadlineExpired within 10 s")
+
+
+def _arm_taut(at: float) -> object:
+    d = _core.Deadline(at)
+    d.interrupt_thread(threading.get_ident(), DeadlineExpired)
+    return d
+
+
+def _set_async_exc(thread_id: int) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(DeadlineExpired)
+    )
+
+
+def _arm_stdlib(at: float) -> object:
+    t = threading.Timer(at - time.monotonic(), _set_async_exc, args=(threading.get_ident(),))
+    t.daemon = True
+    t.start()
+    return t
+
+
+def _taut_interrupt_lateness(delay: float) -> float:
+    return _spin_until_raised(_arm_taut, delay)
+
+
+def _stdlib_interrupt_lateness(delay: float) -> float:
+    return _spin_until_raised(_arm_stdlib, delay)
+
+
+def bench_lateness(quick: bool) -> list[Row]:
+    samples = 40 if quick else 300
+    delay = 0.002
+    rows: list[Row] = []
+    for label, busy in (("idle", False), ("busy thread", True)):
+        taut_l: list[float] = []
+        std_l: list[float] = []
+        ctx = _Busy() if busy else None
+        if ctx is not None:
+            ctx.__enter__()
+        try:
+            # Interleave in chunks so both see the same machine load.
+            for _ in range(10):
+                taut_l += _gil_free_lateness(samples // 10, delay)
+                std_l += _stdlib_lateness(samples // 10, delay)
+        finally:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            t, s = _pct(taut_l, q), _pct(std_l, q)
+            rows.append(
+                Row(
+                    f"(c) GIL-free expiry lateness {name}, {label}",
+                    "threading.Timer",
+                    s,
+                    t,
+                    "s",
+                    "lower",
+                    "p99 <= 0.2 ms" if name == "p99" else "informational",
+                    t <= 0.0002 if name == "p99" else True,
+                )
+            )
+    n_int = 20 if quick else 100
+    taut_i: list[float] = []
+    std_i: list[float] = []
+    for _ in range(n_int):
+        taut_i.append(_taut_interrupt_lateness(delay))
+        std_i.append(_stdlib_interrupt_lateness(delay))
+    budget = sys.getswitchinterval() + 0.001
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        t, s = _pct(taut_i, q), _pct(std_i, q)
+        rows.append(
+            Row(
+                f"(c) DeadlineExpired into busy code {name}",
+                "threading.Timer + SetAsyncExc",
+                s,
+                t,
+                "s",
+                "lower",
+                f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
+                t <= budget,
+            )
+        )
+    return rows
+
+
+# -- (d) 1M pending ---------------------------------------------------------------
+
+_PENDING_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, gc, json, sys, time, tracemalloc
+    import psutil
+    mode, n, trace = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+
+    def rss():
+        return psutil.Process().memory_info().rss
+
+    def cb():
+        pass
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        from taut._core import Deadline, monotonic
+        Deadline(monotonic() + 3600).cancel()  # timer thread started
+        loop.call_later(3600, cb).cancel()
+        gc.collect()
+        if trace:
+            tracemalloc.start()
+        r0 = rss()
+        t0 = time.perf_counter()
+        if mode == "taut":
+            base = monotonic() + 3600
+            keep = [Deadline(base + i * 1e-6) for i in range(n)]
+        else:
+            keep = [loop.call_later(3600 + i * 1e-6, cb) for i in range(n)]
+        elapsed = time.perf_counter() - t0
+        r1 = rss()
+        traced = tracemalloc.get_traced_memory()[0] if trace else 0
+        print(json.dumps({"time": elapsed, "rss": r1 - r0, "traced": traced}))
+        for k in keep:
+            k.cancel()
+
+    asyncio.run(main())
+    """
+)
+
+
+def _pending_run(mode: str, n: int, trace: bool) -> dict[str, float]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PENDING_SCRIPT, mode, str(n), "1" if trace else "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def bench_pending(quick: bool) -> list[Row]:
+    n = 200_000 if quick else 1_000_000
+    rounds = 1 if quick else 3
+    runs: dict[str, list[dict[str, float]]] = {"taut": [], "loop": []}
+    for _ in range(rounds):
+        for mode in runs:
+            runs[mode].append(_pending_run(mode, n, trace=False))
+    traced = {mode: _pending_run(mode, n, trace=True)["traced"] for mode in runs}
+
+    def med(mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[mode])
+
+    t_taut, t_loop = med("taut", "time"), med("loop", "time")
+    m_taut, m_loop = med("taut", "rss"), med("loop", "rss")
+    label = f"{n // 1000}k" if n < 1_000_000 else f"{n // 1_000_000}M"
+    return [
+        Row(
+            f"(d) arm {label} pending deadlines",
+            "loop.call_later",
+            t_loop,
+            t_taut,
+            "s",
+            "lower",
+            ">=2x faster",
+            t_loop / t_taut >= 2,
+        ),
+        Row(
+            f"(d) memory of {label} pending (RSS)",
+            "loop.call_later",
+            m_loop,
+            m_taut,
+            "B",
+            "lower",
+            "<= half",
+            m_taut <= m_loop / 2,
+            note=f"{m_taut / n:.0f} vs {m_loop / n:.0f} B per deadline",
+        ),
+        Row(
+            f"(d) Python heap of {label} pending (tracemalloc)",
+            "loop.call_later",
+            traced["loop"],
+            traced["taut"],
+            "B",
+            "lower",
+            "informational",
+            True,
+            note="tracemalloc sees only Python allocations, not the Rust heap",
+        ),
+    ]
+
+
+def run(quick: bool) -> list[Row]:
+    """All deadline benchmark rows."""
+    return bench_arm_cancel(quick) + bench_lateness(quick) + bench_pending(quick)

@@ -1,0 +1,220 @@
+"""Executor benchmarks: taut.ThreadPoolExecutor against the standard
+library's, in the same run, interleaved, medians of several rounds."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import functools
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Callable
+
+import taut
+from taut._bench import Row, interleaved_medians
+
+Factory = Callable[..., cf.ThreadPoolExecutor]
+CONTENDERS: dict[str, Factory] = {
+    "stdlib": cf.ThreadPoolExecutor,
+    "taut": taut.ThreadPoolExecutor,
+}
+
+
+def _noop() -> None:
+    return None
+
+
+def _identity(x: int) -> int:
+    return x
+
+
+def throughput(factory: Factory, n: int) -> float:
+    """Seconds per task: n no-ops submitted, then every result collected."""
+    with factory(4) as ex:
+        ex.submit(_noop).result()  # workers started outside the timing
+        start = time.perf_counter()
+        futures = [ex.submit(_noop) for _ in range(n)]
+        for f in futures:
+            f.result()
+        return (time.perf_counter() - start) / n
+
+
+def round_trip(factory: Factory, n: int) -> float:
+    """Seconds per ``submit(f).result()``, one at a time."""
+    with factory(4) as ex:
+        ex.submit(_noop).result()
+        start = time.perf_counter()
+        for _ in range(n):
+            ex.submit(_noop).result()
+        return (time.perf_counter() - start) / n
+
+
+def map_items(factory: Factory, n: int) -> float:
+    """Seconds per item of ``list(ex.map(f, range(n)))``."""
+    with factory(4) as ex:
+        ex.submit(_noop).result()
+        start = time.perf_counter()
+        for _ in ex.map(_identity, range(n)):
+            pass
+        return (time.perf_counter() - start) / n
+
+
+def run_in_executor(factory: Factory, n: int) -> float:
+    """Seconds per ``await loop.run_in_executor(ex, f)``, one at a time."""
+
+    async def main(ex: cf.ThreadPoolExecutor) -> float:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(ex, _noop)
+        start = time.perf_counter()
+        for _ in range(n):
+            await loop.run_in_executor(ex, _noop)
+        return (time.perf_counter() - start) / n
+
+    with factory(4) as ex:
+        return asyncio.run(main(ex))
+
+
+def io_shaped(factory: Factory, n: int, workers: int, sleep: float) -> float:
+    """Wall time of n calls of time.sleep(sleep) on `workers` workers."""
+    with factory(workers) as ex:
+        list(ex.map(time.sleep, [0] * workers))
+        start = time.perf_counter()
+        for f in [ex.submit(time.sleep, sleep) for _ in range(n)]:
+            f.result()
+        return time.perf_counter() - start
+
+
+_MEMORY_PROBE = """
+import concurrent.futures as cf, gc, json, sys, threading, psutil, taut
+factory = {"stdlib": cf.ThreadPoolExecutor, "taut": taut.ThreadPoolExecutor}[sys.argv[1]]
+n = int(sys.argv[2])
+gate = threading.Event()
+ex = factory(1)
+ex.submit(gate.wait)
+noop = lambda: None
+gc.collect()
+proc = psutil.Process()
+before = proc.memory_info().rss
+futures = [ex.submit(noop) for _ in range(n)]
+gc.collect()
+after = proc.memory_info().rss
+gate.set()
+ex.shutdown(wait=True, cancel_futures=True)
+print(json.dumps((after - before) / n))
+"""
+
+
+def memory_per_queued_task(name: str, n: int) -> float:
+    """Bytes of resident memory per queued no-op (fresh process per run)."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_MEMORY_PROBE), name, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    value: float = json.loads(out.stdout)
+    return value
+
+
+def _row(
+    case: str, results: dict[str, float], unit: str, target_ratio: float, target: str
+) -> Row:
+    ratio = results["taut"] / results["stdlib"]
+    return Row(
+        case=case,
+        baseline_name="ThreadPoolExecutor",
+        baseline=results["stdlib"],
+        taut=results["taut"],
+        unit=unit,
+        better="lower",
+        target=target,
+        met=ratio <= target_ratio,
+    )
+
+
+def run(quick: bool) -> list[Row]:
+    rounds = 3 if quick else 7
+    scale = 0.2 if quick else 1.0
+    n_tasks = int(100_000 * scale)
+    n_trips = int(3_000 * scale)
+    rows: list[Row] = []
+
+    def pair(fn: Callable[..., float], *args: Any) -> dict[str, float]:
+        runners: dict[str, Callable[[], float]] = {
+            name: functools.partial(fn, factory, *args) for name, factory in CONTENDERS.items()
+        }
+        return interleaved_medians(runners, rounds)
+
+    rows.append(
+        _row(
+            f"(a) throughput, {n_tasks:,} no-op tasks, 4 workers (per task)",
+            pair(throughput, n_tasks),
+            "s",
+            0.25,
+            ">= 4x faster",
+        )
+    )
+    rows.append(
+        _row(
+            "(b) submit(f).result() round trip",
+            pair(round_trip, n_trips),
+            "s",
+            0.5,
+            "<= 0.5x latency",
+        )
+    )
+    rows.append(
+        _row(
+            f"(c) map over {n_tasks:,} items (per item)",
+            pair(map_items, n_tasks),
+            "s",
+            0.25,
+            ">= 4x faster",
+        )
+    )
+    rows.append(
+        _row(
+            "(d) await loop.run_in_executor(ex, f)",
+            pair(run_in_executor, n_trips),
+            "s",
+            0.6,
+            "<= 0.6x latency",
+        )
+    )
+    n_mem = 200_000 if quick else 1_000_000
+    mem = {name: memory_per_queued_task(name, n_mem) for name in CONTENDERS}
+    rows.append(
+        _row(
+            f"(e) memory per queued task, {n_mem:,} queued",
+            mem,
+            "B",
+            0.5,
+            "<= 0.5x memory",
+        )
+    )
+    n_io = 2_000 if quick else 10_000
+    workers, sleep = 64, 0.001
+    ideal = n_io * sleep / workers
+    io_runners: dict[str, Callable[[], float]] = {
+        name: functools.partial(io_shaped, factory, n_io, workers, sleep)
+        for name, factory in CONTENDERS.items()
+    }
+    io = interleaved_medians(io_runners, max(3, rounds // 2))
+    rows.append(
+        Row(
+            case=f"(f) {n_io:,} x sleep(1 ms) on {workers} workers (ideal {ideal * 1e3:.0f} ms)",
+            baseline_name="ThreadPoolExecutor",
+            baseline=io["stdlib"],
+            taut=io["taut"],
+            unit="s",
+            better="lower",
+            target="<= 1.1x ideal, <= stdlib",
+            met=io["taut"] <= 1.1 * ideal and io["taut"] <= io["stdlib"],
+            note=f"taut/ideal {io['taut'] / ideal:.2f}, stdlib/ideal {io['stdlib'] / ideal:.2f}",
+        )
+    )
+    return rows

@@ -1,0 +1,737 @@
+"""Bounded runs of sync callables and awaitables, and taut's global statistics.
+
+``run_bounded_sync`` and ``run_bounded_async`` keep the contract of the deadline
+layer in seed 004 (completion wins a tie with the deadline, exceptions propagate
+unchanged, only the timeout becomes a value, a hung task is abandoned and the
+call still returns on time) and fix where it falls short:
+
+* the deadline is one entry in taut's Rust timer thread, not a
+  ``threading.Timer`` thread per call, so arming it costs well under a
+  microsecond and expiry does not wait for the GIL;
+* a sync call runs on a pooled worker, not a fresh daemon thread; a late worker
+  is abandoned (the pool starts a replacement, so it keeps its capacity, and the
+  abandoned thread is counted in ``stats()``) or, on request, interrupted with
+  ``DeadlineExpired``;
+* an event loop is woken at expiry through a file descriptor that the timer
+  thread writes without the GIL; if the loop is blocked and does not react
+  within a grace period, every thread's stack is logged once, and on request
+  ``DeadlineExpired`` is raised inside the blocking code so the loop recovers.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import concurrent.futures
+import contextvars
+import ctypes
+import dataclasses
+import inspect
+import logging
+import numbers
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from taut import _core
+from taut.deadline import BoundedResult, DeadlineExpired, clamp_timeout
+from taut.executor import PoolStats, default_executor
+
+__all__ = ["TautStats", "run_bounded_async", "run_bounded_sync", "stats"]
+
+logger = logging.getLogger("taut.bounded")
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------
+# Statistics
+
+
+@dataclasses.dataclass(frozen=True)
+class TautStats:
+    """Process-wide counters of the bounded runs, and the default executor's stats."""
+
+    bounded_calls: int
+    """Calls of ``run_bounded_sync`` and ``run_bounded_async``."""
+    timeouts: int
+    """Of those, the ones that returned ``timed_out=True``."""
+    abandoned_threads: int
+    """Late workers left to finish on their own (each replaced in its pool)."""
+    interrupted_threads: int
+    """Late workers into which ``DeadlineExpired`` was raised (``interrupt=True``)."""
+    abandoned_tasks: int
+    """Tasks that did not finish when cancelled at their deadline (they shield
+    themselves from cancellation); their outcome is consumed when they end."""
+    blocked_loop_reports: int
+    """Times an event loop was found blocked past the grace period."""
+    executor: PoolStats
+    """``taut.executor.default_executor().stats()``."""
+
+
+class _Counters:
+    __slots__ = (
+        "abandoned_tasks",
+        "abandoned_threads",
+        "blocked_loop_reports",
+        "bounded_calls",
+        "interrupted_threads",
+        "lock",
+        "timeouts",
+    )
+
+    def __init__(self) -> None:
+        # `x += 1` on an attribute is not atomic across threads, so updates take
+        # this lock; it is uncontended and never held while calling out.
+        self.lock = threading.Lock()
+        self.bounded_calls = 0
+        self.timeouts = 0
+        self.abandoned_threads = 0
+        self.interrupted_threads = 0
+        self.abandoned_tasks = 0
+        self.blocked_loop_reports = 0
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            setattr(self, name, getattr(self, name) + n)
+
+
+_counters = _Counters()
+
+
+def stats() -> TautStats:
+    """A snapshot of taut's process-wide counters and of the default executor."""
+    with _counters.lock:
+        snapshot = (
+            _counters.bounded_calls,
+            _counters.timeouts,
+            _counters.abandoned_threads,
+            _counters.interrupted_threads,
+            _counters.abandoned_tasks,
+            _counters.blocked_loop_reports,
+        )
+    return TautStats(*snapshot, executor=default_executor().stats())
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_label(label: object) -> str:
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {_describe(label)}")
+    return label
+
+
+def _check_callback(value: object, name: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be a callable or None, got {_describe(value)}")
+
+
+def _check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {_describe(value)}")
+    return value
+
+
+def _run_hook(hook: Callable[[], object], name: str, label: str) -> None:
+    """Run a user hook; its exceptions are logged and swallowed (the bounded call
+    has already decided its outcome)."""
+    try:
+        hook()
+    except Exception:
+        logger.exception("%s hook of bounded call %r failed", name, label)
+
+
+# ---------------------------------------------------------------------------
+# run_bounded_sync
+
+
+def _release_late_worker(
+    pool: concurrent.futures.Executor, future: concurrent.futures.Future[Any], interrupt: bool
+) -> None:
+    """The deadline passed (or the caller was interrupted) while ``future`` is
+    queued or running: never start it, or free its worker's slot."""
+    if future.cancel():
+        return
+    if interrupt:
+        interrupter = getattr(pool, "interrupt", None)
+        if interrupter is not None and interrupter(future, DeadlineExpired):
+            _counters.add("interrupted_threads")
+    # Also abandoned when interrupted: the exception lands only at a bytecode
+    # boundary (never inside a blocking C call) and may be swallowed, so the pool
+    # must not wait for it to keep its capacity.
+    abandon = getattr(pool, "abandon", None)
+    if abandon is not None and abandon(future):
+        _counters.add("abandoned_threads")
+
+
+def run_bounded_sync(
+    fn: Callable[[], T] | concurrent.futures.Future[T],
+    timeout: Any,
+    *,
+    label: str = "operation",
+    on_timeout: Callable[[], object] | None = None,
+    interrupt: bool = False,
+    executor: concurrent.futures.Executor | None = None,
+) -> BoundedResult[T]:
+    """Run ``fn()`` on a worker thread and wait for it at most ``timeout`` seconds.
+
+    ``fn`` runs on a worker of ``executor`` (taut's shared default executor when
+    ``None``) in a copy of the caller's ``contextvars`` context. The caller waits
+    without polling, and a ``KeyboardInterrupt`` reaches it at once (the worker is
+    then released as at a timeout, and the exception propagates).
+
+    * Completion (also at the same moment as the deadline) returns
+      ``BoundedResult(timed_out=False, value=...)``; an exception from ``fn``
+      propagates unchanged.
+    * At expiry the call returns ``timed_out=True`` promptly and runs
+      ``on_timeout()`` (its exceptions are logged and swallowed). A call still
+      queued never starts. A running one is abandoned: its worker no longer
+      counts against the pool's ceiling, a replacement may start, and the thread
+      exits when ``fn`` returns. With ``interrupt=True``, ``DeadlineExpired`` is
+      also raised inside ``fn`` at its next bytecode boundary (not inside a
+      blocking C call).
+    * ``timeout=None`` (or ``math.inf``) runs ``fn()`` inline, on the caller's
+      thread; ``0`` or less times out at once without running it.
+    * ``fn`` may be a ``concurrent.futures.Future`` (for example from
+      ``asyncio.run_coroutine_threadsafe``): the wait for it is bounded, and at
+      expiry it is cancelled (which a running executor future ignores).
+    """
+    budget = clamp_timeout(timeout)
+    label = _check_label(label)
+    _check_callback(on_timeout, "on_timeout")
+    interrupt = _check_flag(interrupt, "interrupt")
+    is_future = isinstance(fn, concurrent.futures.Future)
+    if not is_future and not callable(fn):
+        raise TypeError(
+            f"fn must be a callable or a concurrent.futures.Future, got {_describe(fn)}"
+        )
+    if executor is not None and not isinstance(executor, concurrent.futures.Executor):
+        raise TypeError(
+            f"executor must be a concurrent.futures.Executor or None, got {_describe(executor)}"
+        )
+    _counters.add("bounded_calls")
+    started = time.monotonic()
+    if budget is None:
+        value = fn.result() if isinstance(fn, concurrent.futures.Future) else fn()
+        return BoundedResult(
+            timed_out=False,
+            value=value,
+            elapsed_s=time.monotonic() - started,
+            timeout_s=None,
+            label=label,
+        )
+
+    pool: concurrent.futures.Executor | None = None
+    if isinstance(fn, concurrent.futures.Future):
+        future: concurrent.futures.Future[Any] = fn
+    elif budget <= 0:
+        return _sync_timed_out(started, budget, label, on_timeout)
+    else:
+        pool = executor if executor is not None else default_executor()
+        if getattr(pool, "_propagate_context", False):
+            # A taut executor with context propagation copies the context itself.
+            future = pool.submit(fn)
+        else:
+            future = pool.submit(contextvars.copy_context().run, fn)
+
+    deadline = _core.Deadline(started + budget)
+    # A bare lock as a one-shot latch (a threading.Event costs several times
+    # more): held now, released by whichever comes first, completion or expiry.
+    latch = _thread.allocate_lock()
+    latch.acquire()
+    wake = _Release(latch)
+    # The Rust timer thread fires the deadline; releasing the latch needs the
+    # GIL, so it runs on taut's callback thread and the timer never waits.
+    deadline.call_soon(wake)
+    future.add_done_callback(wake)
+    try:
+        # No timeout: a plain lock wait, which signal handlers interrupt, so
+        # Ctrl-C lands at once.
+        latch.acquire()
+    except BaseException:
+        deadline.cancel()
+        if pool is not None:
+            _release_late_worker(pool, future, interrupt)
+        raise
+    if future.done():
+        # Completion wins a tie with the deadline.
+        deadline.cancel()
+        return BoundedResult(
+            timed_out=False,
+            value=future.result(),
+            elapsed_s=time.monotonic() - started,
+            timeout_s=budget,
+            label=label,
+        )
+    if pool is None:
+        future.cancel()
+    else:
+        _release_late_worker(pool, future, interrupt)
+    return _sync_timed_out(started, budget, label, on_timeout)
+
+
+class _Release:
+    """Release a latch once, from whichever thread gets there first."""
+
+    __slots__ = ("latch",)
+
+    def __init__(self, latch: _thread.LockType) -> None:
+        self.latch = latch
+
+    def __call__(self, _future: object = None) -> None:
+        try:
+            self.latch.release()
+        except RuntimeError:
+            pass  # already released by the other side
+
+
+def _sync_timed_out(
+    started: float, budget: float, label: str, on_timeout: Callable[[], object] | None
+) -> BoundedResult[Any]:
+    _counters.add("timeouts")
+    result: BoundedResult[Any] = BoundedResult(
+        timed_out=True,
+        value=None,
+        elapsed_s=time.monotonic() - started,
+        timeout_s=budget,
+        label=label,
+    )
+    if on_timeout is not None:
+        _run_hook(on_timeout, "on_timeout", label)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# run_bounded_async: waking the loop from the timer thread
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class _LoopWaker:
+    """One non-blocking pipe per event loop, its read end watched by the loop.
+    Each bounded call asks the timer thread to write a byte to it at expiry
+    (without the GIL); the loop then checks which of its pending calls expired."""
+
+    __slots__ = ("__weakref__", "calls", "deadlines", "read_fd", "write_fd")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.calls: set[_AsyncCall] = set()
+        # The pending deadlines alone (they hold no reference to the loop), so
+        # the finaliser can disarm them before the fds close: a deadline firing
+        # later must never write into a reused descriptor number.
+        self.deadlines: set[_core.Deadline] = set()
+        try:
+            loop.add_reader(self.read_fd, self._on_readable)
+        except BaseException:
+            _close_fds(self.read_fd, self.write_fd)
+            raise
+        weakref.finalize(loop, _LoopWaker._release, self.deadlines, self.read_fd, self.write_fd)
+
+    @staticmethod
+    def _release(deadlines: set[_core.Deadline], read_fd: int, write_fd: int) -> None:
+        for deadline in list(deadlines):
+            deadline.cancel()
+        if any(d.expired for d in deadlines):
+            # Fired before it could be cancelled: its byte may be in flight on
+            # the timer thread, so the descriptors are leaked rather than reused.
+            return
+        _close_fds(read_fd, write_fd)
+
+    def add(self, call: _AsyncCall) -> None:
+        self.calls.add(call)
+        self.deadlines.add(call.deadline)
+        call.deadline.notify_fd(self.write_fd)
+
+    def discard(self, call: _AsyncCall) -> None:
+        self.calls.discard(call)
+        self.deadlines.discard(call.deadline)
+
+    def _on_readable(self) -> None:
+        _drain(self.read_fd)
+        for call in [c for c in self.calls if c.deadline.expired]:
+            call.on_expire()
+
+
+# Loops without add_reader (the Windows proactor loop) map to None and are woken
+# through call_soon_threadsafe from taut's callback thread instead.
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _waker_for(loop: asyncio.AbstractEventLoop) -> _LoopWaker | None:
+    try:
+        return _wakers[loop]
+    except KeyError:
+        pass
+    waker: _LoopWaker | None
+    try:
+        waker = _LoopWaker(loop)
+    except NotImplementedError:
+        waker = None
+    _wakers[loop] = waker
+    return waker
+
+
+# ---------------------------------------------------------------------------
+# run_bounded_async: the blocked-loop watchdog
+
+
+def _format_all_stacks(loop_thread: int) -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        marker = " (event loop thread)" if ident == loop_thread else ""
+        parts.append(
+            f"Thread {names.get(ident, '<unknown>')} [{ident}]{marker}:\n"
+            + "".join(traceback.format_stack(frame))
+        )
+    return "\n".join(parts)
+
+
+def _noop_signal_handler(signum: int, frame: object) -> None:
+    # Running any Python code lets a pending asynchronous exception land; that is
+    # the whole purpose of this handler (see _interrupt_loop_thread).
+    return None
+
+
+# SIGURG is ignored by default and unused by Python programs; a no-op handler on
+# it makes a blocking system call on the main thread return EINTR and run Python
+# code, where DeadlineExpired lands.
+_WAKE_SIGNAL: int | None = getattr(signal, "SIGURG", None)
+_wake_handler_installed = False
+
+
+def _install_wake_handler() -> None:
+    """Install the no-op handler (main thread only: signal.signal requires it),
+    unless the program set its own handler for the signal."""
+    global _wake_handler_installed
+    if _wake_handler_installed or _WAKE_SIGNAL is None:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(_WAKE_SIGNAL) in (signal.SIG_DFL, None):
+        signal.signal(_WAKE_SIGNAL, _noop_signal_handler)
+    _wake_handler_installed = signal.getsignal(_WAKE_SIGNAL) is _noop_signal_handler
+
+
+def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    # NULL clears an exception that was set but not raised yet.
+    exc = ctypes.py_object(exc_type) if exc_type is not None else None
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), exc)
+
+
+def _interrupt_loop_thread(thread_id: int) -> None:
+    _set_async_exc(thread_id, DeadlineExpired)
+    if (
+        _wake_handler_installed
+        and _WAKE_SIGNAL is not None
+        and thread_id == threading.main_thread().ident
+    ):
+        # time.sleep(), select() and friends restart after EINTR unless a signal
+        # handler raises; ours runs Python code, so the pending exception is raised.
+        signal.pthread_kill(thread_id, _WAKE_SIGNAL)
+
+
+_detached: set[asyncio.Future[Any]] = set()
+
+
+async def _run_detached(awaitable: Awaitable[object], label: str) -> None:
+    try:
+        await awaitable
+    except Exception:
+        logger.exception("on_abandon hook of bounded call %r failed", label)
+
+
+def _start_on_abandon(
+    loop: asyncio.AbstractEventLoop, hook: Callable[[], object], label: str
+) -> None:
+    try:
+        outcome = hook()
+    except Exception:
+        logger.exception("on_abandon hook of bounded call %r failed", label)
+        return
+    if inspect.isawaitable(outcome):
+        task = loop.create_task(_run_detached(outcome, label))
+        _detached.add(task)
+        task.add_done_callback(_detached.discard)
+
+
+def _consume_outcome(task: asyncio.Future[Any]) -> None:
+    # Reading the exception marks it retrieved, so asyncio never logs
+    # "Task exception was never retrieved" for work we walked away from.
+    if not task.cancelled():
+        task.exception()
+
+
+class _AsyncCall:
+    """The state one run_bounded_async call shares between the loop thread, the
+    timer's callback thread and the watchdog."""
+
+    __slots__ = (
+        "__weakref__",
+        "deadline",
+        "dump",
+        "grace",
+        "handled",
+        "injected",
+        "interrupt",
+        "label",
+        "loop_thread",
+        "started",
+        "waiter",
+        "watchdog_deadline",
+    )
+
+    def __init__(
+        self,
+        deadline: _core.Deadline,
+        waiter: asyncio.Future[None],
+        label: str,
+        dump: bool,
+        interrupt: bool,
+        grace: float,
+        started: float,
+    ) -> None:
+        self.deadline = deadline
+        self.waiter = waiter
+        self.label = label
+        self.dump = dump
+        self.interrupt = interrupt
+        self.grace = grace
+        self.started = started
+        self.loop_thread = threading.get_ident()
+        self.handled = False
+        self.injected = False
+        self.watchdog_deadline: _core.Deadline | None = None
+
+    # On the loop thread.
+    def on_done(self, _task: object) -> None:
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def on_expire(self) -> None:
+        self.handled = True
+        if self.watchdog_deadline is not None:
+            self.watchdog_deadline.cancel()
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+    # On taut's callback thread, at expiry.
+    def start_watchdog(self) -> None:
+        if self.handled:
+            return
+        watchdog = _core.Deadline(self.deadline.at + self.grace)
+        watchdog.call_soon(self.on_blocked)
+        self.watchdog_deadline = watchdog
+
+    # On taut's callback thread, a grace period after expiry.
+    def on_blocked(self) -> None:
+        if self.handled:
+            return
+        _counters.add("blocked_loop_reports")
+        if self.dump:
+            logger.warning(
+                "bounded call %r: the event loop has not handled its deadline "
+                "(%.3gs, expired %.3gs ago): the loop is blocked. Stacks of all threads:\n%s",
+                self.label,
+                self.deadline.at - self.started,
+                _core.monotonic() - self.deadline.at,
+                _format_all_stacks(self.loop_thread),
+            )
+        if self.interrupt and not self.handled:
+            self.injected = True
+            _interrupt_loop_thread(self.loop_thread)
+
+
+def _validate_grace(blocked_grace: object) -> float:
+    message = "blocked_grace must be a finite non-negative number of seconds"
+    if isinstance(blocked_grace, bool) or not isinstance(blocked_grace, numbers.Real):
+        raise TypeError(f"{message}, got {_describe(blocked_grace)}")
+    # Compared as given: float() of a huge int would raise OverflowError.
+    if blocked_grace != blocked_grace or blocked_grace < 0:
+        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
+    grace = clamp_timeout(blocked_grace)
+    if grace is None:
+        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
+    return grace
+
+
+async def run_bounded_async(
+    awaitable: Awaitable[T],
+    timeout: Any,
+    *,
+    label: str = "operation",
+    on_abandon: Callable[[], object] | None = None,
+    dump_on_blocked_loop: bool = True,
+    interrupt_blocked_loop: bool = False,
+    blocked_grace: float = 1.0,
+) -> BoundedResult[T]:
+    """Await ``awaitable`` for at most ``timeout`` seconds; never hang past it.
+
+    The deadline lives in taut's Rust timer thread, which wakes this loop through
+    a file descriptor at expiry, so neither the loop's timers nor the GIL can
+    delay it.
+
+    * Completion, also at the same moment as the deadline, returns
+      ``BoundedResult(timed_out=False, value=...)``; exceptions propagate unchanged.
+    * At expiry the inner task is cancelled and the call returns
+      ``timed_out=True`` at once. A task that does not finish when cancelled
+      (it shields itself) is abandoned: its outcome is consumed when it ends (so
+      nothing is logged as never retrieved), and ``on_abandon()`` runs detached
+      (if it returns an awaitable, that runs as its own task); its failures are
+      logged and swallowed.
+    * Cancelling the caller cancels the inner task and re-raises ``CancelledError``.
+    * ``timeout=None`` just awaits; ``0`` or less times out without running it.
+    * If the loop has not handled the expiry ``blocked_grace`` seconds later,
+      the loop is blocked (by code that never yields): with
+      ``dump_on_blocked_loop`` the stacks of all threads are logged once (logger
+      ``taut.bounded``, WARNING); with ``interrupt_blocked_loop``,
+      ``DeadlineExpired`` is raised inside the blocking Python code on the loop's
+      thread so the loop recovers. It lands at the next bytecode boundary, and
+      on the main thread also interrupts a blocking sleep or ``select`` (through
+      a no-op ``SIGURG`` handler installed when the program has none); other
+      blocking C calls see it only when they return. It may land in whatever
+      code the loop is running, which is why it is opt-in.
+    """
+    budget = clamp_timeout(timeout)
+    label = _check_label(label)
+    _check_callback(on_abandon, "on_abandon")
+    dump = _check_flag(dump_on_blocked_loop, "dump_on_blocked_loop")
+    interrupt = _check_flag(interrupt_blocked_loop, "interrupt_blocked_loop")
+    grace = _validate_grace(blocked_grace)
+    if not inspect.isawaitable(awaitable):
+        raise TypeError(f"awaitable must be awaitable, got {_describe(awaitable)}")
+    _counters.add("bounded_calls")
+    started = time.monotonic()
+    if budget is None:
+        value = await awaitable
+        return BoundedResult(
+            timed_out=False,
+            value=value,
+            elapsed_s=time.monotonic() - started,
+            timeout_s=None,
+            label=label,
+        )
+    loop = asyncio.get_running_loop()
+    if budget <= 0:
+        if isinstance(awaitable, asyncio.Future) and awaitable.done():
+            return _async_result(awaitable, started, budget, label)
+        if inspect.iscoroutine(awaitable):
+            # Already expired: the coroutine must not run even to its first await.
+            awaitable.close()
+        else:
+            pending = asyncio.ensure_future(awaitable)
+            pending.cancel()
+            pending.add_done_callback(_consume_outcome)
+        _counters.add("timeouts")
+        return _timed_out(started, budget, label)
+
+    task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+    if interrupt:
+        _install_wake_handler()
+    deadline = _core.Deadline(started + budget)
+    waiter: asyncio.Future[None] = loop.create_future()
+    call = _AsyncCall(deadline, waiter, label, dump, interrupt, grace, started)
+    task.add_done_callback(call.on_done)
+    waker = _waker_for(loop)
+    if waker is not None:
+        waker.add(call)
+    else:
+        deadline.call_soon(lambda: loop.call_soon_threadsafe(call.on_expire))
+    if dump or interrupt:
+        deadline.call_soon(call.start_watchdog)
+    try:
+        await waiter
+    except BaseException:
+        # The caller was cancelled (or interrupted): take the inner task with it.
+        deadline.cancel()
+        call.handled = True
+        if waker is not None:
+            waker.discard(call)
+        if call.injected:
+            _set_async_exc(threading.get_ident(), None)
+        task.remove_done_callback(call.on_done)
+        task.cancel()
+        task.add_done_callback(_consume_outcome)
+        raise
+    call.handled = True
+    if waker is not None:
+        waker.discard(call)
+    if call.injected:
+        # If the interrupt has not been raised yet (the blocking call ended on
+        # its own first), it must not land later in unrelated code.
+        _set_async_exc(threading.get_ident(), None)
+    if task.done():
+        deadline.cancel()
+        if call.injected and not task.cancelled() and isinstance(task.exception(), DeadlineExpired):
+            # Our own interrupt ended the blocking code: that is the timeout.
+            _counters.add("timeouts")
+            return _timed_out(started, budget, label)
+        # Completion wins a tie with the deadline.
+        return _async_result(task, started, budget, label)
+
+    task.remove_done_callback(call.on_done)
+    task.cancel()
+    _counters.add("timeouts")
+    try:
+        # One loop pass lets a task that honours cancellation finish now.
+        await asyncio.sleep(0)
+    finally:
+        if task.done():
+            _consume_outcome(task)
+        else:
+            task.add_done_callback(_consume_outcome)
+            _counters.add("abandoned_tasks")
+            if on_abandon is not None:
+                loop.call_soon(_start_on_abandon, loop, on_abandon, label)
+    return _timed_out(started, budget, label)
+
+
+def _async_result(
+    task: asyncio.Future[Any], started: float, budget: float, label: str
+) -> BoundedResult[Any]:
+    return BoundedResult(
+        timed_out=False,
+        value=task.result(),
+        elapsed_s=time.monotonic() - started,
+        timeout_s=budget,
+        label=label,
+    )
+
+
+def _timed_out(started: float, budget: float, label: str) -> BoundedResult[Any]:
+    return BoundedResult(
+        timed_out=True,
+        value=None,
+        elapsed_s=time.monotonic() - started,
+        timeout_s=budget,
+        label=label,
+    )

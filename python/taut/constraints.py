@@ -1,0 +1,596 @@
+"""Planning constraints: one record that is guidance for a planner and a hard limit
+for the executor, and the live budget it turns into once work starts.
+
+:class:`PlanningConstraints` carries a time budget, a resource limit (how many
+agents or tool workers at once), soft ``weights`` (preferences a planner may trade
+off) and hard ``cost_budgets``. The same record
+
+* is *information* for planning: :meth:`PlanningConstraints.guidance` renders the
+  sentence for an LLM prompt ("You have 30 minutes and 3 available agents.");
+* is a *hard limit* at execution: :meth:`PlanningConstraints.cap` keeps the first
+  ``max_agents`` of a routing decision, and :meth:`PlanningConstraints.start`
+  returns a live :class:`Budget` that works as a deadline scope.
+
+A started budget is live state: it shrinks while work runs (not while it is
+paused, e.g. waiting for a human), hands out sub-budgets that never outlast it,
+and :meth:`Budget.constraints` gives the re-planning input: a new
+``PlanningConstraints`` holding only what remains.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+)
+
+if TYPE_CHECKING:
+    from taut.deadline import DeadlineScope
+
+__all__ = ["Budget", "PlanningConstraints", "iso_duration"]
+
+T = TypeVar("T")
+
+# Budgets are clamped like every other taut timeout (see taut.config): a value
+# beyond it means "practically unbounded" and must never overflow timedelta/time_t.
+_MAX_BUDGET_S = 100 * 365 * 86400.0
+
+# Years and months have no fixed length; a budget must mean one exact duration.
+_AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _seconds_to_timedelta(seconds: float) -> timedelta:
+    return timedelta(seconds=min(seconds, _MAX_BUDGET_S))
+
+
+def _coerce_budget(value: object) -> object:
+    """Numbers are seconds; text is seconds or an ISO-8601 duration (``PT30M``)."""
+    if value is None or isinstance(value, timedelta):
+        if isinstance(value, timedelta) and value < timedelta(0):
+            raise ValueError(f"time_budget must not be negative, got {value!r}")
+        return value
+    if isinstance(value, bool):
+        raise ValueError(
+            f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
+        )
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and math.isnan(value):
+            raise ValueError("time_budget must be a number of seconds, got nan (float)")
+        if value < 0:
+            raise ValueError(f"time_budget must not be negative, got {_describe(value)}")
+        if value == math.inf:
+            return None  # as everywhere in taut: an infinite timeout is no timeout
+        return timedelta(seconds=_MAX_BUDGET_S) if value >= _MAX_BUDGET_S else value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text)
+        except ValueError:
+            pass
+        else:
+            return _coerce_budget(number)
+        if _AMBIGUOUS_ISO.match(text):
+            raise ValueError(
+                f"time_budget {value!r}: years and months have no fixed length; "
+                "use days (P30D) or hours instead"
+            )
+        if text.startswith("-"):
+            raise ValueError(f"time_budget must not be negative, got {value!r}")
+        return text
+    raise ValueError(
+        f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
+    )
+
+
+def iso_duration(value: timedelta) -> str:
+    """ISO-8601 duration in days, hours, minutes and seconds (never years or
+    months, which have no fixed length): ``PT30M``, ``P1DT2H``, ``PT0.5S``."""
+    if value < timedelta(0):
+        raise ValueError(f"duration must not be negative, got {value!r}")
+    days = value.days
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    out = f"P{days}D" if days else "P"
+    clock = ""
+    if hours:
+        clock += f"{hours}H"
+    if minutes:
+        clock += f"{minutes}M"
+    if seconds or value.microseconds:
+        frac = f".{value.microseconds:06d}".rstrip("0") if value.microseconds else ""
+        clock += f"{seconds}{frac}S"
+    if clock:
+        out += "T" + clock
+    return out if out != "P" else "PT0S"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+_UNITS = {
+    "en": (("hour", "hours"), ("minute", "minutes"), ("second", "seconds")),
+    "de": (("Stunde", "Stunden"), ("Minute", "Minuten"), ("Sekunde", "Sekunden")),
+}
+
+
+def _duration_text(seconds: float, lang: str) -> str:
+    (h1, hn), (m1, mn), (s1, sn) = _UNITS[lang]
+    if 0 < seconds < 1:
+        return "less than a second" if lang == "en" else "weniger als eine Sekunde"
+    total = round(seconds)
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    parts = []
+    if h:
+        parts.append(_plural(h, h1, hn))
+    if m:
+        parts.append(_plural(m, m1, mn))
+    if s:
+        parts.append(_plural(s, s1, sn))
+    # "1 hour 30 minutes", not "1 hour and 30 minutes": the sentence's own "and"
+    # joins the time and the agents.
+    return " ".join(parts)
+
+
+def _norm_lang(lang: str) -> str:
+    base = str(lang).lower().replace("_", "-").split("-")[0]
+    if base not in _UNITS:
+        raise ValueError(f"lang must be one of 'en', 'de' (or a regional variant), got {lang!r}")
+    return base
+
+
+class PlanningConstraints(BaseModel):
+    """Time budget and resource limit of a plan; information for planning, limits
+    for execution.
+
+    Loads from YAML/JSON with camelCase names (``timeBudget``, ``resourceLimit``
+    or ``maxAgents``, ``costBudgets``) or by field name.
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        ser_json_timedelta="iso8601",
+    )
+
+    time_budget: Union[timedelta, None] = Field(  # noqa: UP007 - pydantic evaluates it on 3.9
+        None,
+        validation_alias=AliasChoices("time_budget", "timeBudget"),
+        serialization_alias="timeBudget",
+        description=(
+            "Wall-clock budget: seconds or an ISO-8601 duration such as PT30M or P1DT2H. "
+            "None = no time limit."
+        ),
+    )
+    max_agents: Union[int, None] = Field(  # noqa: UP007 - pydantic evaluates it on 3.9
+        None,
+        ge=1,
+        strict=True,
+        validation_alias=AliasChoices("max_agents", "maxAgents", "resourceLimit", "resource_limit"),
+        serialization_alias="resourceLimit",
+        description="How many agents / tool workers may run at once. None = no limit.",
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Soft preferences a planner may trade off (e.g. {'speed': 0.7}); not enforced.",
+    )
+    cost_budgets: dict[str, float] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("cost_budgets", "costBudgets"),
+        serialization_alias="costBudgets",
+        description="Hard limits per resource (e.g. {'usd': 2.5, 'tokens': 100000}).",
+    )
+
+    @field_validator("time_budget", mode="before")
+    @classmethod
+    def _budget_before(cls, value: object) -> object:
+        return _coerce_budget(value)
+
+    @field_validator("time_budget")
+    @classmethod
+    def _budget_after(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError(f"time_budget must not be negative, got {value!r}")
+        return value
+
+    @field_serializer("time_budget", when_used="json")
+    def _budget_iso(self, value: Optional[timedelta]) -> Optional[str]:  # noqa: UP045 - evaluated by pydantic on 3.9
+        return None if value is None else iso_duration(value)
+
+    @field_validator("max_agents", mode="before")
+    @classmethod
+    def _agents_before(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"max_agents must be an int >= 1 or None, got {_describe(value)}")
+        return value
+
+    @field_validator("weights", "cost_budgets")
+    @classmethod
+    def _finite(cls, value: dict[str, float], info: Any) -> dict[str, float]:
+        for name, number in value.items():
+            if not math.isfinite(number):
+                raise ValueError(f"{info.field_name}[{name!r}] must be finite, got {number!r}")
+            if info.field_name == "cost_budgets" and number < 0:
+                raise ValueError(f"cost_budgets[{name!r}] must not be negative, got {number!r}")
+        return value
+
+    @field_validator("weights", "cost_budgets", mode="before")
+    @classmethod
+    def _no_bools(cls, value: object, info: Any) -> object:
+        if isinstance(value, Mapping):
+            for name, number in value.items():
+                if isinstance(number, bool):
+                    raise ValueError(
+                        f"{info.field_name}[{name!r}] must be a number, got {_describe(number)}"
+                    )
+        return value
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PlanningConstraints:
+        """Parse a JSON object (camelCase or field names)."""
+        return cls.model_validate(json.loads(text))
+
+    @classmethod
+    def from_yaml(cls, text: str) -> PlanningConstraints:
+        """Parse a YAML mapping (safe loader; camelCase or field names)."""
+        import yaml
+
+        return cls.model_validate(yaml.safe_load(text) or {})
+
+    @classmethod
+    def load(cls, path: str | Path) -> PlanningConstraints:
+        """Read a ``.json``, ``.yaml`` or ``.yml`` file."""
+        file = Path(path)
+        text = file.read_text(encoding="utf-8")
+        if file.suffix.lower() == ".json":
+            return cls.from_json(text)
+        return cls.from_yaml(text)
+
+    def to_json(self) -> str:
+        """JSON with camelCase names and the budget as an ISO-8601 duration."""
+        return self.model_dump_json(by_alias=True, exclude_defaults=True)
+
+    # ------------------------------------------------------------------ planning
+    @property
+    def time_budget_s(self) -> float | None:
+        """The time budget in seconds, or None."""
+        return None if self.time_budget is None else self.time_budget.total_seconds()
+
+    def guidance(self, lang: str = "en") -> str:
+        """The planning sentence for a prompt, e.g. "You have 30 minutes and 3
+        available agents." (``lang="de"``: "Du hast 30 Minuten und 3 verfügbare
+        Agenten."). Cost budgets and weights add one sentence each."""
+        lang = _norm_lang(lang)
+        budget = self.time_budget_s
+        n = self.max_agents
+        if lang == "en":
+            if budget is None:
+                time_part = "no time limit"
+            elif budget <= 0:
+                time_part = "no time left"
+            else:
+                time_part = _duration_text(budget, "en")
+            if n is None:
+                agents = "no limit on the number of agents"
+            else:
+                agents = _plural(n, "available agent", "available agents")
+            out = f"You have {time_part} and {agents}."
+            if self.cost_budgets:
+                limits = ", ".join(f"{k} {_num(v)}" for k, v in self.cost_budgets.items())
+                out += f" Do not exceed these budgets: {limits}."
+            if self.weights:
+                prefs = ", ".join(f"{k} {_num(v)}" for k, v in self.weights.items())
+                out += f" Preferences (weights): {prefs}."
+            return out
+        if budget is None:
+            time_part = "kein Zeitlimit"
+        elif budget <= 0:
+            time_part = "keine Zeit mehr"
+        else:
+            time_part = _duration_text(budget, "de")
+        if n is None:
+            agents = "keine Begrenzung der Anzahl der Agenten"
+        elif n == 1:
+            agents = "einen verfügbaren Agenten"
+        else:
+            agents = f"{n} verfügbare Agenten"
+        out = f"Du hast {time_part} und {agents}."
+        if self.cost_budgets:
+            limits = ", ".join(f"{k} {_num(v, 'de')}" for k, v in self.cost_budgets.items())
+            out += f" Überschreite diese Budgets nicht: {limits}."
+        if self.weights:
+            prefs = ", ".join(f"{k} {_num(v, 'de')}" for k, v in self.weights.items())
+            out += f" Präferenzen (Gewichte): {prefs}."
+        return out
+
+    def cap(self, agents: Sequence[T]) -> list[T]:
+        """The first ``max_agents`` of ``agents`` (all of them without a limit)."""
+        items = list(agents)
+        return items if self.max_agents is None else items[: self.max_agents]
+
+    def start(self, clock: Callable[[], float] = time.monotonic) -> Budget:
+        """Start the clock: a live :class:`Budget` measured with ``clock``."""
+        return Budget(self, clock=clock)
+
+
+def _num(value: float, lang: str = "en") -> str:
+    text = f"{value:g}"
+    return text.replace(".", ",") if lang == "de" else text
+
+
+class Budget:
+    """A started :class:`PlanningConstraints`: live, shrinking state.
+
+    ``remaining()`` / ``elapsed()`` are measured with the injected ``clock``; time
+    between :meth:`pause` and :meth:`resume` (or inside ``with budget.paused():``)
+    is not charged. ``with budget:`` / ``async with budget:`` is a taut deadline
+    scope (``taut.fail_after``) of what remains at entry: ``taut.remaining()``
+    inside reports it, nested scopes and worker threads (through context
+    propagation) see it, an ``async with`` block is cancelled when it runs out and
+    either form raises :class:`taut.DeadlineExpired` on exit once it has run out.
+    :meth:`scope` gives ``move_on`` and ``interrupt=True`` variants. The scope's
+    deadline is fixed at entry, so pause outside a scope, not inside one. The
+    budget's own state is thread-safe.
+    """
+
+    def __init__(
+        self,
+        constraints: PlanningConstraints,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        parent: Budget | None = None,
+    ) -> None:
+        self._initial = constraints
+        self._clock = clock
+        self._parent = parent
+        self._lock = threading.Lock()
+        self._total = constraints.time_budget_s
+        self._paused_total = 0.0
+        self._paused_since: float | None = None
+        self._pause_depth = 0
+        self._spent: dict[str, float] = {}
+        self._scopes: contextvars.ContextVar[tuple[DeadlineScope, ...]] = contextvars.ContextVar(
+            "taut_budget_scopes", default=()
+        )
+        self._label = "time budget"
+        self._started = clock()
+
+    def __repr__(self) -> str:
+        remaining = self.remaining()
+        shown = "unbounded" if remaining is None else f"{remaining:.3f}s left"
+        paused = ", paused" if self.is_paused else ""
+        return f"<Budget {shown}, max_agents={self._initial.max_agents}{paused}>"
+
+    # ------------------------------------------------------------------ time
+    @property
+    def initial(self) -> PlanningConstraints:
+        """The constraints this budget was started with."""
+        return self._initial
+
+    @property
+    def total(self) -> float | None:
+        """The full time budget in seconds (None = unbounded)."""
+        return self._total
+
+    @property
+    def max_agents(self) -> int | None:
+        return self._initial.max_agents
+
+    def _elapsed_locked(self, now: float) -> float:
+        paused = self._paused_total
+        if self._paused_since is not None:
+            paused += now - self._paused_since
+        return max(0.0, now - self._started - paused)
+
+    def elapsed(self) -> float:
+        """Seconds charged so far (paused time excluded)."""
+        now = self._clock()
+        with self._lock:
+            return self._elapsed_locked(now)
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or None for an unbounded budget."""
+        if self._total is None:
+            return None
+        return max(0.0, self._total - self.elapsed())
+
+    @property
+    def expired(self) -> bool:
+        """True once the time budget is used up (never for an unbounded budget)."""
+        remaining = self.remaining()
+        return remaining is not None and remaining <= 0.0
+
+    # ------------------------------------------------------------------ pausing
+    @property
+    def is_paused(self) -> bool:
+        return self._pause_depth > 0
+
+    def pause(self) -> None:
+        """Stop charging time (e.g. while waiting for a human). Nests: time is
+        charged again after the matching number of :meth:`resume` calls."""
+        now = self._clock()
+        with self._lock:
+            if self._pause_depth == 0:
+                self._paused_since = now
+            self._pause_depth += 1
+
+    def resume(self) -> None:
+        """Charge time again after :meth:`pause`."""
+        now = self._clock()
+        with self._lock:
+            if self._pause_depth == 0:
+                raise RuntimeError("Budget.resume() called without a matching pause()")
+            self._pause_depth -= 1
+            if self._pause_depth == 0 and self._paused_since is not None:
+                self._paused_total += max(0.0, now - self._paused_since)
+                self._paused_since = None
+
+    @contextmanager
+    def paused(self) -> Iterator[Budget]:
+        """``with budget.paused():`` the time inside is not charged."""
+        self.pause()
+        try:
+            yield self
+        finally:
+            self.resume()
+
+    # ------------------------------------------------------------------ costs
+    def charge(self, name: str, amount: float) -> float | None:
+        """Record ``amount`` spent of cost budget ``name`` (here and in every parent
+        budget); returns what remains of it (None if ``name`` has no budget)."""
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise TypeError(f"amount must be a number, got {_describe(amount)}")
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+        with self._lock:
+            self._spent[name] = self._spent.get(name, 0.0) + float(amount)
+        if self._parent is not None:
+            self._parent.charge(name, amount)
+        return self.cost_remaining(name)
+
+    def cost_remaining(self, name: str) -> float | None:
+        """What remains of cost budget ``name`` (never negative), None if unlimited."""
+        limit = self._initial.cost_budgets.get(name)
+        if limit is None:
+            return None
+        with self._lock:
+            return max(0.0, limit - self._spent.get(name, 0.0))
+
+    @property
+    def exhausted(self) -> bool:
+        """True when the time or any hard cost budget is used up."""
+        return self.expired or any(
+            self.cost_remaining(name) == 0.0 for name in self._initial.cost_budgets
+        )
+
+    # ------------------------------------------------------------------ re-planning
+    def child(
+        self, seconds: float | timedelta | None = None, *, max_agents: int | None = None
+    ) -> Budget:
+        """A sub-budget started now: ``seconds`` (or all that remains), never longer
+        than what remains here; ``max_agents`` never above this budget's limit.
+        Costs charged to the child are charged here too."""
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise TypeError(
+                    f"seconds must be a number, a timedelta or None, got {_describe(seconds)}"
+                )
+            if math.isnan(seconds) or seconds < 0:
+                raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        remaining = self.remaining()
+        if remaining is None:
+            total = seconds
+        else:
+            total = remaining if seconds is None else min(float(seconds), remaining)
+        limit = self._initial.max_agents
+        if max_agents is not None:
+            limit = max_agents if limit is None else min(limit, max_agents)
+        sub = self.constraints().model_copy(
+            update={
+                "time_budget": None if total is None else _seconds_to_timedelta(total),
+                "max_agents": limit,
+            }
+        )
+        return Budget(sub, clock=self._clock, parent=self)
+
+    def constraints(self) -> PlanningConstraints:
+        """A :class:`PlanningConstraints` with only what remains: the re-planning input."""
+        remaining = self.remaining()
+        costs = {name: self.cost_remaining(name) or 0.0 for name in self._initial.cost_budgets}
+        return self._initial.model_copy(
+            update={
+                "time_budget": None if remaining is None else _seconds_to_timedelta(remaining),
+                "cost_budgets": costs,
+            }
+        )
+
+    def guidance(self, lang: str = "en") -> str:
+        """The planning sentence for what remains."""
+        return self.constraints().guidance(lang)
+
+    def cap(self, agents: Sequence[T]) -> list[T]:
+        return self._initial.cap(agents)
+
+    # ------------------------------------------------------------------ deadline scope
+    def deadline(self) -> float | None:
+        """The absolute ``time.monotonic()`` time at which the budget runs out if
+        nothing is paused from now on (None for an unbounded budget)."""
+        remaining = self.remaining()
+        if remaining is None:
+            return None
+        return time.monotonic() + remaining
+
+    def scope(self, *, raise_on_expiry: bool = True, interrupt: bool = False) -> DeadlineScope:
+        """A fresh deadline scope bounded by what remains now (unbounded for an
+        unbounded budget): ``taut.fail_after`` (raises ``taut.DeadlineExpired``)
+        or, with ``raise_on_expiry=False``, ``taut.move_on_after``. The scope is
+        fixed at entry: pausing the budget inside it does not move its deadline."""
+        from taut.deadline import fail_after, move_on_after
+
+        # Relative seconds, not an absolute time: the budget's clock may be an
+        # injected one, and the scope counts from its own entry on its own clock.
+        factory = fail_after if raise_on_expiry else move_on_after
+        return factory(self.remaining(), self._label, interrupt=interrupt)
+
+    def __enter__(self) -> Budget:
+        scope = self.scope()
+        scope.__enter__()
+        self._scopes.set((*self._scopes.get(), scope))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack = self._scopes.get()
+        scope = stack[-1]
+        self._scopes.set(stack[:-1])
+        return scope.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Budget:
+        scope = self.scope()
+        await scope.__aenter__()
+        self._scopes.set((*self._scopes.get(), scope))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack = self._scopes.get()
+        scope = stack[-1]
+        self._scopes.set(stack[:-1])
+        return await scope.__aexit__(exc_type, exc, tb)

@@ -1,0 +1,368 @@
+"""``python -m taut demo``: a live, self-explaining run of one simulated agent turn.
+
+Eight tool calls share three tool workers, so five of them wait and their queue
+notices are printed as they happen. One tool hangs and is cut off at the batch
+deadline; one runs a shell whose grandchild would outlive it, and the whole
+process tree is killed at the tool's own deadline; one starts a sub-agent whose
+nested batch runs inline on its worker. A planning budget shrinks across two
+rounds: the second round is planned with only what the first left. The run
+ends with a table of outcomes and timings, and checks its own claims (exit
+status 1 if one of them did not hold). A few seconds, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
+
+__all__ = ["main", "run_demo"]
+
+BUDGET_S = 3.0
+BATCH_DEADLINE_S = 1.2
+SHELL_DEADLINE_S = 0.5
+WORKERS = 3
+
+_TEXT = {
+    "en": {
+        "title": "taut demo: one simulated agent turn (no network)",
+        "plan": "planning round {n}: {guidance}",
+        "batch": "round {n}: {count} tool calls on {workers} tool workers, "
+        "batch deadline {deadline:.1f} s",
+        "started": "  {call} {tool}: started on {thread}",
+        "done": "  {call} {tool}: {status} after {elapsed:.2f} s",
+        "left": "budget: {used:.2f} s used, {left:.2f} s left of {total:.1f} s",
+        "table": "outcomes",
+        "checks": "checks",
+        "ok": "all checks passed",
+        "fail": "some checks FAILED",
+    },
+    "de": {
+        "title": "taut-Demo: ein simulierter Agentenschritt (ohne Netzwerk)",
+        "plan": "Planungsrunde {n}: {guidance}",
+        "batch": "Runde {n}: {count} Tool-Aufrufe auf {workers} Tool-Bearbeitern, "
+        "Frist {deadline:.1f} s",
+        "started": "  {call} {tool}: gestartet auf {thread}",
+        "done": "  {call} {tool}: {status} nach {elapsed:.2f} s",
+        "left": "Budget: {used:.2f} s verbraucht, {left:.2f} s übrig von {total:.1f} s",
+        "table": "Ergebnisse",
+        "checks": "Prüfungen",
+        "ok": "alle Prüfungen bestanden",
+        "fail": "einige Prüfungen FEHLGESCHLAGEN",
+    },
+}
+
+
+@dataclass
+class _Row:
+    round: int
+    result: ToolResult
+    thread: str = ""
+
+
+class _Console:
+    """Timestamped, thread-safe lines: notices arrive from worker threads."""
+
+    def __init__(self, write: Callable[[str], object]) -> None:
+        self._write = write
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def line(self, text: str = "", stamp: bool = True) -> None:
+        with self._lock:
+            self._write(f"[{self.now():5.2f}s] {text}" if stamp else text)
+
+
+def _pid_gone(pid: int, wait_s: float = 2.0) -> bool:
+    """True once ``pid`` is gone or a zombie (killed, not yet reaped by init)."""
+    import psutil
+
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
+
+
+def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
+    """Run the demo, writing lines through ``write``; 0 if every check held."""
+    # Imported here so that registering the subcommand stays cheap.
+    from taut.constraints import PlanningConstraints
+    from taut.process import run_process
+
+    text = _TEXT[lang]
+    con = _Console(write)
+    threads: dict[str, str] = {}
+    facts: dict[str, Any] = {}
+
+    def tracked(call_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(**kwargs: Any) -> Any:
+            threads[call_id] = threading.current_thread().name
+            return fn(**kwargs)
+
+        return run
+
+    # -- the tools (simulated; none touches the network) ----------------------
+
+    def search_docs(query: str) -> str:
+        time.sleep(0.35)
+        return f"3 passages about {query!r}"
+
+    def read_file(path: str) -> str:
+        time.sleep(0.15)
+        with open(path, "rb") as fh:
+            return f"{len(fh.read())} bytes read"
+
+    def hang() -> str:
+        # A tool stuck in a loop; the batch deadline cuts it off and
+        # interrupt=True stops the loop on its worker thread.
+        try:
+            while True:
+                time.sleep(0.01)
+        except BaseException:
+            facts["hang_stopped_at"] = con.now()
+            raise
+
+    def shell() -> str:
+        # The shell starts a grandchild that would outlive it and hold its pipes.
+        result = run_process(
+            ["sh", "-c", "sleep 30 & echo $!; wait"], timeout=SHELL_DEADLINE_S, text=True
+        )
+        pid = int((result.stdout or "0").split()[0] or 0)
+        gone = pid > 0 and _pid_gone(pid)
+        facts["shell"] = (result.timed_out, pid, gone, result.elapsed_s)
+        state = "killed with it" if gone else "STILL ALIVE"
+        return f"sh timed out after {result.elapsed_s:.2f} s; grandchild sleep (pid {pid}) {state}"
+
+    def sub_agent(topic: str) -> str:
+        # A tool that starts a sub-agent: its batch runs inline on this worker.
+        inner = runner.run(
+            [ToolCall("lookup", lambda i=i: f"{topic}-{i}", read_only=True) for i in range(3)]
+        )
+        where = threading.current_thread().name
+        facts["sub_agent"] = ([r.status for r in inner], where)
+        return f"{len(inner)} sub-results, inline on {where}"
+
+    def fetch_forecast(city: str) -> str:
+        time.sleep(0.25)
+        return f"{city}: sunny (simulated)"
+
+    def list_dir(path: str) -> str:
+        return f"{len(os.listdir(path))} entries"
+
+    def count_words(words: str) -> str:
+        time.sleep(0.05)
+        return f"{len(words.split())} words"
+
+    def write_report(title: str) -> str:
+        time.sleep(0.1)
+        return f"report {title!r} written"
+
+    # -- round 1 ---------------------------------------------------------------
+
+    con.line(text["title"], stamp=False)
+    constraints = PlanningConstraints(time_budget=timedelta(seconds=BUDGET_S), max_agents=WORKERS)
+    budget = constraints.start()
+    con.line(text["plan"].format(n=1, guidance=budget.guidance(lang)))
+
+    def on_notice(n: QueueNotice) -> None:
+        if n.clears:
+            con.line(f"  {n.call_id} {n.name}: [{n.kind}]")
+        else:
+            con.line(f"  {n.call_id} {n.name}: {n.text}")
+
+    runner = ToolRunner(
+        constraints=budget.constraints(),
+        concurrent_batch_timeout=BATCH_DEADLINE_S,
+        sequential_call_timeout=BATCH_DEADLINE_S,
+        on_notice=on_notice,
+        language=lang,
+        interrupt=True,
+    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    plan: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = [
+        ("t1", "search_docs", search_docs, {"query": "deadlines"}),
+        ("t2", "read_file", read_file, {"path": os.path.abspath(__file__)}),
+        ("t3", "hang", hang, {}),
+        ("t4", "shell", shell, {}),
+        ("t5", "sub_agent", sub_agent, {"topic": "pools"}),
+        ("t6", "fetch_forecast", fetch_forecast, {"city": "Hannover"}),
+        ("t7", "list_dir", list_dir, {"path": here}),
+        ("t8", "count_words", count_words, {"words": "deadlines that really fire"}),
+    ]
+    calls = [
+        ToolCall(name, tracked(cid, fn), args, read_only=True, call_id=cid)
+        for cid, name, fn, args in plan
+    ]
+    deadline = min(BATCH_DEADLINE_S, budget.remaining() or BATCH_DEADLINE_S)
+    con.line(text["batch"].format(n=1, count=len(calls), workers=WORKERS, deadline=deadline))
+    rows: list[_Row] = []
+    t_batch = time.monotonic()
+    results = runner.run(calls, timeout=deadline)
+    batch_s = time.monotonic() - t_batch
+    for r in results:
+        con.line(
+            text["done"].format(call=r.call_id, tool=r.name, status=r.status, elapsed=r.elapsed_s)
+        )
+        rows.append(_Row(1, r, threads.get(r.call_id, "-")))
+    used = budget.elapsed()
+    con.line(text["left"].format(used=used, left=budget.remaining() or 0.0, total=BUDGET_S))
+
+    # -- round 2: planned with only what remains -------------------------------
+
+    remaining_plan = budget.constraints()
+    con.line(text["plan"].format(n=2, guidance=remaining_plan.guidance(lang)))
+    calls2 = [
+        ToolCall("write_report", tracked("t9", write_report), {"title": "turn 1"}, call_id="t9"),
+        ToolCall(
+            "count_words",
+            tracked("t10", count_words),
+            {"words": "done and dusted"},
+            read_only=True,
+            call_id="t10",
+        ),
+    ]
+    deadline2 = min(BATCH_DEADLINE_S, budget.remaining() or BATCH_DEADLINE_S)
+    con.line(text["batch"].format(n=2, count=len(calls2), workers=WORKERS, deadline=deadline2))
+    for r in runner.run(calls2, timeout=deadline2):
+        con.line(
+            text["done"].format(call=r.call_id, tool=r.name, status=r.status, elapsed=r.elapsed_s)
+        )
+        rows.append(_Row(2, r, threads.get(r.call_id, "-")))
+    con.line(
+        text["left"].format(used=budget.elapsed(), left=budget.remaining() or 0.0, total=BUDGET_S)
+    )
+    stats = runner.executor.stats()
+    runner.shutdown(wait=False)
+    stop_wait = time.monotonic() + 2.0
+    while "hang_stopped_at" not in facts and time.monotonic() < stop_wait:
+        time.sleep(0.01)
+
+    # -- the table and the checks ----------------------------------------------
+
+    con.line(stamp=False)
+    con.line(text["table"], stamp=False)
+    con.line(_table(rows), stamp=False)
+    con.line(stamp=False)
+    by_id = {row.result.call_id: row.result for row in rows}
+    shell_timed_out, grandchild, gone, shell_s = facts.get("shell", (False, 0, False, 0.0))
+    nested = facts.get("sub_agent", ([], ""))
+    checks = [
+        (
+            "hung tool cut off at the batch deadline",
+            by_id["t3"].timed_out and batch_s < deadline + 1.0,
+            f"timeout after {by_id['t3'].elapsed_s:.2f} s, batch took {batch_s:.2f} s "
+            f"(deadline {deadline:.1f} s)",
+        ),
+        (
+            "the hung tool's loop was stopped on its thread (interrupt=True)",
+            "hang_stopped_at" in facts,
+            f"at {facts.get('hang_stopped_at', float('nan')):.2f} s",
+        ),
+        (
+            "subprocess tree killed at its deadline, grandchild included",
+            bool(shell_timed_out and gone),
+            f"sh killed after {shell_s:.2f} s (deadline {SHELL_DEADLINE_S} s), "
+            f"grandchild pid {grandchild} gone: {gone}",
+        ),
+        (
+            "nested sub-agent batch ran inline on its worker",
+            nested[0] == ["ok"] * 3 and str(nested[1]).startswith("agent-tool-worker_"),
+            f"{nested[0]} on {nested[1]}",
+        ),
+        (
+            "results in batch order with their call ids",
+            [r.call_id for r in results] == [c.call_id for c in calls],
+            "",
+        ),
+        (
+            "the other seven round-1 calls succeeded",
+            all(by_id[f"t{i}"].status == "ok" for i in (1, 2, 4, 5, 6, 7, 8)),
+            "",
+        ),
+        (
+            "the budget shrank between the planning rounds",
+            (remaining_plan.time_budget_s or 0) < BUDGET_S - batch_s + 0.5
+            and (remaining_plan.time_budget_s or 0) < BUDGET_S,
+            f"round 2 planned with {remaining_plan.time_budget_s or 0:.2f} s of {BUDGET_S:.1f} s",
+        ),
+        (
+            "the hung worker was abandoned, the pool kept its ceiling",
+            stats.abandoned >= 1 and stats.max_workers == WORKERS,
+            f"{stats.abandoned} abandoned, ceiling {stats.max_workers}",
+        ),
+    ]
+    con.line(text["checks"], stamp=False)
+    for label, ok, detail in checks:
+        mark = "ok  " if ok else "FAIL"
+        con.line(f"  [{mark}] {label}" + (f": {detail}" if detail else ""), stamp=False)
+    all_ok = all(ok for _, ok, _ in checks)
+    con.line(text["ok"] if all_ok else text["fail"], stamp=False)
+    return 0 if all_ok else 1
+
+
+def _table(rows: Sequence[_Row]) -> str:
+    header = ("round", "call", "tool", "status", "started", "elapsed", "worker", "result")
+    lines = [
+        (
+            str(row.round),
+            row.result.call_id,
+            row.result.name,
+            row.result.status,
+            "yes" if row.result.started else "no",
+            f"{row.result.elapsed_s:.2f} s",
+            row.thread,
+            _short(row.result.text, 76),
+        )
+        for row in rows
+    ]
+    widths = [max(len(c) for c in col) for col in zip(header, *lines)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(header, widths))]
+    out.append("-+-".join("-" * w for w in widths))
+    out += [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
+    return "\n".join(out)
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add the ``demo`` subcommand to ``python -m taut``."""
+    demo = subparsers.add_parser(
+        "demo", help="a live run of one simulated agent turn (a few seconds, no network)"
+    )
+    demo.add_argument("--lang", choices=sorted(_TEXT), default="en", help="language of the texts")
+    demo.set_defaults(handler=lambda args: run_demo(args.lang, _print_flush))
+
+
+def _print_flush(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m taut.demo")
+    parser.add_argument("--lang", choices=sorted(_TEXT), default="en")
+    args = parser.parse_args(argv)
+    return run_demo(args.lang, _print_flush)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""Kill whole process trees, and run commands whose deadline really kills them.
+
+``kill_process_tree`` reaches every descendant of a process through ``/proc``,
+including grandchildren that started a session of their own and orphans
+reparented to init that still belong to a session or process group the tree
+leads. The tree is frozen with ``SIGSTOP`` until a rescan finds nobody new, so it
+cannot fork away while it is being killed; processes are addressed by pid *and*
+start time (through pidfds where the kernel has them), so a reused pid is never
+signalled; the caller itself and its own process group are never signalled.
+
+``run_process`` is ``subprocess.run(capture_output=True)`` with a deadline that
+the Rust timer thread enforces by killing the whole tree without the GIL, and a
+reader that returns on time even when orphaned grandchildren keep the pipes open.
+
+Linux only (it reads ``/proc``).
+"""
+
+from __future__ import annotations
+
+import locale
+import numbers
+import os
+import select
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import Any, Union
+
+from taut import _core
+from taut.deadline import DeadlineExpired, clamp_timeout
+
+__all__ = ["ProcessResult", "kill_process_tree", "run_process"]
+
+# After the deadline has killed the tree, how long to keep reading output that is
+# already in the pipes. A holder the kill could not reach (an orphan that left the
+# session before the kill) keeps the write end open; past this we close our end.
+_DRAIN_AFTER_KILL_S = 0.2
+# How long to wait for the killed root to be reaped before returning without it.
+_REAP_AFTER_KILL_S = 1.0
+# Granularity of the grace wait in kill_process_tree.
+_GRACE_SLICE_S = 0.01
+
+_StrOrBytesPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_pid(pid: object) -> int:
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise TypeError(f"pid must be a positive int process id, got {_describe(pid)}")
+    if pid <= 0:
+        raise ValueError(f"pid must be a positive int process id, got {_describe(pid)}")
+    if pid == 1:
+        raise ValueError("pid must not be 1: refusing to signal init and every process")
+    if pid == os.getpid():
+        raise ValueError(f"pid must not be the caller's own process, got {pid}")
+    return pid
+
+
+def _check_signal(sig: object) -> int:
+    if isinstance(sig, bool) or not isinstance(sig, int):
+        raise TypeError(
+            f"sig must be a signal number (int or signal.Signals), got {_describe(sig)}"
+        )
+    if sig not in signal.valid_signals() or sig == 0:
+        raise ValueError(f"sig must be a valid signal number other than 0, got {_describe(sig)}")
+    return int(sig)
+
+
+def _check_grace(grace: object) -> float | None:
+    if grace is None:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, numbers.Real):
+        raise TypeError(
+            f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
+        )
+    # Compared as given: float() of a huge int would raise OverflowError.
+    if grace != grace or grace < 0:
+        raise ValueError(
+            f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
+        )
+    clamped = clamp_timeout(grace)
+    return 0.0 if clamped is None else clamped
+
+
+def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | None = None) -> bool:
+    """Signal the process ``pid`` and all its descendants; ``False`` if ``pid`` is gone.
+
+    The tree is frozen (``SIGSTOP``) and rescanned until no new member appears,
+    then ``sig`` is sent to every member, then ``SIGCONT`` unless ``sig`` is
+    ``SIGKILL``, so a ``SIGTERM`` can be handled. With ``grace`` (seconds), the
+    first signal is ``SIGTERM`` (or ``sig`` if another one than ``SIGKILL`` was
+    given), and after ``grace`` seconds ``SIGKILL`` goes to every member still
+    running and to anything it started meanwhile. A zombie (exited, not yet
+    reaped) still counts as present, as for ``os.kill``. Runs without the GIL.
+    """
+    pid = _check_pid(pid)
+    sig = _check_signal(sig)
+    grace_s = _check_grace(grace)
+    if grace_s is None:
+        return _core.signal_process_tree(pid, sig) is not None
+    first = signal.SIGTERM if sig == signal.SIGKILL else sig
+    members = _core.signal_process_tree(pid, first)
+    if members is None:
+        return False
+    until = time.monotonic() + grace_s
+    running = _core.running_processes(members)
+    while running:
+        left = until - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(_GRACE_SLICE_S, left))
+        running = _core.running_processes(running)
+    if running:
+        _core.signal_process_trees(running, signal.SIGKILL)
+    return True
+
+
+class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    """The outcome of ``run_process``: a ``subprocess.CompletedProcess`` that also
+    says whether the deadline killed the tree (``timed_out``), how long the call
+    took (``elapsed_s``) and the budget it had (``timeout_s``). When timed out,
+    ``stdout``/``stderr`` hold what was read before the kill and ``returncode`` is
+    the killed root's (``-9``), or ``None`` if it could not be reaped in time."""
+
+    def __init__(
+        self,
+        args: Any,
+        returncode: int | None,
+        stdout: Any = None,
+        stderr: Any = None,
+        *,
+        timed_out: bool = False,
+        elapsed_s: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(args, returncode, stdout, stderr)  # type: ignore[arg-type]
+        self.timed_out = timed_out
+        self.elapsed_s = elapsed_s
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, timed_out={self.timed_out!r})"
+
+    def check_returncode(self) -> None:
+        """Raise ``DeadlineExpired`` if timed out, ``CalledProcessError`` on a
+        non-zero exit status."""
+        if self.timed_out:
+            raise DeadlineExpired(
+                label=_label(self.args),
+                timeout_s=self.timeout_s if self.timeout_s is not None else 0.0,
+                elapsed_s=self.elapsed_s,
+            )
+        super().check_returncode()
+
+
+def _label(args: Any) -> str:
+    if isinstance(args, (str, bytes, os.PathLike)):
+        return os.fsdecode(args)
+    try:
+        return " ".join(os.fsdecode(a) for a in args)
+    except TypeError:
+        return repr(args)
+
+
+def _decode(data: bytes, encoding: str | None, errors: str | None) -> str:
+    text = data.decode(encoding or locale.getpreferredencoding(False), errors or "strict")
+    # Universal newlines, as text-mode pipes of subprocess.run deliver them.
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def run_process(
+    args: _StrOrBytesPath | Sequence[_StrOrBytesPath],
+    timeout: float | None,
+    *,
+    input: bytes | str | None = None,
+    check: bool = False,
+    **popen_kwargs: Any,
+) -> ProcessResult:
+    """Run a command like ``subprocess.run(args, capture_output=True, ...)``, bounded.
+
+    At the deadline the Rust timer thread kills the command's whole process tree
+    (``SIGKILL``, see ``kill_process_tree``) without needing the GIL, and the call
+    returns promptly with ``timed_out=True``, even if orphaned grandchildren hold
+    the output pipes. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
+    forever, ``0`` or less returns timed out without starting anything.
+
+    The child starts in a new session (``start_new_session=True``) unless
+    ``start_new_session`` or ``process_group`` is passed, so grandchildren that
+    outlive their parent are still found by session. ``stdout``/``stderr`` default
+    to pipes and may be overridden; ``text``/``encoding``/``errors`` decode the
+    output; ``check=True`` raises ``CalledProcessError`` on a non-zero exit and
+    ``DeadlineExpired`` on timeout. On any exception in the caller (such as
+    ``KeyboardInterrupt``) the tree is killed before the exception propagates.
+    """
+    budget = clamp_timeout(timeout)
+    if not isinstance(check, bool):
+        raise TypeError(f"check must be a bool, got {_describe(check)}")
+    for forbidden in ("capture_output", "timeout"):
+        if forbidden in popen_kwargs:
+            raise TypeError(f"run_process() does not take {forbidden}= (it always captures)")
+    encoding: str | None = popen_kwargs.pop("encoding", None)
+    errors: str | None = popen_kwargs.pop("errors", None)
+    text_mode = bool(
+        popen_kwargs.pop("text", None)
+        or popen_kwargs.pop("universal_newlines", None)
+        or encoding
+        or errors
+    )
+    input_bytes: bytes | None = None
+    if input is not None:
+        if "stdin" in popen_kwargs:
+            raise ValueError("stdin and input arguments may not both be used")
+        if isinstance(input, str):
+            if not text_mode:
+                raise TypeError("input must be bytes unless text, encoding or errors is given")
+            input_bytes = input.encode(
+                encoding or locale.getpreferredencoding(False), errors or "strict"
+            )
+        else:
+            input_bytes = bytes(input)
+        popen_kwargs["stdin"] = subprocess.PIPE
+    popen_kwargs.setdefault("stdout", subprocess.PIPE)
+    popen_kwargs.setdefault("stderr", subprocess.PIPE)
+    if "start_new_session" not in popen_kwargs and "process_group" not in popen_kwargs:
+        popen_kwargs["start_new_session"] = True
+
+    started = time.monotonic()
+    if budget is not None and budget <= 0:
+        return ProcessResult(args, None, None, None, timed_out=True, timeout_s=budget)
+    deadline = None if budget is None else _core.Deadline(started + budget)
+    proc = subprocess.Popen(args, **popen_kwargs)
+    start_time = _core.process_start_time(proc.pid)
+    timed_out = False
+    try:
+        if deadline is not None:
+            # Armed right after the spawn: from now on the timer thread owns the kill.
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, start_time)
+        outputs, timed_out = _communicate(proc, deadline, input_bytes, start_time)
+    except BaseException:
+        if deadline is not None:
+            deadline.cancel()
+        _core.signal_process_tree(proc.pid, signal.SIGKILL, start_time)
+        _close_pipes(proc)
+        _reap(proc, _REAP_AFTER_KILL_S)
+        raise
+    if deadline is not None and not timed_out:
+        deadline.cancel()
+    if timed_out:
+        returncode = _reap(proc, _REAP_AFTER_KILL_S)
+    else:
+        returncode = proc.wait()
+    out, err = outputs
+    stdout: bytes | str | None = out
+    stderr: bytes | str | None = err
+    if text_mode:
+        stdout = None if out is None else _decode(out, encoding, errors)
+        stderr = None if err is None else _decode(err, encoding, errors)
+    result = ProcessResult(
+        args,
+        returncode,
+        stdout,
+        stderr,
+        timed_out=timed_out,
+        elapsed_s=time.monotonic() - started,
+        timeout_s=budget,
+    )
+    if check:
+        result.check_returncode()
+    return result
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _reap(proc: subprocess.Popen[bytes], wait_s: float) -> int | None:
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        # Popen's finaliser puts it on the list that subprocess reaps later.
+        return None
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes],
+    deadline: _core.Deadline | None,
+    input_bytes: bytes | None,
+    start_time: int | None,
+) -> tuple[tuple[bytes | None, bytes | None], bool]:
+    """Feed stdin, read stdout/stderr, until the root has exited and the pipes are
+    at EOF, or the deadline expires. Sleeps in ``select`` without a timeout: the
+    pipes, a pidfd of the root and the deadline's wake-up pipe all wake it."""
+    out_fd = proc.stdout.fileno() if proc.stdout is not None else None
+    err_fd = proc.stderr.fileno() if proc.stderr is not None else None
+    chunks: dict[int, list[bytes]] = {}
+    sel = selectors.DefaultSelector()
+    wake_r = wake_w = -1
+    pidfd = _pidfd(proc.pid)
+    timed_out = False
+    try:
+        for fd in (out_fd, err_fd):
+            if fd is not None:
+                chunks[fd] = []
+                sel.register(fd, selectors.EVENT_READ)
+        reading = set(chunks)
+        stdin_fd = -1
+        if proc.stdin is not None:
+            if input_bytes:
+                stdin_fd = proc.stdin.fileno()
+                os.set_blocking(stdin_fd, False)
+                sel.register(stdin_fd, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+        if deadline is not None:
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            sel.register(wake_r, selectors.EVENT_READ)
+            deadline.notify_fd(wake_w)
+        if pidfd is not None:
+            sel.register(pidfd, selectors.EVENT_READ)
+        exited = False
+        view = memoryview(input_bytes or b"")
+        offset = 0
+        while reading or stdin_fd >= 0 or not exited:
+            if deadline is not None and deadline.expired:
+                timed_out = True
+                break
+            # Without a pidfd the exit is noticed by polling, in short slices.
+            events = sel.select(None if pidfd is not None else 0.05)
+            if pidfd is None and not exited and proc.poll() is not None:
+                exited = True
+            for key, _ in events:
+                fd = key.fd
+                if fd == wake_r:
+                    _drain(wake_r)
+                elif fd == pidfd:
+                    exited = True
+                    sel.unregister(fd)
+                elif fd == stdin_fd:
+                    try:
+                        offset += os.write(fd, view[offset : offset + select.PIPE_BUF])
+                    except BlockingIOError:
+                        pass
+                    except BrokenPipeError:
+                        offset = len(view)
+                    if offset >= len(view):
+                        sel.unregister(fd)
+                        stdin_fd = -1
+                        if proc.stdin is not None:
+                            proc.stdin.close()
+                elif _read_into(fd, chunks):
+                    sel.unregister(fd)
+                    reading.discard(fd)
+        if timed_out:
+            # The timer thread's kill is under way; make sure it is complete before
+            # reading what is left, and never wait on EOF for longer than a moment.
+            _core.signal_process_tree(proc.pid, signal.SIGKILL, start_time)
+            until = time.monotonic() + _DRAIN_AFTER_KILL_S
+            while reading:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in sel.select(left):
+                    if key.fd in reading and _read_into(key.fd, chunks):
+                        sel.unregister(key.fd)
+                        reading.discard(key.fd)
+                    elif key.fd == wake_r:
+                        _drain(wake_r)
+    finally:
+        sel.close()
+        for fd in (wake_r, wake_w, pidfd):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        _close_pipes(proc)
+    out = None if out_fd is None else b"".join(chunks[out_fd])
+    err = None if err_fd is None else b"".join(chunks[err_fd])
+    return (out, err), timed_out
+
+
+def _read_into(fd: int, chunks: dict[int, list[bytes]]) -> bool:
+    """Read what is there; True at EOF."""
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    if not data:
+        return True
+    chunks[fd].append(data)
+    return False
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

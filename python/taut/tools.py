@@ -1,0 +1,393 @@
+"""Tool batches of one agent turn: :class:`ToolRunner`.
+
+A model answers with a batch of tool calls. Calls marked read-only run in
+parallel on a bounded pool of tool workers (threads ``agent-tool-worker_N``,
+daemon); any other call runs alone, after the calls before it and before the
+calls after it, so a write never overlaps a read of the same turn. Calls beyond
+the ceiling wait in FIFO order and are never refused; a caller can watch the
+queue through ``on_notice`` (:class:`QueueNotice`, English or German text).
+Results come back in batch order with their call ids; a call that runs past its
+deadline becomes an error result for the model ("Error executing tool 'NAME':
+timed out after 420.0s") marked ``timed_out`` so it is never confused with the
+tool's own error. Its worker is abandoned (a replacement takes its place), so a
+hung tool cannot shrink the pool.
+
+Deadlines: a parallel group gets ``tools.concurrent_batch`` seconds (default
+420, legacy variable ``TAUT_CONCURRENT_TOOL_TIMEOUT_S``), a call that runs alone
+gets ``tools.sequential_call`` (default: the concurrent value); both are read
+through :mod:`taut.config` at each batch unless given to the constructor.
+
+A batch started from inside one of this runner's workers (a tool that starts a
+sub-agent) runs its calls inline on that worker's thread, one after another:
+waiting for workers of the same bounded pool could wait forever.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from taut.executor import ThreadPoolExecutor
+from taut.gather import Call, Outcome, Scheduler, _check_timeout, _Run, _Task
+
+__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner"]
+
+_log = logging.getLogger("taut.tools")
+
+# "No ceiling" still needs a number for the pool; threads start only on demand
+# and retire when idle, as in an unbounded cached pool.
+_NO_CEILING = 1 << 16
+_IDLE_TIMEOUT = 60.0
+_DEFAULT_BATCH_TIMEOUT = 420.0
+
+_TEXTS = {
+    "en": "Waiting for a free worker - position {position}",
+    "de": "Warte auf einen freien Bearbeiter - Position {position}",
+}
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a model's batch: ``fn(**arguments)``.
+
+    ``read_only`` calls may run in parallel with each other; others run alone.
+    ``call_id`` is the model's id for the call (results carry it back).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    read_only: bool = False
+    call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        if not callable(self.fn):
+            raise TypeError(f"fn must be callable, got {self.fn!r} ({type(self.fn).__name__})")
+        if not isinstance(self.arguments, Mapping):
+            raise TypeError(
+                f"arguments must be a mapping, got {self.arguments!r} "
+                f"({type(self.arguments).__name__})"
+            )
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The result of one tool call, in the shape a model consumes.
+
+    ``status`` is ``'ok'``, ``'error'`` (the tool raised, or was cancelled) or
+    ``'timeout'`` (ran past its deadline, or never got a worker before the
+    batch deadline: ``started`` tells which). ``text`` is what goes back to the
+    model: the value as text, or "Error executing tool 'NAME': ...".
+    """
+
+    call_id: str
+    name: str
+    status: str
+    text: str
+    value: Any = None
+    error: BaseException | None = None
+    started: bool = False
+    elapsed_s: float = 0.0
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "ok"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status == "timeout"
+
+
+@dataclass(frozen=True)
+class QueueNotice:
+    """A queue notice for one call.
+
+    ``kind`` is ``'waiting'`` (the call could not start at once), ``'position'``
+    (its place in the queue changed), ``'started'`` (it got a worker: clear the
+    notice) or ``'dropped'`` (the batch deadline came first: clear the notice).
+    ``text`` is the line to show, ``''`` for the clearing kinds.
+    """
+
+    kind: str
+    call_id: str
+    name: str
+    position: int | None
+    text: str
+
+    @property
+    def clears(self) -> bool:
+        return self.kind in ("started", "dropped")
+
+
+def _config_value(name: str, config: Any, default: Any) -> Any:
+    """Read one setting through taut.config, which may not be installed in
+    every build of this layer; a broken config never breaks a tool batch."""
+    try:
+        _config = importlib.import_module("taut.config")
+    except ImportError:
+        return default
+    getter = getattr(_config, name, None)
+    if getter is None:
+        return default
+    try:
+        return getter(config)
+    except Exception:
+        _log.warning("could not read %s from the taut config; using %r", name, default)
+        return default
+
+
+def _check_workers(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{what} must be an int >= 0 (0 = no ceiling) or None, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    return value
+
+
+class ToolRunner:
+    """Runs the tool calls of agent turns on one bounded pool of tool workers.
+
+    ``tool_workers`` is the ceiling (0 = none); when not given it comes from
+    the config (``capacity.tool_workers``). ``constraints`` (a
+    ``PlanningConstraints`` or anything with ``max_agents``) can only lower it:
+    the record is a hard limit at execution. ``concurrent_batch_timeout`` and
+    ``sequential_call_timeout`` override the config (``None`` = no deadline).
+    ``language`` picks the notice text (``'en'`` or ``'de'``). With
+    ``interrupt=True`` a timed-out tool also gets :class:`TimeoutError` raised
+    in its thread (at its next bytecode boundary).
+    """
+
+    def __init__(
+        self,
+        tool_workers: int | None = None,
+        *,
+        constraints: Any = None,
+        config: Any = None,
+        concurrent_batch_timeout: float | None = _UNSET,
+        sequential_call_timeout: float | None = _UNSET,
+        on_notice: Callable[[QueueNotice], object] | None = None,
+        language: str = "en",
+        interrupt: bool = False,
+    ) -> None:
+        if language not in _TEXTS:
+            raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
+        if tool_workers is None:
+            tool_workers = _config_value("tool_workers", config, 0)
+        ceiling = _check_workers(tool_workers, "tool_workers")
+        max_agents = getattr(constraints, "max_agents", None) if constraints is not None else None
+        if max_agents is not None:
+            max_agents = _check_workers(max_agents, "constraints.max_agents")
+            if max_agents and (ceiling == 0 or max_agents < ceiling):
+                ceiling = max_agents
+        self._ceiling = ceiling
+        self._config = config
+        self._batch_timeout = (
+            _UNSET
+            if concurrent_batch_timeout is _UNSET
+            else _check_timeout(concurrent_batch_timeout)
+        )
+        self._sequential_timeout = (
+            _UNSET if sequential_call_timeout is _UNSET else _check_timeout(sequential_call_timeout)
+        )
+        self._on_notice = on_notice
+        self._language = language
+        self._interrupt = interrupt
+        self._executor = ThreadPoolExecutor(
+            max_workers=ceiling or _NO_CEILING,
+            thread_name_prefix="agent-tool-worker",
+            idle_timeout=_IDLE_TIMEOUT,
+            propagate_context=True,
+        )
+        self._scheduler = Scheduler(executor=self._executor, name="tool-runner")
+
+    # -- settings --------------------------------------------------------
+
+    @property
+    def tool_workers(self) -> int:
+        """The worker ceiling; 0 means none."""
+        return self._ceiling
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool of tool workers (for statistics: ``executor.stats()``)."""
+        return self._executor
+
+    def set_tool_workers(self, tool_workers: int) -> None:
+        """Change the ceiling at run time (0 = none); waiting calls start as
+        soon as the new ceiling allows."""
+        ceiling = _check_workers(tool_workers, "tool_workers")
+        self._executor.resize(ceiling or _NO_CEILING)
+        self._ceiling = ceiling
+
+    def batch_timeout(self) -> float | None:
+        """The deadline of a parallel group, in seconds (``None`` = none)."""
+        if self._batch_timeout is not _UNSET:
+            return self._batch_timeout
+        value = _config_value("concurrent_batch_timeout", self._config, _DEFAULT_BATCH_TIMEOUT)
+        return _check_timeout(value)
+
+    def sequential_timeout(self) -> float | None:
+        """The deadline of a call that runs alone, in seconds (``None`` = none)."""
+        if self._sequential_timeout is not _UNSET:
+            return self._sequential_timeout
+        if self._batch_timeout is not _UNSET:
+            return self._batch_timeout
+        value = _config_value("sequential_call_timeout", self._config, _UNSET)
+        return self.batch_timeout() if value is _UNSET else _check_timeout(value)
+
+    # -- running -------------------------------------------------------------
+
+    def run(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        timeout: float | None = _UNSET,
+        on_notice: Callable[[QueueNotice], object] | None = None,
+    ) -> list[ToolResult]:
+        """Run one batch and return its results in batch order.
+
+        ``timeout`` replaces both deadlines for this batch (e.g. what remains
+        of a planning budget); ``on_notice`` replaces the runner's callback.
+        """
+        batch = list(calls)
+        for i, c in enumerate(batch):
+            if not isinstance(c, ToolCall):
+                raise TypeError(
+                    f"calls[{i}] must be a taut.ToolCall, got {c!r} ({type(c).__name__})"
+                )
+        if timeout is _UNSET:
+            parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
+        else:
+            parallel_timeout = alone_timeout = _check_timeout(timeout)
+        notify = on_notice if on_notice is not None else self._on_notice
+        results: list[ToolResult | None] = [None] * len(batch)
+        for group in _groups(batch):
+            limit = parallel_timeout if batch[group[0]].read_only else alone_timeout
+            for index, result in zip(group, self._run_group(batch, group, limit, notify)):
+                results[index] = result
+        return [r for r in results if r is not None]
+
+    def _run_group(
+        self,
+        batch: Sequence[ToolCall],
+        group: Sequence[int],
+        timeout: float | None,
+        notify: Callable[[QueueNotice], object] | None,
+    ) -> list[ToolResult]:
+        ids = [batch[i].call_id or f"call_{i}" for i in group]
+        handles: list[Call[Any]] = [
+            self._scheduler.call(batch[i].fn, **dict(batch[i].arguments)) for i in group
+        ]
+        waited: set[int] = set()
+        lock = threading.Lock()
+
+        def emit(kind: str, pos: int, position: int | None) -> None:
+            if notify is None:
+                return
+            call = batch[group[pos]]
+            text = _TEXTS[self._language].format(position=position) if position else ""
+            try:
+                notify(QueueNotice(kind, ids[pos], call.name, position, text))
+            except Exception:
+                _log.exception("on_notice failed for tool call %s", ids[pos])
+
+        def submit(executor: Any, task: _Task) -> Any:
+            pos = task.entry.index
+
+            def on_wait(position: int) -> None:
+                with lock:
+                    first = pos not in waited
+                    waited.add(pos)
+                emit("waiting" if first else "position", pos, position)
+
+            def on_start() -> None:
+                with lock:
+                    had_notice = pos in waited
+                if had_notice:
+                    emit("started", pos, None)
+
+            task.on_start = on_start  # after the fence: a fenced call never "starts"
+            return executor.submit_tracked(task.ref(), on_wait=on_wait)
+
+        run = _Run(
+            self._scheduler,
+            handles,
+            timeout,
+            None,
+            self._executor,
+            None,
+            self._interrupt,
+            submit,
+            "tool batch",
+        )
+        outcomes = run.run_sync()
+        for pos, outcome in enumerate(outcomes):
+            if outcome.status == "not_started" and pos in waited:
+                emit("dropped", pos, None)
+        return [
+            _to_result(ids[pos], batch[i].name, outcome, timeout)
+            for pos, (i, outcome) in enumerate(zip(group, outcomes))
+        ]
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the pool (abandoned tools are not waited for)."""
+        self._executor.shutdown(wait=wait)
+
+    def __enter__(self) -> ToolRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        ceiling = self._ceiling or "no ceiling"
+        return f"<taut.ToolRunner tool_workers={ceiling}>"
+
+
+def _groups(batch: Sequence[ToolCall]) -> list[list[int]]:
+    """Consecutive read-only calls form one parallel group; any other call is
+    a group of its own."""
+    groups: list[list[int]] = []
+    for i, c in enumerate(batch):
+        if c.read_only and groups and batch[groups[-1][0]].read_only:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> ToolResult:
+    prefix = f"Error executing tool '{name}': "
+    if o.status == "ok":
+        return ToolResult(
+            call_id, name, "ok", _value_text(o.value), o.value, None, True, o.elapsed_s
+        )
+    if o.status in ("timeout", "not_started"):
+        after = f"timed out after {float(timeout)}s" if timeout is not None else "timed out"
+        if not o.started:
+            after += " (no free worker before the batch deadline)"
+        return ToolResult(
+            call_id, name, "timeout", prefix + after, None, o.error, o.started, o.elapsed_s
+        )
+    if o.status == "cancelled":
+        return ToolResult(call_id, name, "error", prefix + "cancelled", None, o.error, o.started)
+    err = o.error
+    message = str(err) or type(err).__name__
+    return ToolResult(call_id, name, "error", prefix + message, None, err, o.started, o.elapsed_s)

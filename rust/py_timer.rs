@@ -1,0 +1,543 @@
+//! Python bindings of the timer: `_core.Deadline`, `_core.monotonic`, the
+//! Python callback thread, and the fork/exit hooks.
+//!
+//! Effects that need no GIL (flag, Rust waiters, fd writes, Rust actions) run
+//! on the timer thread. Effects that need the GIL (a Python callable, an
+//! asynchronous exception) are queued to one Python `threading.Thread`,
+//! "taut-timer-callbacks", whose loop waits in Rust with the GIL released.
+//! So the timer thread never waits for the GIL: a busy Python thread can
+//! delay the Python callbacks by up to the switch interval, never the timer.
+
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering as AO};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+
+use crate::clamp::duration_from_secs;
+use crate::timer::{self, Action, Entry};
+
+/// How often a wait holding up a Python thread wakes to look for signals.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+
+// ---------------------------------------------------------------------------
+// The Python callback queue
+// ---------------------------------------------------------------------------
+
+enum Job {
+    Call(Py<PyAny>),
+    Interrupt {
+        entry: Arc<Entry>,
+        thread_id: u64,
+        exc_type: Py<PyAny>,
+    },
+}
+
+struct Queue {
+    state: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn new() -> Self {
+        Queue {
+            state: Mutex::new((VecDeque::new(), false)),
+            ready: Condvar::new(),
+        }
+    }
+
+    /// Called on the timer thread without the GIL.
+    fn push(&self, job: Job) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.1 {
+            // Closed at interpreter exit: nobody will run it. Dropping a Python
+            // reference here, without the GIL, would defer to PyO3's global
+            // pool; leaking one object at exit is cheaper and cannot block.
+            std::mem::forget(job);
+            return;
+        }
+        st.0.push_back(job);
+        drop(st);
+        self.ready.notify_one();
+    }
+
+    /// Blocks (GIL released by the caller) until a job or close.
+    fn pop(&self) -> Option<Job> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(job) = st.0.pop_front() {
+                return Some(job);
+            }
+            if st.1 {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.ready.notify_all();
+    }
+}
+
+static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(ptr::null_mut());
+
+fn queue() -> &'static Queue {
+    let p = QUEUE.load(AO::Acquire);
+    if !p.is_null() {
+        // SAFETY: published queues are leaked, never freed.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(Queue::new()));
+    match QUEUE.compare_exchange(ptr::null_mut(), fresh, AO::AcqRel, AO::Acquire) {
+        // SAFETY: just published, never freed.
+        Ok(_) => unsafe { &*fresh },
+        Err(winner) => {
+            // SAFETY: fresh lost the race and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: published, never freed.
+            unsafe { &*winner }
+        }
+    }
+}
+
+static CALLBACK_THREAD_STARTED: AtomicBool = AtomicBool::new(false);
+/// The `threading.Thread` running the callback loop. Only touched with the
+/// GIL held and without calling Python while locked, so no thread can hold
+/// it across a `fork()`.
+static CALLBACK_THREAD: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+
+fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
+    if CALLBACK_THREAD_STARTED.load(AO::Acquire) {
+        return Ok(());
+    }
+    if CALLBACK_THREAD_STARTED
+        .compare_exchange(false, true, AO::AcqRel, AO::Acquire)
+        .is_err()
+    {
+        return Ok(());
+    }
+    let started = (|| -> PyResult<Py<PyAny>> {
+        let target = wrap_pyfunction!(_callback_loop, py)?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("target", target)?;
+        kwargs.set_item("name", "taut-timer-callbacks")?;
+        kwargs.set_item("daemon", true)?;
+        let thread = py
+            .import("threading")?
+            .getattr("Thread")?
+            .call((), Some(&kwargs))?;
+        thread.call_method0("start")?;
+        Ok(thread.unbind())
+    })();
+    match started {
+        Ok(thread) => {
+            *CALLBACK_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+            Ok(())
+        }
+        Err(e) => {
+            CALLBACK_THREAD_STARTED.store(false, AO::Release);
+            Err(e)
+        }
+    }
+}
+
+/// The loop of the Python callback thread (its `target`). Not for direct use.
+#[pyfunction]
+fn _callback_loop(py: Python<'_>) {
+    let q = queue();
+    while let Some(job) = py.detach(|| q.pop()) {
+        run_job(py, job);
+    }
+}
+
+fn run_job(py: Python<'_>, job: Job) {
+    match job {
+        Job::Call(callable) => {
+            if let Err(err) = callable.call0(py) {
+                // Like an exception in a thread: reported, never fatal.
+                err.write_unraisable(py, Some(callable.bind(py)));
+            }
+        }
+        Job::Interrupt {
+            entry,
+            thread_id,
+            exc_type,
+        } => {
+            // With the GIL held, this check and cancel()'s closing are
+            // serialised: once the owner has cancelled (left its scope), no
+            // interrupt is set any more.
+            if entry.is_closed() {
+                return;
+            }
+            // SAFETY: GIL held; exc_type was checked to be an exception class.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(thread_id as _, exc_type.as_ptr());
+            }
+            entry.mark_delivered();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Deadline
+// ---------------------------------------------------------------------------
+
+/// One armed deadline on the process's timer thread.
+#[pyclass(frozen, module = "taut._core", name = "Deadline")]
+pub struct Deadline {
+    entry: Arc<Entry>,
+    at: f64,
+}
+
+impl Deadline {
+    /// The timer entry, so other bindings can attach pure-Rust actions.
+    pub(crate) fn entry(&self) -> &Arc<Entry> {
+        &self.entry
+    }
+}
+
+/// Queue `action` for expiry; if the deadline already fired, run it now while
+/// keeping the GIL. Only for actions that just hand a job to the callback
+/// queue (a short Rust lock nobody holds while waiting for the GIL). Keeping
+/// the GIL matters for interrupts: the callback thread can then set the
+/// exception only once this thread next yields the GIL (switch interval or a
+/// blocking call), so it lands in the caller's block rather than in the
+/// registering `__enter__`.
+fn add_or_run_inline(entry: &Entry, action: Action) {
+    if let Err(action) = entry.try_add_action(action) {
+        if entry.is_expired() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
+        }
+    }
+}
+
+fn add_or_run_detached(py: Python<'_>, entry: &Entry, action: Action) {
+    if let Err(action) = entry.try_add_action(action) {
+        if entry.is_expired() {
+            // Already fired: run it now, but without the GIL, as promised.
+            py.detach(move || {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
+            });
+        }
+    }
+}
+
+/// How the timer writes to a notify fd without ever blocking.
+#[derive(Clone, Copy)]
+enum FdKind {
+    Socket,
+    NonBlocking,
+}
+
+#[cfg(unix)]
+fn fd_kind(fd: i32) -> PyResult<FdKind> {
+    // SAFETY: fcntl/getsockopt on an integer fd only read kernel state.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return Err(PyOSError::new_err(format!(
+                "fd must be an open file descriptor, got {fd}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let mut ty: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let is_socket = libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        ) == 0;
+        if is_socket {
+            Ok(FdKind::Socket)
+        } else if flags & libc::O_NONBLOCK != 0 {
+            Ok(FdKind::NonBlocking)
+        } else {
+            Err(PyValueError::new_err(format!(
+                "fd must be a socket or a non-blocking pipe (os.set_blocking(fd, False)), \
+                 got blocking fd {fd}: the timer thread must never block on a full pipe"
+            )))
+        }
+    }
+}
+
+#[cfg(unix)]
+fn write_byte(fd: i32, kind: FdKind) {
+    let byte = [1u8];
+    // SAFETY: writes one byte from a valid buffer; never blocks (MSG_DONTWAIT
+    // or an O_NONBLOCK fd). A full buffer (EAGAIN) already means "wake up".
+    unsafe {
+        match kind {
+            FdKind::Socket => {
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+                #[cfg(not(any(target_os = "linux", target_os = "android")))]
+                let flags = libc::MSG_DONTWAIT;
+                libc::send(fd, byte.as_ptr().cast(), 1, flags);
+            }
+            FdKind::NonBlocking => {
+                libc::write(fd, byte.as_ptr().cast(), 1);
+            }
+        }
+    }
+}
+
+fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
+    let ok = exc_type
+        .cast::<PyType>()
+        .map(|t| {
+            t.is_subclass_of::<pyo3::exceptions::PyBaseException>()
+                .unwrap_or(false)
+        })
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "exc_type must be an exception class, got {}",
+            exc_type
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into())
+        )))
+    }
+}
+
+#[pymethods]
+impl Deadline {
+    #[new]
+    fn new(at: f64) -> PyResult<Self> {
+        if at.is_nan() {
+            return Err(PyValueError::new_err(
+                "at must be a time.monotonic() value in seconds, got nan (float)",
+            ));
+        }
+        Ok(Deadline {
+            entry: timer::arm_ns(timer::secs_to_ns(at)),
+            at,
+        })
+    }
+
+    #[getter]
+    fn at(&self) -> f64 {
+        self.at
+    }
+
+    #[getter]
+    fn expired(&self) -> bool {
+        self.entry.is_expired()
+    }
+
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.entry.is_cancelled()
+    }
+
+    fn remaining(&self) -> f64 {
+        if self.entry.is_expired() {
+            return 0.0;
+        }
+        (self.at - monotonic()).max(0.0)
+    }
+
+    fn cancel(&self) -> bool {
+        let was_pending = self.entry.cancel();
+        if !was_pending && self.entry.was_delivered() {
+            // An interrupt may have been set for this thread but not yet
+            // raised (it lands at the next bytecode boundary). The owner is
+            // leaving its scope: discard it so it cannot hit unrelated code.
+            // SAFETY: GIL held (this is a Python method); NULL clears.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(
+                    ffi::PyThread_get_thread_ident() as _,
+                    ptr::null_mut(),
+                );
+            }
+        }
+        was_pending
+    }
+
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        if let Some(t) = timeout {
+            if t.is_nan() {
+                return Err(PyValueError::new_err(
+                    "timeout must not be NaN, got nan (float)",
+                ));
+            }
+        }
+        if !self.entry.is_pending() {
+            return Ok(self.entry.is_expired());
+        }
+        let entry = Arc::clone(&self.entry);
+        let limit = timeout.map(duration_from_secs);
+        py.detach(move || {
+            entry.wait_interruptible(limit, SIGNAL_SLICE, || {
+                Python::attach(|py| py.check_signals())
+            })
+        })
+    }
+
+    fn notify_fd(&self, py: Python<'_>, fd: i32) -> PyResult<()> {
+        #[cfg(unix)]
+        {
+            let kind = fd_kind(fd)?;
+            add_or_run_detached(py, &self.entry, Box::new(move || write_byte(fd, kind)));
+            Ok(())
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (py, fd);
+            Err(pyo3::exceptions::PyNotImplementedError::new_err(
+                "notify_fd is only available on Unix",
+            ))
+        }
+    }
+
+    fn call_soon(&self, py: Python<'_>, r#fn: Bound<'_, PyAny>) -> PyResult<()> {
+        if !r#fn.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "fn must be callable, got {}",
+                r#fn.repr()?
+            )));
+        }
+        ensure_callback_thread(py)?;
+        let callable = r#fn.unbind();
+        add_or_run_inline(
+            &self.entry,
+            Box::new(move || queue().push(Job::Call(callable))),
+        );
+        Ok(())
+    }
+
+    fn interrupt_thread(
+        &self,
+        py: Python<'_>,
+        thread_id: u64,
+        exc_type: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        check_exception_class(&exc_type)?;
+        ensure_callback_thread(py)?;
+        let weak: Weak<Entry> = Arc::downgrade(&self.entry);
+        let exc_type = exc_type.unbind();
+        add_or_run_inline(
+            &self.entry,
+            Box::new(move || {
+                if let Some(entry) = weak.upgrade() {
+                    queue().push(Job::Interrupt {
+                        entry,
+                        thread_id,
+                        exc_type,
+                    });
+                } else {
+                    std::mem::forget(exc_type);
+                }
+            }),
+        );
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.entry.is_expired() {
+            "expired"
+        } else if self.entry.is_cancelled() {
+            "cancelled"
+        } else {
+            "pending"
+        };
+        format!("<taut._core.Deadline at={:.6} {state}>", self.at)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Module functions
+// ---------------------------------------------------------------------------
+
+/// Seconds on the timer's clock, the clock `time.monotonic()` reads.
+#[pyfunction]
+pub fn monotonic() -> f64 {
+    timer::now_ns() as f64 / 1e9
+}
+
+/// Reset the timer and the callback thread in a forked child.
+#[pyfunction]
+pub fn _timer_after_fork() {
+    timer::reset_after_fork();
+    QUEUE.store(Box::into_raw(Box::new(Queue::new())), AO::Release);
+    CALLBACK_THREAD_STARTED.store(false, AO::Release);
+    // The parent's thread object: nothing runs it here. The mutex cannot be
+    // held (see CALLBACK_THREAD), and try_lock keeps that a non-issue anyway.
+    if let Ok(mut slot) = CALLBACK_THREAD.try_lock() {
+        slot.take();
+    }
+}
+
+/// Stop the timer thread and the Python callback thread (interpreter exit).
+#[pyfunction]
+pub fn _timer_shutdown(py: Python<'_>) -> PyResult<()> {
+    py.detach(timer::shutdown);
+    queue().close();
+    let thread = CALLBACK_THREAD
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(thread) = thread {
+        // Bounded: a callback stuck in C code must not hang interpreter exit.
+        thread.call_method1(py, "join", (1.0,))?;
+    }
+    Ok(())
+}
+
+/// Diagnostics: running, heap slots, contained action panics, callback thread.
+#[pyfunction]
+pub fn _timer_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("running", timer::is_running())?;
+    d.set_item("heap_len", timer::heap_len())?;
+    d.set_item("action_panics", timer::action_panics())?;
+    d.set_item("callback_thread", CALLBACK_THREAD_STARTED.load(AO::Acquire))?;
+    Ok(d)
+}
+
+/// Bench/test probe: arm a deadline `delay` seconds ahead and report, in
+/// seconds, how late (a) a Rust action ran on the timer thread and (b) a Rust
+/// waiter (this thread, GIL released) woke. Measures GIL-free lateness.
+#[pyfunction]
+pub fn _timer_probe(py: Python<'_>, delay: f64) -> (f64, f64) {
+    py.detach(move || {
+        let at = timer::now_ns().saturating_add((delay.max(0.0) * 1e9) as u64);
+        let entry = timer::arm_ns(at);
+        let ran_at = Arc::new(AtomicU64::new(0));
+        let r = Arc::clone(&ran_at);
+        entry.add_action(Box::new(move || r.store(timer::now_ns(), AO::Release)));
+        entry.wait(Some(Duration::from_secs(60)));
+        let woke = timer::now_ns();
+        let mut ran = ran_at.load(AO::Acquire);
+        // The waiter may be unparked before the action (both happen at expiry).
+        while ran == 0 && timer::now_ns() < woke + 1_000_000_000 {
+            std::thread::yield_now();
+            ran = ran_at.load(AO::Acquire);
+        }
+        (
+            ran.saturating_sub(at) as f64 / 1e9,
+            woke.saturating_sub(at) as f64 / 1e9,
+        )
+    })
+}
+
+/// Test hook: attach a Rust action that panics at expiry.
+#[pyfunction]
+pub fn _timer_add_panicking_action(deadline: &Bound<'_, Deadline>) {
+    let entry = deadline.get().entry();
+    let _ = entry.try_add_action(Box::new(|| {
+        panic!("taut test: a deliberately panicking timer action")
+    }));
+}

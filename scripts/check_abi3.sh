@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build the abi3 wheel once and install and smoke-test it on every CPython
+# 3.9+ interpreter found on this machine (pyenv versions and the system's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+maturin build --release --quiet --out "$out" >/dev/null
+wheel=$(ls "$out"/taut-*-abi3-*.whl)
+echo "wheel: $(basename "$wheel")"
+found=0
+for py in /root/.pyenv/versions/3.*/bin/python3 /usr/bin/python3.[0-9]*; do
+    [ -x "$py" ] || continue
+    case "$py" in *-config) continue;; esac
+    ok=$("$py" -c 'import sys; print(int(sys.version_info >= (3, 9)))' 2>/dev/null || echo 0)
+    [ "$ok" = 1 ] || continue
+    env_dir=$(mktemp -d)
+    "$py" -m venv "$env_dir" 2>/dev/null || { echo "skip $py: no venv module"; continue; }
+    "$env_dir/bin/python" -m pip install -q "$wheel"
+    "$env_dir/bin/python" scripts/smoke.py
+    found=$((found + 1))
+done
+echo "abi3 wheel checked on $found interpreters"
+[ "$found" -ge 1 ]

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command: build and install taut with its test extras
+# into the active Python, then run the Rust tests and the whole pytest suite.
+# CPython's own ThreadPoolExecutor tests come from Debian's
+# libpython3.11-testsuite; it is installed here when we can (root with apt),
+# and tests/test_cpython_suite.py fails, saying so, when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+suite=/usr/lib/python3.11/test
+if ! [ -e "$suite/test_concurrent_futures.py" ] && ! [ -d "$suite/test_concurrent_futures" ] \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpython3.11-testsuite >/dev/null
+fi
+python -m pip install -q ".[test]"
+cargo test --quiet
+python -m pytest -p no:cacheprovider "$@"

@@ -1,0 +1,550 @@
+"""run_bounded_sync / run_bounded_async: every contract of seed 004 and issue 3
+§5-§6, with lopsided timings (budgets of 0.05-0.2 s against work of 5-30 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import gc
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import taut
+from taut.bounded import run_bounded_async, run_bounded_sync
+from taut.deadline import BoundedResult, DeadlineExpired
+
+pytestmark = pytest.mark.timeout(60)
+
+PROMPT_S = 5.0  # "promptly": far below the 10-30 s of work, far above any scheduling noise
+
+
+def busy(stop: threading.Event, seconds: float = 30.0) -> None:
+    """Pure-Python work (no blocking C call) so an async exception can land."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and not stop.is_set():
+        pass
+
+
+@pytest.fixture
+def pool() -> Any:
+    executor = taut.ThreadPoolExecutor(max_workers=2, thread_name_prefix="bounded-test")
+    yield executor
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------------
+# run_bounded_sync
+
+
+def test_sync_returns_the_value() -> None:
+    result = run_bounded_sync(lambda: 42, 10, label="answer")
+    assert isinstance(result, BoundedResult)
+    assert (result.timed_out, result.value, result.label, result.timeout_s) == (
+        False,
+        42,
+        "answer",
+        10.0,
+    )
+    assert result.unwrap() == 42
+    assert 0 <= result.elapsed_s < PROMPT_S
+
+
+def test_sync_exception_propagates_unchanged() -> None:
+    error = KeyError("boom")
+
+    def fail() -> None:
+        raise error
+
+    with pytest.raises(KeyError) as info:
+        run_bounded_sync(fail, 10)
+    assert info.value is error
+
+
+def test_sync_times_out_promptly_and_abandons_the_worker(pool: Any) -> None:
+    release = threading.Event()
+    calls: list[str] = []
+    before = taut.stats()
+    started = time.monotonic()
+    result = run_bounded_sync(
+        lambda: release.wait(30),
+        0.1,
+        label="slow",
+        on_timeout=lambda: calls.append("t"),
+        executor=pool,
+    )
+    try:
+        assert time.monotonic() - started < PROMPT_S
+        assert result.timed_out is True and result.value is None and result.label == "slow"
+        assert calls == ["t"]
+        with pytest.raises(DeadlineExpired, match="slow"):
+            result.unwrap()
+        after = taut.stats()
+        assert after.abandoned_threads == before.abandoned_threads + 1
+        assert after.timeouts == before.timeouts + 1
+        assert pool.stats().abandoned == 1
+        # The pool keeps its capacity: both workers are free for new work while
+        # the abandoned one still sleeps.
+        both = [pool.submit(lambda: threading.get_ident()) for _ in range(2)]
+        assert len({f.result(timeout=10) for f in both}) >= 1
+        assert run_bounded_sync(lambda: "again", 10, executor=pool).value == "again"
+    finally:
+        release.set()
+
+
+def test_sync_interrupt_raises_deadline_expired_in_the_late_worker(pool: Any) -> None:
+    seen: list[BaseException] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            busy(stop)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    result = run_bounded_sync(work, 0.1, interrupt=True, executor=pool)
+    try:
+        assert result.timed_out is True
+        until = time.monotonic() + 10
+        while not seen and time.monotonic() < until:
+            time.sleep(0.01)
+        assert seen and isinstance(seen[0], DeadlineExpired)
+    finally:
+        stop.set()
+
+
+def test_sync_on_timeout_failure_is_logged_and_swallowed(
+    pool: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+
+    def hook() -> None:
+        raise RuntimeError("hook broke")
+
+    with caplog.at_level(logging.ERROR, logger="taut.bounded"):
+        result = run_bounded_sync(lambda: release.wait(30), 0.05, on_timeout=hook, executor=pool)
+    release.set()
+    assert result.timed_out is True
+    assert any("on_timeout" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_sync_none_runs_inline_and_zero_never_runs() -> None:
+    result = run_bounded_sync(threading.get_ident, None)
+    assert result.value == threading.get_ident() and result.timeout_s is None
+    ran: list[int] = []
+    result = run_bounded_sync(lambda: ran.append(1), 0)
+    assert result.timed_out is True and ran == []
+    result = run_bounded_sync(lambda: ran.append(1), -5)
+    assert result.timed_out is True and ran == []
+
+
+def test_sync_huge_timeouts_are_clamped() -> None:
+    assert run_bounded_sync(lambda: 1, 10**400).value == 1
+    assert run_bounded_sync(lambda: 1, 1e300).value == 1
+
+
+def test_sync_context_variables_reach_the_worker(pool: Any) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+    for executor in (pool, None):
+        result = run_bounded_sync(lambda: (var.get(), threading.get_ident()), 10, executor=executor)
+        assert result.value[0] == "caller"
+        assert result.value[1] != threading.get_ident()
+
+
+def test_sync_queued_call_never_starts_after_its_deadline() -> None:
+    one = taut.ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    ran: list[int] = []
+    try:
+        blocker = one.submit(release.wait, 30)
+        result = run_bounded_sync(lambda: ran.append(1), 0.05, executor=one)
+        assert result.timed_out is True
+        release.set()
+        blocker.result(timeout=10)
+        one.submit(lambda: None).result(timeout=10)
+        assert ran == []
+    finally:
+        release.set()
+        one.shutdown(wait=True)
+
+
+def test_sync_bounds_the_wait_for_a_future() -> None:
+    pending: concurrent.futures.Future[int] = concurrent.futures.Future()
+    started = time.monotonic()
+    result = run_bounded_sync(pending, 0.1)
+    assert result.timed_out is True and time.monotonic() - started < PROMPT_S
+    assert pending.cancelled()
+
+    done: concurrent.futures.Future[int] = concurrent.futures.Future()
+    done.set_result(7)
+    # Completion wins a tie with a deadline that has already expired.
+    assert run_bounded_sync(done, 0).value == 7
+    assert run_bounded_sync(done, 5).value == 7
+
+
+def test_sync_bounds_run_coroutine_threadsafe() -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        fast = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, result="ok"), loop)
+        assert run_bounded_sync(fast, 10).value == "ok"
+        slow = asyncio.run_coroutine_threadsafe(asyncio.sleep(30), loop)
+        result = run_bounded_sync(slow, 0.1)
+        assert result.timed_out is True
+        # Cancelling the future cancels the coroutine on its loop.
+        with pytest.raises(concurrent.futures.CancelledError):
+            slow.result(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_sync_no_thread_leaked_after_a_thousand_calls(pool: Any) -> None:
+    run_bounded_sync(lambda: None, 10, executor=pool)
+    run_bounded_sync(lambda: None, 10)
+    baseline = threading.active_count()
+    before = taut.stats()
+    for i in range(1000):
+        assert run_bounded_sync(lambda i=i: i, 10, executor=pool if i % 2 else None).value == i
+    after = taut.stats()
+    assert after.bounded_calls == before.bounded_calls + 1000
+    assert after.timeouts == before.timeouts
+    assert after.abandoned_threads == before.abandoned_threads
+    # Pools may only have grown to their ceilings; nothing per call.
+    assert threading.active_count() <= baseline + 2 + (os.cpu_count() or 1) + 4
+
+
+def test_sync_keyboard_interrupt_lands_at_once() -> None:
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        import taut
+        print("ready", flush=True)
+        try:
+            taut.run_bounded_sync(lambda: time.sleep(30), 60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            os._exit(0)
+        print("not interrupted", flush=True)
+        os._exit(1)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(0.3)  # let it block in the wait (a signal earlier still raises)
+        started = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=20) == 0
+        assert time.monotonic() - started < PROMPT_S
+        assert child.stdout.read() == b"interrupted\n"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"timeout": True}, TypeError, r"True \(bool\)"),
+        ({"timeout": float("nan")}, ValueError, "nan"),
+        ({"timeout": "5"}, TypeError, "'5'"),
+        ({"label": 5}, TypeError, r"label must be a str, got 5 \(int\)"),
+        ({"on_timeout": 3}, TypeError, r"on_timeout must be a callable or None, got 3 \(int\)"),
+        ({"interrupt": "yes"}, TypeError, r"interrupt must be a bool, got 'yes' \(str\)"),
+        ({"executor": "pool"}, TypeError, r"executor must be a concurrent.futures.Executor"),
+    ],
+)
+def test_sync_argument_errors(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    kwargs.setdefault("timeout", 1)
+    with pytest.raises(error, match=match):
+        run_bounded_sync(lambda: None, **kwargs)
+    with pytest.raises(
+        TypeError, match=r"fn must be a callable or a concurrent.futures.Future, got 42"
+    ):
+        run_bounded_sync(42, 1)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# run_bounded_async
+
+
+def test_async_returns_the_value_and_propagates_exceptions() -> None:
+    error = ValueError("inner")
+
+    async def ok() -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    async def fail() -> None:
+        raise error
+
+    async def main() -> None:
+        result = await run_bounded_async(ok(), 10, label="ok")
+        assert (result.timed_out, result.value, result.label) == (False, "done", "ok")
+        with pytest.raises(ValueError) as info:
+            await run_bounded_async(fail(), 10)
+        assert info.value is error
+        assert (await run_bounded_async(ok(), None)).value == "done"
+        # Futures and tasks are awaitables too.
+        task = asyncio.ensure_future(ok())
+        assert (await run_bounded_async(task, 10)).value == "done"
+
+    asyncio.run(main())
+
+
+def test_async_times_out_and_cancels_the_task() -> None:
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def main() -> BoundedResult:
+        return await run_bounded_async(slow(), 0.1, label="slow")
+
+    started = time.monotonic()
+    result = asyncio.run(main())
+    assert time.monotonic() - started < PROMPT_S
+    assert result.timed_out is True and result.label == "slow"
+    assert cancelled.is_set()
+
+
+def test_async_zero_timeout_never_starts_the_coroutine() -> None:
+    ran: list[int] = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    async def main() -> BoundedResult:
+        return await run_bounded_async(work(), 0)
+
+    assert asyncio.run(main()).timed_out is True
+    assert ran == []
+
+
+def test_async_completion_wins_a_tie() -> None:
+    async def main() -> BoundedResult:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result("first")
+        return await run_bounded_async(done, 0)
+
+    assert asyncio.run(main()).value == "first"
+
+
+def test_async_shielded_task_is_abandoned_on_time_and_its_outcome_consumed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    finished = threading.Event()
+    abandoned: list[str] = []
+    loop_errors: list[dict[str, Any]] = []
+
+    async def stubborn() -> None:
+        # Ignores the cancellation, then fails later: nobody awaits it any more.
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            pass
+        await asyncio.sleep(0.3)
+        finished.set()
+        raise RuntimeError("late failure")
+
+    async def on_abandon_async() -> None:
+        abandoned.append("async")
+        raise RuntimeError("on_abandon broke")  # logged and swallowed
+
+    async def main() -> BoundedResult:
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: loop_errors.append(ctx))
+        before = taut.stats()
+        started = time.monotonic()
+        result = await run_bounded_async(stubborn(), 0.1, on_abandon=on_abandon_async)
+        assert time.monotonic() - started < PROMPT_S
+        assert taut.stats().abandoned_tasks == before.abandoned_tasks + 1
+        while not finished.is_set():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
+        gc.collect()
+        return result
+
+    with caplog.at_level(logging.ERROR, logger="taut.bounded"):
+        result = asyncio.run(main())
+    gc.collect()
+    assert result.timed_out is True
+    assert abandoned == ["async"]
+    assert loop_errors == []
+    assert any("on_abandon" in r.getMessage() for r in caplog.records)
+
+
+def test_async_caller_cancellation_cancels_the_inner_task() -> None:
+    seen: list[str] = []
+
+    async def inner() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("inner cancelled")
+            raise
+
+    async def main() -> None:
+        outer = asyncio.ensure_future(run_bounded_async(inner(), 20))
+        await asyncio.sleep(0.05)
+        outer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert seen == ["inner cancelled"]
+
+
+def test_async_context_is_copied_into_the_task() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def read() -> str:
+        return var.get()
+
+    async def main() -> str:
+        var.set("caller")
+        return (await run_bounded_async(read(), 10)).value  # type: ignore[no-any-return]
+
+    assert asyncio.run(main()) == "caller"
+
+
+def test_async_blocked_loop_is_dumped_and_interrupted(caplog: pytest.LogCaptureFixture) -> None:
+    # time.sleep blocks the loop: its own timers cannot fire, but the deadline
+    # lives in the Rust timer thread. After the grace period every thread's
+    # stack is logged, and DeadlineExpired is raised into the sleep so the loop
+    # recovers and the call returns timed out.
+    async def blocks() -> str:
+        time.sleep(10)
+        return "slept"
+
+    async def main() -> BoundedResult:
+        return await run_bounded_async(
+            blocks(), 0.1, label="blocker", interrupt_blocked_loop=True, blocked_grace=0.1
+        )
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="taut.bounded"):
+        result = asyncio.run(main())
+    assert time.monotonic() - started < PROMPT_S
+    assert result.timed_out is True
+    dumps = [r for r in caplog.records if "Stacks of all threads" in r.getMessage()]
+    assert len(dumps) == 1
+    assert "time.sleep(10)" in dumps[0].getMessage()
+    assert "blocker" in dumps[0].getMessage()
+
+
+def test_async_blocked_loop_dump_without_interrupt(caplog: pytest.LogCaptureFixture) -> None:
+    # Without the interrupt the loop stays blocked until the blocking code
+    # ends; the dump has been logged meanwhile, and the call then times out.
+    async def blocks_then_waits() -> None:
+        time.sleep(1.5)
+        await asyncio.sleep(30)
+
+    async def main() -> BoundedResult:
+        return await run_bounded_async(blocks_then_waits(), 0.1, blocked_grace=0.1)
+
+    with caplog.at_level(logging.WARNING, logger="taut.bounded"):
+        result = asyncio.run(main())
+    assert result.timed_out is True
+    dumps = [r for r in caplog.records if "Stacks of all threads" in r.getMessage()]
+    assert len(dumps) == 1
+    assert "time.sleep(1.5)" in dumps[0].getMessage()
+
+
+def test_async_no_dump_when_disabled(caplog: pytest.LogCaptureFixture) -> None:
+    async def blocks_then_waits() -> None:
+        time.sleep(0.5)
+        await asyncio.sleep(30)
+
+    async def main() -> BoundedResult:
+        return await run_bounded_async(
+            blocks_then_waits(), 0.05, blocked_grace=0.05, dump_on_blocked_loop=False
+        )
+
+    with caplog.at_level(logging.WARNING, logger="taut.bounded"):
+        assert asyncio.run(main()).timed_out is True
+    assert not [r for r in caplog.records if "Stacks of all threads" in r.getMessage()]
+
+
+def test_async_loop_in_a_thread_and_many_calls() -> None:
+    async def quick(i: int) -> int:
+        await asyncio.sleep(0)
+        return i
+
+    async def main() -> list[int]:
+        results = await asyncio.gather(*(run_bounded_async(quick(i), 10) for i in range(200)))
+        return [r.value for r in results]
+
+    out: list[list[int]] = []
+    thread = threading.Thread(target=lambda: out.append(asyncio.run(main())))
+    thread.start()
+    thread.join(30)
+    assert out == [list(range(200))]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"timeout": True}, TypeError, r"True \(bool\)"),
+        ({"label": None}, TypeError, r"label must be a str, got None \(NoneType\)"),
+        ({"on_abandon": "x"}, TypeError, r"on_abandon must be a callable or None"),
+        (
+            {"dump_on_blocked_loop": 1},
+            TypeError,
+            r"dump_on_blocked_loop must be a bool, got 1 \(int\)",
+        ),
+        ({"interrupt_blocked_loop": None}, TypeError, "interrupt_blocked_loop must be a bool"),
+        (
+            {"blocked_grace": -1},
+            ValueError,
+            r"blocked_grace must be a finite non-negative.*-1 \(int\)",
+        ),
+        (
+            {"blocked_grace": "1"},
+            TypeError,
+            r"blocked_grace must be a finite non-negative number.*'1' \(str\)",
+        ),
+    ],
+)
+def test_async_argument_errors(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    kwargs.setdefault("timeout", 1)
+
+    async def main() -> None:
+        coro = asyncio.sleep(0)
+        try:
+            with pytest.raises(error, match=match):
+                await run_bounded_async(coro, **kwargs)
+        finally:
+            coro.close()
+        with pytest.raises(TypeError, match="awaitable must be awaitable, got 42"):
+            await run_bounded_async(42, 1)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_stats_snapshot() -> None:
+    snapshot = taut.stats()
+    assert isinstance(snapshot, taut.TautStats)
+    assert isinstance(snapshot.executor, taut.PoolStats)
+    run_bounded_sync(lambda: None, 1)
+    assert taut.stats().bounded_calls == snapshot.bounded_calls + 1

@@ -1,0 +1,575 @@
+"""Timeout configuration: precedence, validation, warnings, caching, ``config check``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import taut
+from taut import config as cfgmod
+from taut.config import (
+    ConfigWarning,
+    TautConfig,
+    check_config_file,
+    concurrent_batch_timeout,
+    load_config,
+    resolve_timeout,
+    sequential_call_timeout,
+    tool_workers,
+)
+
+ENV = "TAUT_TEST_TIMEOUT_S"
+KEY = "tools.concurrent_batch"
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("TAUT_CONFIG", raising=False)
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(cfgmod.CONCURRENT_BATCH_ENV, raising=False)
+    cfgmod._files.clear()
+    cfgmod._resolved.clear()
+    yield
+    cfgmod._files.clear()
+    cfgmod._resolved.clear()
+
+
+def _max() -> float:
+    return float(taut._core.MAX_TIMEOUT)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.items: list[warnings.WarningMessage] = []
+
+    @property
+    def messages(self) -> list[str]:
+        return [str(w.message) for w in self.items if issubclass(w.category, ConfigWarning)]
+
+
+@pytest.fixture
+def rec() -> Iterator[Recorder]:
+    r = Recorder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r.items = caught
+        yield r
+
+
+def nested(value: Any) -> dict[str, Any]:
+    return {"timeouts": {"tools": {"concurrent_batch": value}}}
+
+
+# --------------------------------------------------------------------------- precedence
+def test_default_when_nothing_configured(rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=420, env_var=ENV) == 420.0
+    assert resolve_timeout(KEY, default=None, env_var=ENV) is None
+    assert rec.messages == []
+
+
+def test_config_beats_env_beats_default(monkeypatch: pytest.MonkeyPatch, rec: Recorder) -> None:
+    monkeypatch.setenv(ENV, "30")
+    assert resolve_timeout(KEY, default=420, env_var=ENV) == 30.0
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config=nested(5)) == 5.0
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config={}) == 30.0
+    assert resolve_timeout(KEY, default=420, config=nested(7.5)) == 7.5
+    assert rec.messages == []
+
+
+def test_dotted_keys_walk_nested_maps_and_literal_keys() -> None:
+    cfg = {"timeouts": {"a": {"b": {"c": 3}}, "x.y": 4, "top": 2}}
+    assert resolve_timeout("a.b.c", default=1, config=cfg) == 3.0
+    assert resolve_timeout("x.y", default=1, config=cfg) == 4.0
+    assert resolve_timeout("top", default=1, config=cfg) == 2.0
+    assert resolve_timeout("a.b.missing", default=1, config=cfg) == 1.0
+    assert resolve_timeout("top.deeper", default=1, config=cfg) == 1.0
+
+
+def test_zero_disables_in_config_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_timeout(KEY, default=420, config=nested(0)) is None
+    assert resolve_timeout(KEY, default=420, config=nested(0.0)) is None
+    monkeypatch.setenv(ENV, "0")
+    assert resolve_timeout(KEY, default=420, env_var=ENV) is None
+    monkeypatch.setenv(ENV, " 0.0 ")
+    assert resolve_timeout(KEY, default=420, env_var=ENV) is None
+    # 0 from config wins over a positive env value.
+    monkeypatch.setenv(ENV, "30")
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config=nested(0)) is None
+
+
+def test_null_and_empty_mean_not_set(monkeypatch: pytest.MonkeyPatch, rec: Recorder) -> None:
+    monkeypatch.setenv(ENV, "12")
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config=nested(None)) == 12.0
+    monkeypatch.setenv(ENV, "  ")
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config=nested(None)) == 420.0
+    assert rec.messages == []
+
+
+# --------------------------------------------------------------------------- invalid values
+INVALID = [
+    pytest.param(True, "True (bool)", id="bool"),
+    pytest.param(False, "False (bool)", id="false"),
+    pytest.param(float("nan"), "nan (float)", id="nan"),
+    pytest.param(-1, "-1 (int)", id="negative"),
+    pytest.param(-0.5, "-0.5 (float)", id="negative-float"),
+    pytest.param("30", "'30' (str)", id="text"),
+    pytest.param([1, 2], "[1, 2] (list)", id="list"),
+    pytest.param({"a": 1}, "{'a': 1} (dict)", id="dict"),
+    pytest.param(object(), "(object)", id="object"),
+]
+
+
+@pytest.mark.parametrize(("value", "shown"), INVALID)
+def test_invalid_config_value_warns_once_and_falls_through_to_env(
+    monkeypatch: pytest.MonkeyPatch, rec: Recorder, value: Any, shown: str
+) -> None:
+    monkeypatch.setenv(ENV, "33")
+    cfg = {"timeouts": {"tools": {"concurrent_batch": value}}}
+    if isinstance(value, dict):
+        cfg = {"timeouts": {"tools": {"concurrent_batch": value}}}
+    assert resolve_timeout(KEY, default=420, env_var=ENV, config=cfg) == 33.0
+    assert len(rec.messages) == 1, rec.messages
+    msg = rec.messages[0]
+    assert "'tools.concurrent_batch'" in msg
+    assert shown in msg
+    assert "config mapping at timeouts.tools.concurrent_batch" in msg
+    assert ENV in msg  # says what it falls back to
+
+
+@pytest.mark.parametrize("text", ["abc", "nan", "-nan", "sNaN", "-5", "true", "[1]", "1s", "-inf"])
+def test_invalid_env_value_warns_once_and_falls_through_to_default(
+    monkeypatch: pytest.MonkeyPatch, rec: Recorder, text: str
+) -> None:
+    monkeypatch.setenv(ENV, text)
+    assert resolve_timeout(KEY, default=420, env_var=ENV) == 420.0
+    assert len(rec.messages) == 1, rec.messages
+    assert f"environment variable {ENV}" in rec.messages[0]
+    assert repr(text) in rec.messages[0]
+    assert "'tools.concurrent_batch'" in rec.messages[0]
+
+
+def test_invalid_config_and_env_give_two_warnings_then_default(
+    monkeypatch: pytest.MonkeyPatch, rec: Recorder
+) -> None:
+    monkeypatch.setenv(ENV, "soon")
+    assert resolve_timeout(KEY, default=9, env_var=ENV, config=nested(True)) == 9.0
+    assert len(rec.messages) == 2
+
+
+def test_warning_is_a_taut_config_warning() -> None:
+    assert issubclass(taut.ConfigWarning, UserWarning)
+    with pytest.warns(taut.ConfigWarning, match="tools.concurrent_batch"):
+        resolve_timeout(KEY, default=1, config=nested("x"))
+
+
+def test_bad_key_or_default_is_a_programming_error() -> None:
+    with pytest.raises(TypeError, match="key must be"):
+        resolve_timeout("", default=1)
+    with pytest.raises(TypeError, match=r"default must be .* got True \(bool\)"):
+        resolve_timeout(KEY, default=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"default must be .* got nan"):
+        resolve_timeout(KEY, default=float("nan"))
+    with pytest.raises(TypeError, match="default must be"):
+        resolve_timeout(KEY, default=[1])  # type: ignore[arg-type]
+    # A memoised default=1 must not make default=True pass.
+    assert resolve_timeout(KEY, default=1) == 1.0
+    with pytest.raises(TypeError, match=r"got True \(bool\)"):
+        resolve_timeout(KEY, default=True)  # type: ignore[arg-type]
+
+
+def test_hostile_mapping_never_raises(rec: Recorder) -> None:
+    class Hostile(dict):  # type: ignore[type-arg]
+        def __contains__(self, key: object) -> bool:
+            raise RuntimeError("boom")
+
+    cfg = {"timeouts": Hostile(tools={"concurrent_batch": 1})}
+    assert resolve_timeout(KEY, default=4, config=cfg) == 4.0
+    assert len(rec.messages) == 1 and "boom" in rec.messages[0]
+
+
+# --------------------------------------------------------------------------- clamping
+def test_clamp_is_the_cores() -> None:
+    assert cfgmod._clamp is taut._core.clamp_timeout
+
+
+@pytest.mark.parametrize("value", [1e300, 10**400, 2**63, 10**12, 1e6 + 1])
+def test_huge_config_values_clamp(value: Any, rec: Recorder) -> None:
+    got = resolve_timeout(KEY, default=1, config=nested(value))
+    assert got == _max()
+    assert rec.messages == []
+
+
+@pytest.mark.parametrize("text", ["1e400", "99999999999999999999999999999", "1e300"])
+def test_huge_env_values_clamp(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(ENV, text)
+    got = resolve_timeout(KEY, default=1, env_var=ENV)
+    assert got == _max()
+
+
+def test_infinity_means_no_timeout(monkeypatch: pytest.MonkeyPatch, rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=1, config=nested(float("inf"))) is None
+    monkeypatch.setenv(ENV, "inf")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) is None
+    assert resolve_timeout(KEY, default=float("inf")) is None
+    assert rec.messages == []
+
+
+def test_local_clamp_matches_the_core() -> None:
+    for value in (0.5, 3, 1e6, 1e6 + 1, 1e300, 10**400, float("inf")):
+        assert cfgmod._local_clamp(value) == taut._core.clamp_timeout(value)
+
+
+def test_clamped_value_is_usable_by_os_primitives() -> None:
+    import threading
+
+    got = resolve_timeout(KEY, default=1, config=nested(10**400))
+    assert got is not None
+    lock = threading.Lock()
+    with pytest.raises(OverflowError):
+        lock.acquire(timeout=1e300)  # what an unclamped value does
+    assert lock.acquire(timeout=got)
+
+
+def test_huge_default_clamps() -> None:
+    assert resolve_timeout(KEY, default=1e308) == _max()
+    assert resolve_timeout(KEY, default=10**400) == _max()
+
+
+# --------------------------------------------------------------------------- files
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_yaml_toml_json_files(tmp_path: Path) -> None:
+    y = write(tmp_path / "c.yaml", "timeouts:\n  tools:\n    concurrent_batch: 11\n")
+    t = write(tmp_path / "c.toml", "[timeouts.tools]\nconcurrent_batch = 12\n")
+    j = write(tmp_path / "c.json", json.dumps(nested(13)))
+    yml = write(tmp_path / "c.yml", "timeouts: {tools: {concurrent_batch: 14}}\n")
+    assert resolve_timeout(KEY, default=1, config=y) == 11.0
+    assert resolve_timeout(KEY, default=1, config=str(t)) == 12.0
+    assert resolve_timeout(KEY, default=1, config=j) == 13.0
+    assert resolve_timeout(KEY, default=1, config=yml) == 14.0
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path, rec: Recorder) -> None:
+    evil = write(
+        tmp_path / "evil.yaml",
+        "timeouts: !!python/object/apply:os.system ['echo pwned > /dev/null']\n",
+    )
+    assert resolve_timeout(KEY, default=5, config=evil) == 5.0
+    assert any("broken" in m for m in rec.messages)
+
+
+def test_taut_config_env_var_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = write(tmp_path / "c.yaml", "timeouts:\n  tools:\n    concurrent_batch: 21\n")
+    monkeypatch.setenv("TAUT_CONFIG", str(f))
+    monkeypatch.setenv(cfgmod.CONCURRENT_BATCH_ENV, "99")
+    assert concurrent_batch_timeout() == 21.0
+    # An explicit config argument wins over $TAUT_CONFIG.
+    assert concurrent_batch_timeout({"timeouts": {}}) == 99.0
+
+
+def test_file_value_warning_names_path_and_key(tmp_path: Path, rec: Recorder) -> None:
+    f = write(tmp_path / "c.yaml", "timeouts:\n  tools:\n    concurrent_batch: yes\n")
+    assert resolve_timeout(KEY, default=4, config=f) == 4.0
+    assert len(rec.messages) == 1
+    assert f"{f} at timeouts.tools.concurrent_batch" in rec.messages[0]
+    assert "True (bool)" in rec.messages[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("broken.yaml", "timeouts:\n  a: [1\n"),
+        ("broken.toml", "[timeouts\nx = 1\n"),
+        ("broken.json", "{"),
+        ("list.yaml", "- 1\n- 2\n"),
+        ("scalar.yaml", "42\n"),
+        ("timeouts-list.yaml", "timeouts: [1, 2]\n"),
+        ("binary.yaml", "\udcff"),
+    ],
+)
+def test_broken_file_warns_and_falls_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rec: Recorder, name: str, text: str
+) -> None:
+    f = tmp_path / name
+    f.write_bytes(text.encode("utf-8", "surrogateescape"))
+    monkeypatch.setenv(ENV, "8")
+    assert resolve_timeout(KEY, default=4, env_var=ENV, config=f) == 8.0
+    assert len(rec.messages) == 1, rec.messages
+    assert str(f) in rec.messages[0]
+
+
+def test_missing_file_warns_and_falls_through(tmp_path: Path, rec: Recorder) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert resolve_timeout(KEY, default=4, config=missing) == 4.0
+    assert len(rec.messages) == 1 and "not found" in rec.messages[0]
+    assert load_config(missing) == TautConfig()
+
+
+def test_directory_as_config_warns(tmp_path: Path, rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=4, config=tmp_path) == 4.0
+    assert len(rec.messages) == 1
+
+
+def test_non_mapping_config_object_warns(rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=4, config=42) == 4.0  # type: ignore[arg-type]
+    assert len(rec.messages) == 1
+
+
+# --------------------------------------------------------------------------- caching
+def test_cached_until_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parses = []
+    real = cfgmod._parse_text
+
+    def counting(path: str, text: str) -> Any:
+        parses.append(path)
+        return real(path, text)
+
+    monkeypatch.setattr(cfgmod, "_parse_text", counting)
+    f = write(tmp_path / "c.yaml", "timeouts: {tools: {concurrent_batch: 5}}\n")
+    os.utime(f, ns=(1_000_000_000, 1_000_000_000))
+    for _ in range(50):
+        assert resolve_timeout(KEY, default=1, config=f) == 5.0
+        assert resolve_timeout("other", default=2, config=f) == 2.0
+    assert len(parses) == 1
+    # Same size, different mtime: re-read.
+    write(f, "timeouts: {tools: {concurrent_batch: 6}}\n")
+    os.utime(f, ns=(2_000_000_000, 2_000_000_000))
+    assert resolve_timeout(KEY, default=1, config=f) == 6.0
+    assert len(parses) == 2
+    # Same mtime, different size: re-read.
+    write(f, "timeouts: {tools: {concurrent_batch: 77}}\n")
+    os.utime(f, ns=(2_000_000_000, 2_000_000_000))
+    assert resolve_timeout(KEY, default=1, config=f) == 77.0
+    assert len(parses) == 3
+    # Deleted: warns, falls through; recreated: read again.
+    f.unlink()
+    with pytest.warns(ConfigWarning):
+        assert resolve_timeout(KEY, default=1, config=f) == 1.0
+    write(f, "timeouts: {tools: {concurrent_batch: 3}}\n")
+    assert resolve_timeout(KEY, default=1, config=f) == 3.0
+
+
+def test_cached_resolution_follows_env_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "10")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == 10.0
+    monkeypatch.setenv(ENV, "20")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == 20.0
+    monkeypatch.delenv(ENV)
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == 1.0
+
+
+def test_cached_resolution_warns_only_once(tmp_path: Path, rec: Recorder) -> None:
+    f = write(tmp_path / "c.yaml", "timeouts: {tools: {concurrent_batch: nope}}\n")
+    for _ in range(20):
+        assert resolve_timeout(KEY, default=1, config=f) == 1.0
+    assert len(rec.messages) == 1
+
+
+def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(cfgmod._RESOLVED_MAX + 10):
+        monkeypatch.setenv(ENV, str(i + 1))
+        assert resolve_timeout(KEY, default=1, env_var=ENV) == float(i + 1)
+    assert len(cfgmod._resolved) <= cfgmod._RESOLVED_MAX
+
+
+# --------------------------------------------------------------------------- model
+def test_taut_config_model_validates_and_documents() -> None:
+    cfg = TautConfig.model_validate(
+        {"timeouts": {"tools": {"concurrent_batch": 3}}, "capacity": {"tool_workers": 4}, "x": 1}
+    )
+    assert cfg.capacity.tool_workers == 4
+    assert resolve_timeout(KEY, default=1, config=cfg) == 3.0
+    with pytest.raises(ValidationError) as info:
+        TautConfig.model_validate({"timeouts": {"a": True, "b": {"c": -1}}})
+    text = str(info.value)
+    assert "timeouts.a" in text and "timeouts.b.c" in text
+    with pytest.raises(ValidationError):
+        TautConfig.model_validate({"capacity": {"tool_workers": -1}})
+    with pytest.raises(ValidationError):
+        TautConfig.model_validate({"capacity": {"tool_workers": True}})
+    with pytest.raises(ValidationError):
+        TautConfig.model_validate({"capacity": {"tool_wrokers": 2}})
+    schema = TautConfig.model_json_schema()
+    text = json.dumps(schema)
+    assert "0 = no ceiling" in text and "0 disables" in text
+    assert TautConfig().capacity.tool_workers == 0
+
+
+def test_tool_workers_from_config(tmp_path: Path, rec: Recorder) -> None:
+    assert tool_workers() == 0
+    assert tool_workers({"capacity": {"tool_workers": 3}}) == 3
+    assert tool_workers({"capacity": {"tool-workers": 2}}) == 2
+    f = write(tmp_path / "c.toml", "[capacity]\ntool_workers = 5\n")
+    assert tool_workers(f) == 5
+    assert rec.messages == []
+    assert tool_workers({"capacity": {"tool_workers": "many"}}) == 0
+    assert len(rec.messages) == 1 and "capacity.tool_workers" in rec.messages[0]
+
+
+def test_load_config_is_lenient(rec: Recorder) -> None:
+    cfg = load_config({"timeouts": {"a": True, "b": 2, "c": {"d": "x", "e": 3}}})
+    assert cfg.timeouts == {"b": 2, "c": {"e": 3}}
+    assert load_config({"timeouts": "nope"}).timeouts == {}
+    assert load_config(None) == TautConfig()
+
+
+# --------------------------------------------------------------------------- layer keys
+def test_concurrent_batch_legacy_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert concurrent_batch_timeout() == 420.0
+    monkeypatch.setenv("TAUT_CONCURRENT_TOOL_TIMEOUT_S", "90")
+    assert concurrent_batch_timeout() == 90.0
+    monkeypatch.setenv("TAUT_CONCURRENT_TOOL_TIMEOUT_S", "0")
+    assert concurrent_batch_timeout() is None
+    assert concurrent_batch_timeout(nested(15)) == 15.0
+
+
+def test_sequential_call_defaults_to_resolved_concurrent(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sequential_call_timeout() == 420.0
+    monkeypatch.setenv("TAUT_CONCURRENT_TOOL_TIMEOUT_S", "60")
+    assert sequential_call_timeout() == 60.0
+    assert sequential_call_timeout(nested(0)) is None
+    both = {"timeouts": {"tools": {"concurrent_batch": 100, "sequential_call": 7}}}
+    assert sequential_call_timeout(both) == 7.0
+
+
+# --------------------------------------------------------------------------- junk never raises
+JUNK = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=10)
+    | st.binary(max_size=5)
+    | st.just(object()),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+SPECIAL_ENV = st.sampled_from(
+    ["sNaN", "-nan", "1e400", "-1e400", "inf", "-0", "0x10", "1_000", "\u0661", " 5 ", "Infinity"]
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=JUNK, env=st.none() | SPECIAL_ENV | st.text(max_size=12))
+def test_resolve_never_raises_on_junk(value: Any, env: str | None) -> None:
+    os.environ.pop(ENV, None)
+    if env is not None and "\x00" not in env:
+        os.environ[ENV] = env
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for cfg in (nested(value), {"timeouts": value}, value, {"timeouts": {"tools": value}}):
+                got = resolve_timeout(KEY, default=42, env_var=ENV, config=cfg)
+                assert got is None or (0 <= got <= _max() and not math.isnan(got))
+                load_config(cfg if isinstance(cfg, dict) else None)
+    finally:
+        os.environ.pop(ENV, None)
+
+
+@settings(max_examples=200)
+@given(seconds=st.integers(min_value=1, max_value=10**500) | st.floats(min_value=1e-9))
+def test_valid_numbers_resolve_to_clamped_floats(seconds: float) -> None:
+    got = resolve_timeout(KEY, default=1, config=nested(seconds))
+    if seconds == float("inf"):
+        assert got is None
+    else:
+        assert got == float(min(seconds, _max()))
+
+
+# --------------------------------------------------------------------------- config check
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taut", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_config_check_reports_every_problem_with_location(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "c.yaml",
+        "app: {other: 1}\n"
+        "timeouts:\n"
+        "  tools:\n"
+        "    concurrent_batch: true\n"
+        "    sequential_call: .nan\n"
+        "  fine: 5\n"
+        "  neg: -3\n"
+        "capacity:\n"
+        "  tool_workers: many\n",
+    )
+    problems = check_config_file(f)
+    got = {(p.location, p.line) for p in problems}
+    assert got == {
+        ("timeouts.tools.concurrent_batch", 4),
+        ("timeouts.tools.sequential_call", 5),
+        ("timeouts.neg", 7),
+        ("capacity.tool_workers", 9),
+    }
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 1
+    assert f"{f}:4: timeouts.tools.concurrent_batch: invalid timeout True (bool)" in out.stdout
+    assert f"{f}:9: capacity.tool_workers" in out.stdout
+
+
+def test_config_check_toml_lines(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "c.toml",
+        "[timeouts.tools]\nconcurrent_batch = true\nsequential_call = 30\n\n"
+        "[capacity]\ntool_workers = -1\n",
+    )
+    got = {(p.location, p.line) for p in check_config_file(f)}
+    assert got == {("timeouts.tools.concurrent_batch", 2), ("capacity.tool_workers", 6)}
+
+
+def test_config_check_parse_error_and_missing(tmp_path: Path) -> None:
+    f = write(tmp_path / "b.toml", "[timeouts]\nx = 1\ny = \n")
+    problems = check_config_file(f)
+    assert len(problems) == 1 and problems[0].line == 3
+    out = run_cli("config", "check", str(f), str(tmp_path / "missing.yaml"))
+    assert out.returncode == 1
+    assert "cannot parse" in out.stdout and "cannot read" in out.stdout
+
+
+def test_config_check_ok(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "ok.yaml",
+        "timeouts: {tools: {concurrent_batch: 0}}\ncapacity: {tool_workers: 3}\n",
+    )
+    assert check_config_file(f) == []
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK" in out.stdout and "tool_workers=3" in out.stdout
+
+
+def test_config_schema_cli() -> None:
+    out = run_cli("config", "schema")
+    assert out.returncode == 0
+    assert json.loads(out.stdout)["title"] == "TautConfig"
+
+
+def test_example_config_is_valid() -> None:
+    example = Path(__file__).parent.parent / "examples" / "taut.yaml"
+    assert check_config_file(example) == []
+    assert concurrent_batch_timeout(example) == 300.0
+    assert sequential_call_timeout(example) == 120.0
+    assert tool_workers(example) == 4

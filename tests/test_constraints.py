@@ -1,0 +1,569 @@
+"""PlanningConstraints (parsing, guidance, cap) and the live Budget (injected clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import taut
+from taut import Budget, PlanningConstraints
+from taut.constraints import iso_duration
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# --------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [
+        ("PT30M", 1800),
+        ("P1DT2H", 93600),
+        ("PT1H30M5S", 5405),
+        ("PT0.5S", 0.5),
+        ("P2D", 172800),
+        ("P1W", 604800),
+        (1800, 1800),
+        (2.5, 2.5),
+        ("90", 90),
+        (" 1.5 ", 1.5),
+        (timedelta(minutes=3), 180),
+        (0, 0),
+    ],
+)
+def test_time_budget_accepts_seconds_and_iso(raw: object, seconds: float) -> None:
+    pc = PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
+    assert pc.time_budget == timedelta(seconds=seconds)
+    assert pc.time_budget_s == seconds
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (True, r"got True \(bool\)"),
+        (-1, "must not be negative"),
+        ("-PT1M", "must not be negative"),
+        (timedelta(seconds=-1), "must not be negative"),
+        (float("nan"), "nan"),
+        ("P1Y", "years and months"),
+        ("P1M", "years and months"),
+        ("soon", "time_budget"),
+        ([30], r"got \[30\] \(list\)"),
+    ],
+)
+def test_time_budget_rejects_junk(raw: object, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
+
+
+def test_huge_budgets_clamp_instead_of_overflowing() -> None:
+    assert PlanningConstraints(time_budget=float("inf")).time_budget is None
+    assert PlanningConstraints(time_budget="inf").time_budget is None
+    for raw in (1e300, 10**400, 2**70):
+        pc = PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
+        assert pc.time_budget is not None
+        assert pc.time_budget >= timedelta(days=365 * 99)
+        budget = pc.start(clock=FakeClock())
+        assert budget.remaining() == pc.time_budget_s
+
+
+@pytest.mark.parametrize("raw", [0, -3, True, 1.5, "3"])
+def test_max_agents_must_be_positive_int(raw: object) -> None:
+    with pytest.raises(ValidationError, match=r"max_agents|resourceLimit"):
+        PlanningConstraints(max_agents=raw)  # type: ignore[arg-type]
+
+
+def test_weights_soft_cost_budgets_hard() -> None:
+    pc = PlanningConstraints(weights={"speed": 0.7, "cost": -0.3}, cost_budgets={"usd": 2.5})
+    assert pc.weights == {"speed": 0.7, "cost": -0.3}
+    with pytest.raises(ValidationError, match="must not be negative"):
+        PlanningConstraints(cost_budgets={"usd": -1})
+    with pytest.raises(ValidationError, match="finite"):
+        PlanningConstraints(cost_budgets={"usd": float("inf")})
+    with pytest.raises(ValidationError, match="finite"):
+        PlanningConstraints(weights={"x": float("nan")})
+    with pytest.raises(ValidationError, match="bool"):
+        PlanningConstraints(weights={"x": True})
+
+
+def test_frozen() -> None:
+    pc = PlanningConstraints(max_agents=3)
+    with pytest.raises(ValidationError):
+        pc.max_agents = 4  # type: ignore[misc]
+
+
+def test_loads_yaml_and_json_with_camel_case_aliases(tmp_path: Path) -> None:
+    yaml_text = (
+        "timeBudget: PT30M\nresourceLimit: 3\nweights: {speed: 0.5}\ncostBudgets: {usd: 1.5}\n"
+    )
+    from_yaml = PlanningConstraints.from_yaml(yaml_text)
+    assert from_yaml.time_budget == timedelta(minutes=30)
+    assert from_yaml.max_agents == 3
+    assert from_yaml.cost_budgets == {"usd": 1.5}
+    from_json = PlanningConstraints.from_json(
+        json.dumps(
+            {
+                "timeBudget": "PT30M",
+                "maxAgents": 3,
+                "weights": {"speed": 0.5},
+                "cost_budgets": {"usd": 1.5},
+            }
+        )
+    )
+    assert from_json == from_yaml
+    by_name = PlanningConstraints.model_validate(
+        {
+            "time_budget": 1800,
+            "max_agents": 3,
+            "weights": {"speed": 0.5},
+            "cost_budgets": {"usd": 1.5},
+        }
+    )
+    assert by_name == from_yaml
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml_text)
+    assert PlanningConstraints.load(f) == from_yaml
+    j = tmp_path / "c.json"
+    j.write_text(from_yaml.to_json())
+    assert PlanningConstraints.load(j) == from_yaml
+    assert json.loads(from_yaml.to_json())["timeBudget"] == "PT30M"
+    assert json.loads(from_yaml.to_json())["resourceLimit"] == 3
+    assert PlanningConstraints.from_yaml("") == PlanningConstraints()
+
+
+def test_unknown_keys_rejected() -> None:
+    with pytest.raises(ValidationError, match="timeBudgte"):
+        PlanningConstraints.from_yaml("timeBudgte: PT1M\n")
+
+
+def test_yaml_loader_is_safe() -> None:
+    with pytest.raises(Exception) as info:
+        PlanningConstraints.from_yaml("timeBudget: !!python/object/apply:os.getcwd []\n")
+    assert "could not determine a constructor" in str(info.value)
+
+
+@given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=10**6)))
+def test_iso_duration_round_trip(td: timedelta) -> None:
+    pc = PlanningConstraints(time_budget=td)
+    text = pc.to_json()
+    date_part = json.loads(text).get("timeBudget", "PT0S").split("T")[0]
+    assert "Y" not in date_part and "M" not in date_part  # no calendar units
+    assert PlanningConstraints.from_json(text).time_budget == td
+    assert PlanningConstraints(time_budget=iso_duration(td)).time_budget == td
+
+
+@pytest.mark.parametrize(
+    ("td", "text"),
+    [
+        (timedelta(minutes=30), "PT30M"),
+        (timedelta(days=1, hours=2), "P1DT2H"),
+        (timedelta(days=365), "P365D"),
+        (timedelta(seconds=0.5), "PT0.5S"),
+        (timedelta(0), "PT0S"),
+        (timedelta(hours=1, seconds=1, microseconds=10), "PT1H1.00001S"),
+    ],
+)
+def test_iso_duration_text(td: timedelta, text: str) -> None:
+    assert iso_duration(td) == text
+
+
+@given(st.integers(min_value=0, max_value=10**8), st.integers(min_value=1, max_value=10**4))
+def test_seconds_round_trip(seconds: int, agents: int) -> None:
+    pc = PlanningConstraints(time_budget=seconds, max_agents=agents)
+    assert PlanningConstraints.from_json(pc.to_json()) == pc
+
+
+# --------------------------------------------------------------------------- guidance
+@pytest.mark.parametrize(
+    ("budget", "agents", "en", "de"),
+    [
+        (
+            "PT30M",
+            3,
+            "You have 30 minutes and 3 available agents.",
+            "Du hast 30 Minuten und 3 verfügbare Agenten.",
+        ),
+        (
+            "PT1M",
+            1,
+            "You have 1 minute and 1 available agent.",
+            "Du hast 1 Minute und einen verfügbaren Agenten.",
+        ),
+        (
+            "PT1H30M",
+            2,
+            "You have 1 hour 30 minutes and 2 available agents.",
+            "Du hast 1 Stunde 30 Minuten und 2 verfügbare Agenten.",
+        ),
+        (
+            "PT2H",
+            5,
+            "You have 2 hours and 5 available agents.",
+            "Du hast 2 Stunden und 5 verfügbare Agenten.",
+        ),
+        (
+            "PT45S",
+            3,
+            "You have 45 seconds and 3 available agents.",
+            "Du hast 45 Sekunden und 3 verfügbare Agenten.",
+        ),
+        (
+            "PT1S",
+            3,
+            "You have 1 second and 3 available agents.",
+            "Du hast 1 Sekunde und 3 verfügbare Agenten.",
+        ),
+        (
+            "PT0.2S",
+            3,
+            "You have less than a second and 3 available agents.",
+            "Du hast weniger als eine Sekunde und 3 verfügbare Agenten.",
+        ),
+        (
+            "P1DT2H",
+            3,
+            "You have 26 hours and 3 available agents.",
+            "Du hast 26 Stunden und 3 verfügbare Agenten.",
+        ),
+        (
+            None,
+            3,
+            "You have no time limit and 3 available agents.",
+            "Du hast kein Zeitlimit und 3 verfügbare Agenten.",
+        ),
+        (
+            "PT30M",
+            None,
+            "You have 30 minutes and no limit on the number of agents.",
+            "Du hast 30 Minuten und keine Begrenzung der Anzahl der Agenten.",
+        ),
+        (
+            None,
+            None,
+            "You have no time limit and no limit on the number of agents.",
+            "Du hast kein Zeitlimit und keine Begrenzung der Anzahl der Agenten.",
+        ),
+        (
+            0,
+            2,
+            "You have no time left and 2 available agents.",
+            "Du hast keine Zeit mehr und 2 verfügbare Agenten.",
+        ),
+    ],
+)
+def test_guidance_sentence(budget: object, agents: int | None, en: str, de: str) -> None:
+    pc = PlanningConstraints(time_budget=budget, max_agents=agents)  # type: ignore[arg-type]
+    assert pc.guidance() == en
+    assert pc.guidance("en-US") == en
+    assert pc.guidance("de") == de
+    assert pc.guidance("de_DE") == de
+
+
+def test_guidance_mentions_costs_and_weights() -> None:
+    pc = PlanningConstraints(
+        time_budget="PT30M", max_agents=3, cost_budgets={"usd": 2.5}, weights={"speed": 0.7}
+    )
+    text = pc.guidance()
+    assert text.startswith("You have 30 minutes and 3 available agents. ")
+    assert "usd 2.5" in text and "speed 0.7" in text
+    assert "usd 2,5" in pc.guidance("de")
+
+
+def test_guidance_unknown_language() -> None:
+    with pytest.raises(ValueError, match=r"lang must be one of .* got 'fr'"):
+        PlanningConstraints().guidance("fr")
+
+
+def test_cap_keeps_first_max_agents() -> None:
+    agents = ["a", "b", "c", "d", "e"]
+    assert PlanningConstraints(max_agents=3).cap(agents) == ["a", "b", "c"]
+    assert PlanningConstraints(max_agents=10).cap(agents) == agents
+    assert PlanningConstraints().cap(agents) == agents
+    assert PlanningConstraints(max_agents=2).cap(iter_list := ("x", "y", "z")) == ["x", "y"]
+    assert iter_list == ("x", "y", "z")
+
+
+# --------------------------------------------------------------------------- budget
+def test_budget_shrinks_with_the_clock() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(time_budget="PT30M", max_agents=3).start(clock=clock)
+    assert isinstance(budget, Budget)
+    assert budget.remaining() == 1800 and budget.elapsed() == 0 and not budget.expired
+    clock.advance(600)
+    assert budget.elapsed() == 600 and budget.remaining() == 1200
+    clock.advance(1200)
+    assert budget.remaining() == 0 and budget.expired
+    clock.advance(50)
+    assert budget.remaining() == 0  # never negative
+    assert budget.elapsed() == 1850
+
+
+def test_unbounded_budget() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(max_agents=2).start(clock=clock)
+    clock.advance(10**6)
+    assert budget.remaining() is None and not budget.expired
+    assert budget.elapsed() == 10**6
+    assert budget.constraints().time_budget is None
+    assert budget.child(5).remaining() == 5
+    assert budget.child().remaining() is None
+
+
+def test_pause_is_not_charged() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(time_budget=100).start(clock=clock)
+    clock.advance(10)
+    budget.pause()
+    assert budget.is_paused
+    clock.advance(1000)  # waiting for a human
+    assert budget.elapsed() == 10 and budget.remaining() == 90
+    budget.resume()
+    clock.advance(5)
+    assert budget.elapsed() == 15 and budget.remaining() == 85
+    with budget.paused():
+        clock.advance(500)
+        assert budget.remaining() == 85
+    assert budget.remaining() == 85
+    # Nested pauses: charged again only after the last resume.
+    budget.pause()
+    budget.pause()
+    clock.advance(7)
+    budget.resume()
+    clock.advance(7)
+    assert budget.remaining() == 85
+    budget.resume()
+    clock.advance(5)
+    assert budget.remaining() == 80
+    with pytest.raises(RuntimeError, match="without a matching pause"):
+        budget.resume()
+
+
+def test_paused_context_resumes_on_error() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(time_budget=10).start(clock=clock)
+    with pytest.raises(KeyError), budget.paused():
+        raise KeyError("x")
+    assert not budget.is_paused
+
+
+def test_child_never_longer_than_what_remains() -> None:
+    clock = FakeClock()
+    parent = PlanningConstraints(time_budget=100, max_agents=4).start(clock=clock)
+    clock.advance(70)
+    assert parent.child(10).remaining() == 10
+    assert parent.child(500).remaining() == 30
+    assert parent.child().remaining() == 30
+    assert parent.child(timedelta(seconds=20)).remaining() == 20
+    sub = parent.child(25, max_agents=2)
+    assert sub.max_agents == 2
+    assert parent.child(5, max_agents=9).max_agents == 4
+    clock.advance(25)
+    assert sub.expired and not parent.expired
+    clock.advance(100)
+    assert parent.child(10).remaining() == 0
+    with pytest.raises(ValueError, match="seconds must be >= 0"):
+        parent.child(-1)
+    with pytest.raises(TypeError, match="got True"):
+        parent.child(True)  # type: ignore[arg-type]
+
+
+def test_constraints_hold_only_what_remains() -> None:
+    clock = FakeClock()
+    pc = PlanningConstraints(
+        time_budget="PT30M", max_agents=3, weights={"speed": 1.0}, cost_budgets={"usd": 2.0}
+    )
+    budget = pc.start(clock=clock)
+    clock.advance(20 * 60)
+    budget.charge("usd", 0.5)
+    left = budget.constraints()
+    assert isinstance(left, PlanningConstraints)
+    assert left.time_budget == timedelta(minutes=10)
+    assert left.max_agents == 3
+    assert left.cost_budgets == {"usd": 1.5}
+    assert left.weights == {"speed": 1.0}
+    assert left.guidance().startswith("You have 10 minutes and 3 available agents.")
+    assert budget.guidance() == left.guidance()
+    # The re-planning input starts a fresh budget of what remained.
+    again = left.start(clock=clock)
+    assert again.remaining() == 600
+    clock.advance(3600)
+    assert budget.constraints().time_budget == timedelta(0)
+    assert budget.constraints().guidance().startswith("You have no time left")
+    assert pc.time_budget == timedelta(minutes=30)  # the original is unchanged
+
+
+def test_cost_budgets_are_hard_and_shared_with_children() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(cost_budgets={"usd": 2.0, "tokens": 1000}).start(clock=clock)
+    sub = budget.child()
+    assert sub.charge("usd", 1.5) == 0.5
+    assert budget.cost_remaining("usd") == 0.5
+    assert budget.charge("tokens", 10) == 990
+    assert budget.charge("other", 1) is None
+    assert not budget.exhausted
+    budget.charge("usd", 1.0)
+    assert budget.cost_remaining("usd") == 0.0 and budget.exhausted
+    with pytest.raises(ValueError, match="amount must be"):
+        budget.charge("usd", -1)
+    with pytest.raises(TypeError, match="amount must be a number"):
+        budget.charge("usd", True)  # type: ignore[arg-type]
+
+
+def test_budget_cap_and_repr() -> None:
+    budget = PlanningConstraints(time_budget=5, max_agents=1).start(clock=FakeClock())
+    assert budget.cap([1, 2, 3]) == [1]
+    assert "5.000s left" in repr(budget)
+
+
+def test_budget_is_thread_safe() -> None:
+    clock = FakeClock()
+    budget = PlanningConstraints(time_budget=100, cost_budgets={"n": 10**9}).start(clock=clock)
+
+    def work() -> None:
+        for _ in range(2000):
+            budget.charge("n", 1)
+            with budget.paused():
+                budget.remaining()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert budget.cost_remaining("n") == 10**9 - 8000
+    assert not budget.is_paused
+
+
+def test_default_clock_is_monotonic() -> None:
+    budget = PlanningConstraints(time_budget=1000).start()
+    remaining = budget.remaining()
+    assert remaining is not None and 990 < remaining <= 1000
+
+
+def test_exported() -> None:
+    assert taut.PlanningConstraints is PlanningConstraints
+    assert taut.Budget is Budget
+
+
+# --------------------------------------------------------------------------- deadline scope
+@pytest.fixture
+def scope_clock() -> Iterator[FakeClock]:
+    """One fake clock for the budget and for taut's deadline scopes."""
+    from taut.deadline import set_clock
+
+    clock = FakeClock()
+    previous = set_clock(clock)
+    try:
+        yield clock
+    finally:
+        set_clock(previous)
+
+
+def test_with_budget_bounds_the_block_by_what_remains(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=30).start(clock=scope_clock)
+    scope_clock.advance(10)
+    assert taut.remaining() is None
+    with budget as entered:
+        assert entered is budget
+        assert taut.remaining() == 20
+        scope_clock.advance(5)
+        assert taut.remaining() == 15
+    assert taut.remaining() is None
+    with pytest.raises(taut.DeadlineExpired), budget:
+        scope_clock.advance(16)
+    assert budget.expired
+
+
+def test_expired_budget_scope_fails_at_once(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=1).start(clock=scope_clock)
+    scope_clock.advance(2)
+    with pytest.raises(taut.DeadlineExpired), budget:
+        assert taut.remaining() == 0
+
+
+def test_unbounded_budget_scope(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(max_agents=2).start(clock=scope_clock)
+    with budget:
+        assert taut.remaining() is None
+        scope_clock.advance(10**6)
+
+
+def test_child_scope_nests_inside_parent(scope_clock: FakeClock) -> None:
+    parent = PlanningConstraints(time_budget=100).start(clock=scope_clock)
+    with parent:
+        with parent.child(5):
+            assert taut.remaining() == 5
+        with parent.child(500):
+            assert taut.remaining() == 100
+        assert taut.remaining() == 100
+
+
+def test_move_on_scope(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=3).start(clock=scope_clock)
+    with budget.scope(raise_on_expiry=False) as scope:
+        scope_clock.advance(4)
+    assert scope.expired
+
+
+def test_budget_scope_reaches_worker_threads(scope_clock: FakeClock) -> None:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = PlanningConstraints(time_budget=42).start(clock=scope_clock)
+    with budget, ThreadPoolExecutor(1) as pool:
+        ctx = contextvars.copy_context()
+        assert pool.submit(ctx.run, taut.remaining).result() == 42
+
+
+@pytest.mark.timeout(30)
+def test_budget_interrupts_sync_work_on_the_real_clock() -> None:
+    budget = PlanningConstraints(time_budget=0.1).start()
+    start = time.monotonic()
+    with pytest.raises(taut.DeadlineExpired), budget.scope(interrupt=True):
+        while time.monotonic() - start < 10:  # work of 10 s against a budget of 0.1 s
+            time.sleep(0.005)
+    assert time.monotonic() - start < 5
+    assert budget.expired
+
+
+@pytest.mark.timeout(30)
+def test_async_with_budget_cancels_on_the_real_clock() -> None:
+    budget = PlanningConstraints(time_budget=0.1).start()
+
+    async def main() -> float:
+        start = time.monotonic()
+        with pytest.raises(taut.DeadlineExpired):
+            async with budget:
+                await asyncio.sleep(10)
+        return time.monotonic() - start
+
+    assert asyncio.run(main()) < 5
+
+
+def test_async_with_budget_in_time(scope_clock: FakeClock) -> None:
+    budget = PlanningConstraints(time_budget=60).start(clock=scope_clock)
+
+    async def main() -> float | None:
+        async with budget:
+            await asyncio.sleep(0)
+            return taut.remaining()
+
+    assert asyncio.run(main()) == 60

@@ -1,0 +1,409 @@
+"""kill_process_tree and run_process: whole trees die, the caller never does,
+reused pids are never signalled, and a deadline returns on time.
+
+Liveness is checked with psutil / os.kill(pid, 0) on real processes (zombies
+count as dead; we reap the ones we own), never with marker files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+import taut
+from taut import _core
+from taut.deadline import DeadlineExpired
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)"),
+]
+
+# Lopsided timings: work of 30 s against budgets of 0.05-0.2 s, and generous
+# bounds for "promptly" so a busy 2-core machine never makes a test flaky.
+WORK = "30"
+PROMPT_S = 5.0
+
+
+def running(pid: int) -> bool:
+    """Exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids: list[int], within: float = 10.0) -> list[int]:
+    """Wait until none of ``pids`` runs; return the ones still running."""
+    until = time.monotonic() + within
+    left = [p for p in pids if running(p)]
+    while left and time.monotonic() < until:
+        time.sleep(0.01)
+        left = [p for p in left if running(p)]
+    return left
+
+
+def wait_descendants(pid: int, count: int, within: float = 10.0) -> list[int]:
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        kids = [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        if len(kids) >= count:
+            return kids
+        time.sleep(0.01)
+    raise AssertionError(f"{pid} never had {count} descendants")
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Popen objects to kill and reap after the test, whatever happens."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(
+                    proc.pid
+                ) == proc.pid else proc.kill()
+            except OSError:
+                pass
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def strays() -> Iterator[list[int]]:
+    """Pids a test expects to be dead; killed afterwards if a test failed."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def sh(script: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sh", "-c", script], **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+# ---------------------------------------------------------------------------
+# kill_process_tree
+
+
+def test_kills_children_and_grandchildren(
+    spawned: list[subprocess.Popen[bytes]], strays: list[int]
+) -> None:
+    root = sh(f"sh -c 'sleep {WORK} & sleep {WORK}' & sleep {WORK} & wait")
+    spawned.append(root)
+    tree = wait_descendants(root.pid, 4)
+    strays.extend(tree)
+    assert taut.kill_process_tree(root.pid) is True
+    assert root.wait(timeout=10) == -signal.SIGKILL
+    assert wait_gone(tree) == []
+
+
+def test_kills_grandchild_that_started_its_own_session(
+    spawned: list[subprocess.Popen[bytes]], strays: list[int]
+) -> None:
+    root = sh(f"setsid sleep {WORK} & wait")
+    spawned.append(root)
+    (grandchild,) = wait_descendants(root.pid, 1)
+    strays.append(grandchild)
+    until = time.monotonic() + 10
+    while os.getsid(grandchild) != grandchild:  # setsid may not have run yet
+        assert time.monotonic() < until
+        time.sleep(0.01)
+    assert os.getpgid(grandchild) != os.getpgid(root.pid)
+    assert taut.kill_process_tree(root.pid) is True
+    root.wait(timeout=10)
+    assert wait_gone([grandchild]) == []
+
+
+def test_kills_orphans_left_in_the_session_of_an_exited_root(
+    spawned: list[subprocess.Popen[bytes]], strays: list[int]
+) -> None:
+    # The root exits at once; its background child is reparented to init and
+    # is found only through the session the root led. The root stays a zombie
+    # (unreaped), which still counts as present, as for os.kill.
+    root = sh(
+        f"sleep {WORK} >/dev/null 2>&1 & echo $!", stdout=subprocess.PIPE, start_new_session=True
+    )
+    spawned.append(root)
+    assert root.stdout is not None
+    orphan = int(root.stdout.readline())
+    strays.append(orphan)
+    until = time.monotonic() + 10
+    while psutil.Process(root.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < until
+        time.sleep(0.01)
+    assert psutil.Process(orphan).ppid() != root.pid
+    assert taut.kill_process_tree(root.pid) is True
+    assert wait_gone([orphan]) == []
+
+
+def test_a_forking_tree_cannot_escape(spawned: list[subprocess.Popen[bytes]]) -> None:
+    # Forks a new sleeper every few milliseconds: without freezing the tree, a
+    # child forked between discovery and the kill would survive.
+    root = sh(f"while true; do sleep {WORK} & sleep 0.005; done", start_new_session=True)
+    spawned.append(root)
+    wait_descendants(root.pid, 20)
+    assert taut.kill_process_tree(root.pid) is True
+    root.wait(timeout=10)
+    session = root.pid
+
+    def members() -> list[int]:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == session and running(p.pid):
+                    out.append(p.pid)
+            except (OSError, psutil.Error):
+                pass
+        return out
+
+    left = members()
+    until = time.monotonic() + 10
+    while left and time.monotonic() < until:
+        time.sleep(0.02)
+        left = members()
+    assert left == []
+
+
+def test_sigterm_is_delivered_and_handled(spawned: list[subprocess.Popen[bytes]]) -> None:
+    # The tree is frozen with SIGSTOP while it is signalled; without the final
+    # SIGCONT the handler below would never run.
+    code = (
+        "import signal, sys, time\n"
+        "def on_term(*_):\n"
+        "    print('handled', flush=True); sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "print('ready', flush=True)\n"
+        f"time.sleep({WORK})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    spawned.append(child)
+    assert child.stdout is not None
+    assert child.stdout.readline() == b"ready\n"
+    assert taut.kill_process_tree(child.pid, sig=signal.SIGTERM) is True
+    assert child.stdout.readline() == b"handled\n"
+    assert child.wait(timeout=10) == 3
+
+
+def test_grace_escalates_to_sigkill_for_what_ignores_sigterm(
+    spawned: list[subprocess.Popen[bytes]], strays: list[int]
+) -> None:
+    # SIG_IGN is inherited through exec, so the sleeper ignores SIGTERM too.
+    root = sh(f"trap '' TERM; sleep {WORK} & wait")
+    spawned.append(root)
+    tree = wait_descendants(root.pid, 1)
+    strays.extend(tree)
+    started = time.monotonic()
+    assert taut.kill_process_tree(root.pid, grace=0.1) is True
+    assert time.monotonic() - started < PROMPT_S
+    assert root.wait(timeout=10) == -signal.SIGKILL
+    assert wait_gone(tree) == []
+
+
+def test_grace_returns_early_when_sigterm_works(spawned: list[subprocess.Popen[bytes]]) -> None:
+    child = subprocess.Popen(["sleep", WORK])
+    spawned.append(child)
+    started = time.monotonic()
+    # A long grace that need not be used: the default SIGTERM kills sleep.
+    assert taut.kill_process_tree(child.pid, grace=20) is True
+    assert time.monotonic() - started < PROMPT_S
+    assert child.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_returns_false_for_a_process_already_gone() -> None:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert taut.kill_process_tree(child.pid) is False
+    assert taut.kill_process_tree(child.pid, grace=0.1) is False
+
+
+def test_never_signals_the_callers_process_group(spawned: list[subprocess.Popen[bytes]]) -> None:
+    # Both children share our process group; killing one tree leaves the other
+    # (and us) alone.
+    victim = sh(f"sleep {WORK} & wait")
+    bystander = subprocess.Popen(["sleep", WORK])
+    spawned.extend([victim, bystander])
+    assert os.getpgid(victim.pid) == os.getpgrp() == os.getpgid(bystander.pid)
+    wait_descendants(victim.pid, 1)
+    assert taut.kill_process_tree(victim.pid) is True
+    victim.wait(timeout=10)
+    assert running(bystander.pid)
+    os.kill(os.getpid(), 0)
+
+
+def test_never_signals_the_caller_even_inside_the_tree() -> None:
+    # Our parent's tree contains us: refusing our own pid is not enough, we
+    # must also skip ourselves when we are a descendant. Use SIGCONT, which is
+    # harmless to our parent and siblings if anything went wrong.
+    with pytest.raises(ValueError, match="caller's own process"):
+        taut.kill_process_tree(os.getpid())
+    members = _core.signal_process_tree(os.getppid(), signal.SIGCONT)
+    assert members is not None
+    assert os.getpid() not in [pid for pid, _ in members]
+
+
+def test_start_time_identity_protects_against_pid_reuse(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    child = subprocess.Popen(["sleep", WORK])
+    spawned.append(child)
+    start = _core.process_start_time(child.pid)
+    assert isinstance(start, int) and start > 0
+    # The pid now names "another" process than the one recorded: never signalled.
+    assert _core.signal_process_tree(child.pid, signal.SIGKILL, start + 1) is None
+    assert _core.signal_process_trees([(child.pid, start + 1)], signal.SIGKILL) == []
+    assert _core.running_processes([(child.pid, start + 1)]) == []
+    assert running(child.pid)
+    assert _core.running_processes([(child.pid, start)]) == [(child.pid, start)]
+    assert _core.signal_process_tree(child.pid, signal.SIGKILL, start) == [(child.pid, start)]
+    assert child.wait(timeout=10) == -signal.SIGKILL
+    assert _core.process_start_time(child.pid) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"pid": True}, TypeError, r"pid must be a positive int process id, got True \(bool\)"),
+        ({"pid": "12"}, TypeError, r"got '12' \(str\)"),
+        ({"pid": 0}, ValueError, r"got 0 \(int\)"),
+        ({"pid": -1}, ValueError, r"got -1 \(int\)"),
+        ({"pid": 1}, ValueError, "init"),
+        ({"pid": 12345, "sig": 0}, ValueError, r"sig must be a valid signal number other than 0"),
+        ({"pid": 12345, "sig": 999}, ValueError, r"got 999 \(int\)"),
+        ({"pid": 12345, "sig": True}, TypeError, r"sig must be a signal number.*True \(bool\)"),
+        ({"pid": 12345, "sig": "KILL"}, TypeError, r"'KILL' \(str\)"),
+        (
+            {"pid": 12345, "grace": -1},
+            ValueError,
+            r"grace must be None or a non-negative.*-1 \(int\)",
+        ),
+        ({"pid": 12345, "grace": float("nan")}, ValueError, r"nan \(float\)"),
+        ({"pid": 12345, "grace": True}, TypeError, r"True \(bool\)"),
+        ({"pid": 12345, "grace": "1"}, TypeError, r"'1' \(str\)"),
+    ],
+)
+def test_argument_errors(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
+    pid = kwargs.pop("pid")
+    with pytest.raises(error, match=match):
+        taut.kill_process_tree(pid, **kwargs)  # type: ignore[arg-type]
+
+
+def test_huge_grace_is_clamped(spawned: list[subprocess.Popen[bytes]]) -> None:
+    child = subprocess.Popen(["sleep", WORK])
+    spawned.append(child)
+    assert taut.kill_process_tree(child.pid, grace=10**400) is True
+    assert child.wait(timeout=10) == -signal.SIGTERM
+
+
+# ---------------------------------------------------------------------------
+# run_process
+
+
+def test_run_process_completes_like_subprocess_run() -> None:
+    result = taut.run_process(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], 30
+    )
+    assert isinstance(result, subprocess.CompletedProcess)
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"out\n", b"err\n")
+    assert result.timed_out is False
+    assert result.timeout_s == 30.0
+    result.check_returncode()
+
+
+def test_run_process_input_text_and_check() -> None:
+    result = taut.run_process(["cat"], 30, input="a\r\nb", text=True)
+    assert result.stdout == "a\nb"
+    data = b"x" * 300_000  # more than a pipe buffer each way
+    assert taut.run_process(["cat"], 30, input=data).stdout == data
+    with pytest.raises(subprocess.CalledProcessError):
+        taut.run_process(["sh", "-c", "exit 4"], 30, check=True)
+    assert taut.run_process(["sh", "-c", "exit 4"], None).returncode == 4
+
+
+def test_run_process_kills_the_tree_at_the_deadline(strays: list[int]) -> None:
+    started = time.monotonic()
+    result = taut.run_process(["sh", "-c", f"sleep {WORK} & echo $!; sleep {WORK}"], 0.2)
+    elapsed = time.monotonic() - started
+    assert result.timed_out is True
+    assert elapsed < PROMPT_S
+    assert result.returncode == -signal.SIGKILL
+    grandchild = int(result.stdout)
+    strays.append(grandchild)
+    assert wait_gone([grandchild]) == []
+    with pytest.raises(DeadlineExpired):
+        result.check_returncode()
+
+
+def test_run_process_returns_on_time_when_an_escaped_grandchild_holds_the_pipes(
+    strays: list[int],
+) -> None:
+    # The grandchild starts its own session and its parent exits: no parent
+    # link, group or session leads to it, so no kill can find it, and it keeps
+    # stdout open. The call must still return promptly instead of waiting for EOF.
+    script = f"setsid sleep {WORK} & echo $!"
+    started = time.monotonic()
+    result = taut.run_process(["sh", "-c", script], 0.2)
+    elapsed = time.monotonic() - started
+    grandchild = int(result.stdout)
+    strays.append(grandchild)
+    assert result.timed_out is True
+    assert elapsed < PROMPT_S
+
+
+def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: list[int]) -> None:
+    # The root exits at once, its background child keeps stdout open: a plain
+    # subprocess.run(timeout=...) would wait for EOF; here the session finds it.
+    started = time.monotonic()
+    result = taut.run_process(["sh", "-c", f"sleep {WORK} & echo $!"], 0.2)
+    assert time.monotonic() - started < PROMPT_S
+    assert result.timed_out is True
+    grandchild = int(result.stdout)
+    strays.append(grandchild)
+    assert wait_gone([grandchild]) == []
+
+
+def test_run_process_zero_timeout_starts_nothing() -> None:
+    result = taut.run_process(["sh", "-c", "exit 1"], 0)
+    assert result.timed_out is True
+    assert result.returncode is None
+
+
+def test_run_process_argument_errors() -> None:
+    with pytest.raises(TypeError, match=r"True \(bool\)"):
+        taut.run_process(["true"], True)
+    with pytest.raises(ValueError):
+        taut.run_process(["true"], float("nan"))
+    with pytest.raises(TypeError, match="capture_output"):
+        taut.run_process(["true"], 1, capture_output=True)
+    with pytest.raises(TypeError, match="input must be bytes"):
+        taut.run_process(["cat"], 1, input="text")
+
+
+def test_run_process_kills_the_tree_when_the_caller_is_interrupted() -> None:
+    script = (
+        "import taut\n"
+        "try:\n"
+        f"    taut.run_process(['sh', '-c', 'sleep {WORK} & sleep {WORK}'], 60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        tree = wait_descendants(caller.pid, 3)  # sh and its two sleeps
+        caller.send_signal(signal.SIGINT)
+        assert caller.wait(timeout=20) == 0
+        assert caller.stdout is not None and caller.stdout.read() == b"interrupted\n"
+        assert wait_gone(tree) == []
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()

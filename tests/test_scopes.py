@@ -1,0 +1,431 @@
+"""Deadline scopes, DeadlineExpired and BoundedResult.
+
+Scope logic (deadline on entry, nesting, remaining(), exit decisions) runs on
+an injected fake clock; what needs the real timer (interrupts, asyncio
+cancellation) uses lopsided timings: budgets of 0.05 s against work of 30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import math
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import taut
+from taut import (
+    BoundedResult,
+    DeadlineExpired,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+    remaining,
+)
+from taut.deadline import set_clock
+
+LONG = 30.0
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Iterator[FakeClock]:
+    fake = FakeClock()
+    previous = set_clock(fake)
+    try:
+        yield fake
+    finally:
+        set_clock(previous)
+
+
+# -- DeadlineExpired and BoundedResult --------------------------------------------
+
+
+def test_deadline_expired_is_a_distinct_timeout_error() -> None:
+    err = DeadlineExpired("fetch_page", 0.2, 0.25)
+    assert isinstance(err, TimeoutError)
+    assert str(err) == "deadline expired after 0.2s: fetch_page"
+    assert (err.label, err.timeout_s, err.elapsed_s) == ("fetch_page", 0.2, 0.25)
+    assert not isinstance(TimeoutError("provider timed out"), DeadlineExpired)
+    with pytest.raises(TimeoutError):
+        raise err
+    try:
+        raise TimeoutError("read timed out")
+    except DeadlineExpired:  # pragma: no cover - must not match
+        pytest.fail("a plain TimeoutError was taken for a DeadlineExpired")
+    except TimeoutError:
+        pass
+
+
+def test_deadline_expired_defaults_and_pickle() -> None:
+    assert str(DeadlineExpired()) == "deadline expired: operation"
+    assert str(DeadlineExpired("x", 420.0)) == "deadline expired after 420s: x"
+    assert str(DeadlineExpired("x", 1_000_000.0)) == "deadline expired after 1000000s: x"
+    copy = pickle.loads(pickle.dumps(DeadlineExpired("job", 1.5, 2.0)))
+    assert type(copy) is DeadlineExpired
+    assert (copy.label, copy.timeout_s, copy.elapsed_s, str(copy)) == (
+        "job",
+        1.5,
+        2.0,
+        "deadline expired after 1.5s: job",
+    )
+
+
+def test_bounded_result_is_frozen_keyword_only_and_unwraps() -> None:
+    ok = BoundedResult(timed_out=False, value=42, elapsed_s=0.1, timeout_s=1.0, label="f")
+    assert ok.unwrap() == 42
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ok.value = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        BoundedResult(False, 42, 0.1, 1.0, "f")  # type: ignore[misc]
+    late: BoundedResult[int] = BoundedResult(
+        timed_out=True, elapsed_s=0.2, timeout_s=0.2, label="fetch_page"
+    )
+    assert late.value is None
+    with pytest.raises(DeadlineExpired, match=r"^deadline expired after 0.2s: fetch_page$"):
+        late.unwrap()
+    assert ok == BoundedResult(timed_out=False, value=42, elapsed_s=0.1, timeout_s=1.0, label="f")
+
+
+# -- scope logic on a fake clock ----------------------------------------------
+
+
+def test_remaining_is_none_outside_scopes() -> None:
+    assert remaining() is None
+
+
+def test_deadline_is_computed_on_entry(clock: FakeClock) -> None:
+    scope = fail_after(10)
+    clock.advance(100)
+    with scope:
+        assert scope.deadline == 1110.0
+        assert remaining() == 10.0
+        clock.advance(4)
+        assert remaining() == 6.0
+        assert scope.remaining() == 6.0
+    assert remaining() is None
+
+
+def test_nesting_earliest_wins(clock: FakeClock) -> None:
+    with fail_after(10):
+        with fail_after(3):
+            assert remaining() == 3.0
+            with move_on_after(100):
+                assert remaining() == 3.0
+            assert remaining() == 3.0
+        assert remaining() == 10.0
+        with fail_at(1002.5):
+            assert remaining() == 2.5
+        assert remaining() == 10.0
+    assert remaining() is None
+
+
+def test_fail_after_raises_on_exit_once_expired(clock: FakeClock) -> None:
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_after(5, "fetch_page") as scope:
+            assert not scope.expired
+            clock.advance(6)
+            assert scope.expired
+    err = info.value
+    assert (err.label, err.timeout_s, err.elapsed_s) == ("fetch_page", 5.0, 6.0)
+    assert str(err) == "deadline expired after 5s: fetch_page"
+    assert scope.expired
+
+
+def test_fail_after_does_not_raise_in_time(clock: FakeClock) -> None:
+    with fail_after(5) as scope:
+        clock.advance(4.9)
+    assert not scope.expired
+
+
+def test_move_on_after_exits_quietly(clock: FakeClock) -> None:
+    with move_on_after(5) as scope:
+        clock.advance(6)
+    assert scope.expired
+    with move_on_at(1000.0 + 6 + 1) as scope2:
+        clock.advance(0.5)
+    assert not scope2.expired
+
+
+def test_other_exceptions_pass_unchanged_even_when_expired(clock: FakeClock) -> None:
+    with pytest.raises(KeyError):
+        with fail_after(1):
+            clock.advance(2)
+            raise KeyError("mine")
+
+
+def test_fail_at_is_absolute(clock: FakeClock) -> None:
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_at(1005.0, "abs"):
+            clock.advance(5)
+    assert info.value.timeout_s == 5.0
+
+
+def test_fail_at_in_the_past_is_already_expired(clock: FakeClock) -> None:
+    with move_on_at(10.0) as scope:
+        assert remaining() == 0.0
+    assert scope.expired
+
+
+def test_unbounded_scopes(clock: FakeClock) -> None:
+    for scope in (fail_after(None), fail_after(math.inf), fail_at(None), move_on_at(math.inf)):
+        with scope:
+            clock.advance(1e9)
+            assert remaining() is None
+        assert not scope.expired
+
+
+def test_huge_values_are_clamped(clock: FakeClock) -> None:
+    with fail_after(10**400) as scope:
+        assert remaining() == taut.MAX_TIMEOUT
+    assert not scope.expired
+    with fail_at(10**400):
+        assert remaining() == taut.MAX_TIMEOUT
+
+
+def test_scope_is_entered_once(clock: FakeClock) -> None:
+    scope = move_on_after(1)
+    with scope:
+        pass
+    with pytest.raises(RuntimeError, match="entered only once"):
+        with scope:
+            pass
+
+
+def test_bad_values_are_rejected_with_exact_messages() -> None:
+    with pytest.raises(TypeError, match=r"^seconds must be a number of seconds or None, got True"):
+        fail_after(True)
+    with pytest.raises(ValueError, match=r"^seconds must not be NaN, got nan \(float\)$"):
+        move_on_after(math.nan)
+    with pytest.raises(TypeError, match=r"^deadline must be a number of seconds or None, got '5'"):
+        fail_at("5")
+
+
+def test_remaining_reaches_worker_threads_through_copied_context(clock: FakeClock) -> None:
+    with fail_after(7), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        ctx = contextvars.copy_context()
+        assert pool.submit(ctx.run, remaining).result() == 7.0
+        # The stdlib pool runs in the worker's own context: no deadline there.
+        assert pool.submit(remaining).result() is None
+
+
+# -- real timer: sync interrupts -------------------------------------------------
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_raises_into_busy_python_code() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_after(0.05, "spin", interrupt=True):
+            _spin(LONG)
+    assert time.monotonic() - t0 < LONG / 3
+    assert type(info.value) is DeadlineExpired
+    assert info.value.label == "spin"
+    assert info.value.timeout_s == pytest.approx(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_move_on_with_interrupt_swallows_and_flags() -> None:
+    t0 = time.monotonic()
+    with move_on_after(0.05, interrupt=True) as scope:
+        _spin(LONG)
+    assert scope.expired
+    assert time.monotonic() - t0 < LONG / 3
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_in_a_worker_thread() -> None:
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with fail_after(0.05, "worker", interrupt=True):
+                _spin(LONG)
+        except DeadlineExpired as e:
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(LONG + 5)
+    assert len(errors) == 1 and errors[0].args == ("deadline expired after 0.05s: worker",)
+
+
+@pytest.mark.timeout(60)
+def test_no_interrupt_after_the_block_ends_in_time() -> None:
+    with fail_after(0.1, interrupt=True) as scope:
+        pass
+    _spin(0.5)  # five times the budget: a stray interrupt would land here
+    assert not scope.expired
+
+
+@pytest.mark.timeout(60)
+def test_outer_interrupt_passes_through_inner_scope() -> None:
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_after(0.05, "outer", interrupt=True):
+            with move_on_after(LONG, "inner") as inner:
+                _spin(LONG)
+    assert info.value.label == "outer"
+    assert not inner.expired
+
+
+@pytest.mark.timeout(60)
+def test_cooperative_flag_check() -> None:
+    with move_on_after(0.05) as scope:
+        end = time.monotonic() + LONG
+        while not scope.expired and time.monotonic() < end:
+            pass
+    assert scope.expired
+    assert time.monotonic() < end
+
+
+# -- real timer: async with -----------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_async_fail_after_cancels_and_raises() -> None:
+    async def main() -> float:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExpired) as info:
+            async with fail_after(0.05, "fetch_page"):
+                await asyncio.sleep(LONG)
+        assert info.value.label == "fetch_page"
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)
+        # The task is usable afterwards: no stray cancellation pending.
+        await asyncio.sleep(0.01)
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < LONG / 3
+
+
+@pytest.mark.timeout(60)
+def test_async_move_on_after() -> None:
+    async def main() -> bool:
+        async with move_on_after(0.05) as scope:
+            await asyncio.sleep(LONG)
+        await asyncio.sleep(0.01)
+        return scope.expired
+
+    assert asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_async_nested_outer_fires_inner_passes_cancellation_up() -> None:
+    async def main() -> tuple[str, bool]:
+        with pytest.raises(DeadlineExpired) as info:
+            async with fail_after(0.05, "outer"):
+                async with fail_after(LONG, "inner") as inner:
+                    await asyncio.sleep(LONG)
+        return info.value.label, inner.expired
+
+    assert asyncio.run(main()) == ("outer", False)
+
+
+@pytest.mark.timeout(60)
+def test_async_external_cancel_is_not_a_deadline() -> None:
+    async def main() -> None:
+        async def body() -> None:
+            async with fail_after(LONG):
+                await asyncio.sleep(LONG)
+
+        task = asyncio.ensure_future(body())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_async_expiry_does_not_use_asyncio_timers() -> None:
+    """The timer thread wakes the loop through a socket: the scope fires even
+    though every asyncio timer API is broken in this loop."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise AssertionError("asyncio timers must not be used")
+
+        loop.call_later = broken  # type: ignore[method-assign,assignment]
+        loop.call_at = broken  # type: ignore[method-assign,assignment]
+        never: asyncio.Future[None] = loop.create_future()
+        with pytest.raises(DeadlineExpired):
+            async with fail_after(0.05):
+                await never
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_async_block_that_overruns_without_awaiting_raises_on_exit() -> None:
+    async def main() -> None:
+        with pytest.raises(DeadlineExpired):
+            async with fail_after(0.02):
+                time.sleep(0.2)  # ten times the budget, no await
+        await asyncio.sleep(0.05)  # no stray CancelledError afterwards
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_async_remaining_and_interrupt_rejected() -> None:
+    async def main() -> None:
+        async with fail_after(LONG):
+            left = remaining()
+            assert left is not None and 0 < left <= LONG
+        assert remaining() is None
+        with pytest.raises(ValueError, match="interrupt=True is for `with` blocks"):
+            async with fail_after(1, interrupt=True):
+                pass
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_async_many_loops_and_scopes() -> None:
+    async def main() -> int:
+        expired = 0
+        for _ in range(20):
+            async with move_on_after(0.001) as scope:
+                await asyncio.sleep(LONG)
+            expired += scope.expired
+        return expired
+
+    for _ in range(3):
+        assert asyncio.run(main()) == 20
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_with_deadline_already_passed_lands_in_the_block() -> None:
+    for _ in range(20):
+        with pytest.raises(DeadlineExpired) as info:
+            with fail_after(0, "zero", interrupt=True):
+                _spin(LONG)
+        assert info.value.label == "zero"
+        with move_on_after(-1, interrupt=True) as scope:
+            _spin(LONG)
+        assert scope.expired

@@ -1,0 +1,511 @@
+"""The Rust timer thread through taut._core.Deadline: every contract, with
+lopsided timings (budgets of 0.05-0.3 s against work or limits of 5-30 s)."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import random
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+import taut  # noqa: F401  (registers the fork/exit hooks)
+from taut import _core
+from taut._core import Deadline
+
+LONG = 30.0  # an upper bound nothing should come near
+
+
+def soon(seconds: float = 0.05) -> float:
+    return time.monotonic() + seconds
+
+
+def test_monotonic_is_time_monotonic() -> None:
+    a = time.monotonic()
+    b = _core.monotonic()
+    c = time.monotonic()
+    assert a <= b <= c
+
+
+def test_fires_flips_flag_and_wait_returns_true() -> None:
+    d = Deadline(soon())
+    assert not d.expired
+    assert 0 < d.remaining() <= 0.05
+    assert d.wait(LONG) is True
+    assert d.expired
+    assert d.remaining() == 0.0
+    assert "expired" in repr(d)
+    assert d.cancel() is False, "cancel after expiry reports that it fired"
+
+
+def test_cancel_before_expiry() -> None:
+    d = Deadline(soon(LONG))
+    assert d.cancel() is True
+    assert d.cancel() is False
+    assert d.cancelled and not d.expired
+    assert d.wait(0.01) is False
+    assert "cancelled" in repr(d)
+
+
+def test_wait_times_out() -> None:
+    d = Deadline(soon(LONG))
+    t0 = time.monotonic()
+    assert d.wait(0.05) is False
+    assert time.monotonic() - t0 >= 0.04
+    d.cancel()
+
+
+def test_wait_is_woken_by_cancel_from_another_thread() -> None:
+    d = Deadline(soon(LONG))
+    threading.Timer(0.05, d.cancel).start()
+    t0 = time.monotonic()
+    assert d.wait(LONG) is False
+    assert time.monotonic() - t0 < LONG / 2
+
+
+def test_past_deadline_fires_at_once() -> None:
+    d = Deadline(time.monotonic() - 10)
+    assert d.wait(LONG)
+    assert Deadline(0.0).wait(LONG)
+    assert Deadline(-1e300).wait(LONG)
+
+
+def test_extreme_values_are_accepted() -> None:
+    d = Deadline(1e300)
+    assert not d.wait(0.01)
+    assert d.cancel()
+    d = Deadline(float("inf"))
+    assert not d.expired
+    assert d.cancel()
+    with pytest.raises(ValueError, match="nan"):
+        Deadline(float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        Deadline(soon(LONG)).wait(float("nan"))
+
+
+def test_wait_with_huge_timeout_is_safe() -> None:
+    d = Deadline(soon(0.02))
+    assert d.wait(1e300)
+
+
+def test_deadlines_fire_in_time_order() -> None:
+    fired: list[int] = []
+    done = threading.Event()
+    base = soon(0.05)
+    order = list(range(20))
+    random.Random(7).shuffle(order)
+    keep = []
+    for i in order:
+        d = Deadline(base + i * 0.003)
+
+        def record(i: int = i) -> None:
+            fired.append(i)
+            if len(fired) == 20:
+                done.set()
+
+        d.call_soon(record)
+        keep.append(d)
+    assert done.wait(LONG)
+    assert fired == list(range(20))
+
+
+def test_call_soon_runs_on_the_callback_thread() -> None:
+    names: list[str] = []
+    done = threading.Event()
+
+    def cb() -> None:
+        names.append(threading.current_thread().name)
+        done.set()
+
+    Deadline(soon(0.01)).call_soon(cb)
+    assert done.wait(LONG)
+    assert names == ["taut-timer-callbacks"]
+    assert _core._timer_info()["callback_thread"] is True
+
+
+def test_call_soon_after_expiry_runs_and_after_cancel_does_not() -> None:
+    d = Deadline(time.monotonic() - 1)
+    assert d.wait(LONG)
+    ran = threading.Event()
+    d.call_soon(ran.set)
+    assert ran.wait(LONG)
+
+    c = Deadline(soon(0.05))
+    c.cancel()
+    never = threading.Event()
+    c.call_soon(never.set)
+    assert not never.wait(0.2)
+
+
+def test_call_soon_rejects_non_callables() -> None:
+    with pytest.raises(TypeError, match="fn must be callable, got 5"):
+        Deadline(soon(LONG)).call_soon(5)  # type: ignore[arg-type]
+
+
+def test_raising_callback_is_reported_and_timer_keeps_working() -> None:
+    seen: list[BaseException | None] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(u.exc_value)
+    try:
+
+        def boom() -> None:
+            raise RuntimeError("callback failure")
+
+        Deadline(soon(0.01)).call_soon(boom)
+        ok = threading.Event()
+        Deadline(soon(0.05)).call_soon(ok.set)
+        assert ok.wait(LONG)
+    finally:
+        sys.unraisablehook = old_hook
+    assert any(isinstance(e, RuntimeError) for e in seen)
+    assert Deadline(soon(0.01)).wait(LONG)
+
+
+def test_panicking_rust_action_is_contained() -> None:
+    before = _core._timer_info()["action_panics"]
+    d = Deadline(soon(0.01))
+    _core._timer_add_panicking_action(d)
+    after_panic = threading.Event()
+    d.call_soon(after_panic.set)  # registered after the panicking one
+    assert d.wait(LONG)
+    assert after_panic.wait(LONG)
+    assert _core._timer_info()["action_panics"] == before + 1
+    assert _core._timer_info()["running"] is True
+    assert Deadline(soon(0.01)).wait(LONG)
+
+
+def _socketpair() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    a.settimeout(LONG)
+    return a, b
+
+
+def test_notify_fd_writes_one_byte_to_a_socket() -> None:
+    a, b = _socketpair()
+    with a, b:
+        Deadline(soon(0.02)).notify_fd(b.fileno())
+        assert a.recv(16) == b"\x01"
+
+
+def test_notify_fd_after_expiry_writes_at_once() -> None:
+    a, b = _socketpair()
+    with a, b:
+        d = Deadline(time.monotonic() - 1)
+        d.wait(LONG)
+        d.notify_fd(b.fileno())
+        assert a.recv(16) == b"\x01"
+
+
+def test_notify_fd_with_nonblocking_pipe() -> None:
+    r, w = os.pipe()
+    try:
+        os.set_blocking(w, False)
+        Deadline(soon(0.02)).notify_fd(w)
+        assert os.read(r, 16) == b"\x01"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_notify_fd_refuses_blocking_pipe_and_bad_fd() -> None:
+    r, w = os.pipe()
+    try:
+        with pytest.raises(ValueError, match="non-blocking pipe"):
+            Deadline(soon(LONG)).notify_fd(w)
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(OSError, match="fd must be an open file descriptor, got 987654"):
+        Deadline(soon(LONG)).notify_fd(987654)
+
+
+def test_notify_fd_never_blocks_on_a_full_socket() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        b.setblocking(False)
+        try:
+            while True:
+                b.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        d = Deadline(soon(0.01))
+        d.notify_fd(b.fileno())
+        assert d.wait(LONG)
+        # The timer thread survived the EAGAIN and still fires.
+        assert Deadline(soon(0.01)).wait(LONG)
+
+
+def _busy_until(stop: threading.Event, limit: float) -> None:
+    end = time.monotonic() + limit
+    n = 0
+    while not stop.is_set() and time.monotonic() < end:
+        n += 1
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_thread_raises_in_busy_python_code() -> None:
+    caught: list[float] = []
+
+    def worker() -> None:
+        d = Deadline(soon(0.05))
+        d.interrupt_thread(threading.get_ident(), TimeoutError)
+        t0 = time.monotonic()
+        try:
+            end = t0 + LONG
+            while time.monotonic() < end:
+                pass
+        except TimeoutError:
+            caught.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(LONG + 5)
+    assert caught and caught[0] < LONG / 3
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_not_delivered_after_cancel() -> None:
+    d = Deadline(soon(0.05))
+    d.interrupt_thread(threading.get_ident(), TimeoutError)
+    assert d.cancel()
+    end = time.monotonic() + 0.3  # six times the deadline
+    while time.monotonic() < end:
+        pass
+
+
+def test_interrupt_thread_validates_exc_type() -> None:
+    d = Deadline(soon(LONG))
+    with pytest.raises(TypeError, match="exc_type must be an exception class, got 5"):
+        d.interrupt_thread(threading.get_ident(), 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="exception class"):
+        d.interrupt_thread(threading.get_ident(), int)  # type: ignore[arg-type]
+    d.cancel()
+
+
+@pytest.mark.timeout(60)
+def test_fires_while_another_thread_holds_the_gil_in_a_c_call() -> None:
+    """A Rust waiter (GIL released) observes expiry on time even while the
+    main thread holds the GIL inside one long C call (sum over a range)."""
+    results: list[tuple[float, float]] = []
+    started = threading.Event()
+
+    def probe() -> None:
+        started.set()
+        results.append(_core._timer_probe(0.2))
+
+    # Size one C call to hold the GIL for about 2 s on this machine.
+    t_small = time.perf_counter()
+    sum(range(1_000_000))
+    per_million = max(time.perf_counter() - t_small, 1e-4)
+    n = min(int(2.0 / per_million * 1_000_000), 4_000_000_000)
+    t = threading.Thread(target=probe)
+    t.start()
+    started.wait(LONG)
+    time.sleep(0.02)
+    t0 = time.monotonic()
+    sum(range(n))  # one C call, no eval-breaker checks: holds the GIL
+    held = time.monotonic() - t0
+    t.join(LONG)
+    action_late, waiter_late = results[0]
+    assert held > 0.5, f"the C call held the GIL only {held:.2f}s"
+    # The timer acted long before the GIL came back.
+    assert action_late < held / 3, (action_late, held)
+    assert waiter_late < held / 3, (waiter_late, held)
+
+
+@pytest.mark.timeout(60)
+def test_fires_while_another_thread_runs_a_python_busy_loop() -> None:
+    stop = threading.Event()
+    busy = threading.Thread(target=_busy_until, args=(stop, LONG))
+    busy.start()
+    try:
+        lates = [_core._timer_probe(0.01) for _ in range(20)]
+    finally:
+        stop.set()
+        busy.join()
+    worst = max(max(p) for p in lates)
+    assert worst < 1.0, worst  # threading.Timer is ~5 ms late here; we allow 200x
+
+
+@pytest.mark.timeout(60)
+def test_wait_lets_keyboard_interrupt_land() -> None:
+    d = Deadline(soon(LONG))
+    threading.Timer(0.1, _thread.interrupt_main).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        d.wait()
+    assert time.monotonic() - t0 < LONG / 3
+    d.cancel()
+
+
+def test_many_pending_then_cancelled_heap_compacts() -> None:
+    far = soon(3600)
+    ds = [Deadline(far + i * 1e-6) for i in range(100_000)]
+    assert _core._timer_info()["heap_len"] >= 100_000
+    for d in ds:
+        assert d.cancel()
+    del ds
+    for _ in range(50_000):
+        Deadline(far).cancel()
+    assert _core._timer_info()["heap_len"] < 100_000
+
+
+def test_many_pending_fire() -> None:
+    base = soon(0.05)
+    ds = [Deadline(base + (i % 1000) * 1e-5) for i in range(50_000)]
+    assert ds[-1].wait(LONG)
+    deadline = time.monotonic() + LONG
+    while not all(d.expired for d in ds) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(d.expired for d in ds)
+
+
+def _wait_child(pid: int, limit: float = LONG) -> int:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("forked child hung (timer deadlocked after fork?)")
+
+
+@pytest.fixture
+def quiet_fork() -> Iterator[None]:
+    with warnings.catch_warnings():
+        # 3.12+ warns that fork() with threads may deadlock: that is what we test.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.usefixtures("quiet_fork")
+def test_child_after_fork_gets_a_working_timer() -> None:
+    # Make sure the parent's timer and callback threads exist first.
+    ok = threading.Event()
+    Deadline(soon(0.01)).call_soon(ok.set)
+    assert ok.wait(LONG)
+    inherited = Deadline(soon(0.2))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            d = Deadline(time.monotonic() + 0.05)
+            fired = d.wait(10)
+            called = threading.Event()
+            Deadline(time.monotonic() + 0.01).call_soon(called.set)
+            # Deadlines armed before the fork belong to the parent.
+            inherited_fired = inherited.wait(0.5)
+            if fired and called.wait(10) and not inherited_fired:
+                code = 0
+        finally:
+            os._exit(code)
+    assert _wait_child(pid) == 0
+    assert inherited.wait(LONG)  # still fires in the parent
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.usefixtures("quiet_fork")
+def test_fork_while_the_timer_is_busy_never_deadlocks_the_child() -> None:
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            base = time.monotonic()
+            ds = [Deadline(base + i * 1e-5) for i in range(200)]
+            for d in ds[::2]:
+                d.cancel()
+
+    churners = [threading.Thread(target=churn) for _ in range(2)]
+    for t in churners:
+        t.start()
+    try:
+        for _ in range(15):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                code = 1
+                try:
+                    if Deadline(time.monotonic() + 0.01).wait(10):
+                        code = 0
+                finally:
+                    os._exit(code)
+            assert _wait_child(pid) == 0
+    finally:
+        stop.set()
+        for t in churners:
+            t.join()
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_interpreter_exits_cleanly_with_pending_deadlines() -> None:
+    proc = _run_python(
+        """
+        import threading, time
+        import taut
+        from taut import _core
+        ok = threading.Event()
+        _core.Deadline(time.monotonic() + 0.01).call_soon(ok.set)
+        assert ok.wait(10)
+        pending = [_core.Deadline(time.monotonic() + 3600) for _ in range(1000)]
+        for d in pending[:10]:
+            d.call_soon(print)
+            d.interrupt_thread(threading.get_ident(), TimeoutError)
+        def later():
+            # A non-daemon thread still arming after the exit hook ran.
+            time.sleep(0.2)
+            d = _core.Deadline(time.monotonic() + 0.01)
+            assert d.wait(10)
+            print("late arm fired")
+        threading.Thread(target=later).start()
+        print("main done")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["main", "done", "late", "arm", "fired"]
+    assert "Fatal" not in proc.stderr
+    assert proc.stderr == ""
+
+
+@pytest.mark.timeout(120)
+def test_exit_hook_stops_both_threads() -> None:
+    proc = _run_python(
+        """
+        import threading, time
+        import taut
+        from taut import _core
+        ok = threading.Event()
+        _core.Deadline(time.monotonic() + 0.01).call_soon(ok.set)
+        assert ok.wait(10)
+        assert _core._timer_info()["running"]
+        _core._timer_shutdown()
+        assert not _core._timer_info()["running"]
+        names = [t.name for t in threading.enumerate()]
+        assert "taut-timer-callbacks" not in names, names
+        # The timer restarts lazily for GIL-free effects.
+        assert _core.Deadline(time.monotonic() + 0.01).wait(10)
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

@@ -18,6 +18,7 @@ import time
 from concurrent.futures.thread import BrokenThreadPool
 
 import pytest
+
 import taut
 
 LONG = 30.0  # seconds a "never" wait may take before the test fails

@@ -105,9 +105,14 @@ struct State<J> {
     /// Workers counted against the ceiling: started (or about to be) and not
     /// retired or abandoned.
     workers: usize,
-    /// Workers parked in `wait_take` (including notified ones not yet awake).
+    /// Workers out of work: parked on the condvar, spinning, or on their way
+    /// to park. All but the parked ones look at the queue before they park.
     idle: usize,
-    /// Idle workers notified for a job that have not woken up yet.
+    /// Idle workers blocked on the `work` condvar (notified ones included
+    /// until they are awake again). Only these can be woken by a notify.
+    parked: usize,
+    /// Parked workers notified for a job that are not awake yet; never more
+    /// than `parked`, so a notify is never counted without a thread to wake.
     notified: usize,
     /// Worker threads the caller was told to start that have not arrived.
     starting: usize,
@@ -143,6 +148,7 @@ impl<J> Pool<J> {
                 max_queue,
                 workers: 0,
                 idle: 0,
+                parked: 0,
                 notified: 0,
                 starting: 0,
                 running: 0,
@@ -232,10 +238,9 @@ impl<J> Pool<J> {
         let mut spin = WORKER_SPIN;
         let mut st = self.lock();
         if counted_idle {
-            // A submitter may have notified "us" while we were not waiting
-            // yet: that notice is ours to consume (we look at the queue next).
+            // Counted as idle (and so as a taker) since `Take::Empty`; we
+            // look at the queue next, before parking.
             st.idle -= 1;
-            st.notified = st.notified.min(st.idle);
         }
         // An idle timeout too large for the clock is no timeout at all.
         let deadline = idle_timeout.and_then(|t| Instant::now().checked_add(t));
@@ -258,10 +263,10 @@ impl<J> Pool<J> {
                 spin = Duration::ZERO;
                 st = self.lock();
                 st.idle -= 1;
-                st.notified = st.notified.min(st.idle);
                 continue;
             }
             st.idle += 1;
+            st.parked += 1;
             let timed_out = match deadline {
                 None => {
                     st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -282,12 +287,15 @@ impl<J> Pool<J> {
                 }
             };
             st.idle -= 1;
-            if st.notified > 0 {
-                st.notified -= 1;
-            } else if timed_out && st.queue.is_empty() {
+            st.parked -= 1;
+            // Whether or not the notify was meant for us (a spurious or
+            // timed-out wake-up may race with it), count one as consumed: an
+            // under-count only costs a spare notify later, an over-count
+            // would leave a job with nobody coming for it.
+            st.notified = st.notified.saturating_sub(1).min(st.parked);
+            if timed_out && st.queue.is_empty() {
                 return Self::retire(&mut st);
             }
-            st.notified = st.notified.min(st.idle);
         }
     }
 
@@ -428,7 +436,7 @@ impl<J> Pool<J> {
     fn top_up_count(st: &mut State<J>, work: &Condvar) -> usize {
         let mut spawn = 0;
         while st.queue.len() > st.takers_in_flight() {
-            if st.idle > st.notified {
+            if st.parked > st.notified {
                 st.notified += 1;
                 work.notify_one();
             } else if st.workers < st.max_workers {
@@ -565,11 +573,13 @@ impl<J> Pool<J> {
 }
 
 impl<J> State<J> {
-    /// Workers already on their way to take a queued job: notified idle
-    /// ones and freshly started ones. Jobs at queue indices below this number
-    /// start without waiting for a running call to finish.
+    /// Workers already on their way to take a queued job: notified parked
+    /// ones, freshly started ones, and idle ones not parked (spinning or
+    /// about to park), which look at the queue before they park. Jobs at
+    /// queue indices below this number start without waiting for a running
+    /// call to finish.
     fn takers_in_flight(&self) -> usize {
-        self.notified + self.starting
+        self.notified + self.starting + (self.idle - self.parked)
     }
 
     /// The bounded queue counts the calls that must wait for a running call

@@ -476,3 +476,23 @@ def test_task_raising_base_exception_keeps_the_worker():
             assert f.exception(LONG) is exc
         assert ex.submit(lambda: "alive").result(LONG) == "alive"
         assert len(ex._threads) == 1
+
+
+def test_bursts_and_pauses_never_strand_a_call():
+    """Regression: a worker counted as idle while spinning or about to park
+    once left a stale 'notified' count behind, and a later call waited with
+    every worker idle. Bursts of calls separated by pauses of every length
+    walk workers through all their idle states."""
+    rng = random.Random(11)
+    stop = time.monotonic() + 4.0
+    while time.monotonic() < stop:
+        workers = rng.choice([1, 2, 3, 4, 8])
+        idle_timeout = rng.choice([None, 0.001, 0.01])
+        with taut.ThreadPoolExecutor(workers, idle_timeout=idle_timeout) as ex:
+            for _ in range(rng.randint(1, 20)):
+                calls = rng.choice([1, 1, 2, 3, 5, 50])
+                futures = [ex.submit(time.sleep, rng.choice([0, 0, 0.0001])) for _ in range(calls)]
+                _, not_done = cf.wait(futures, timeout=LONG)
+                assert not not_done, f"stranded with every worker idle: {ex.stats()}"
+                if rng.random() < 0.3:
+                    time.sleep(rng.choice([0.00005, 0.0002, 0.002]))

@@ -5,12 +5,17 @@ messages, thread names, and regression tests for what CPython's own suite
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures as cf
+import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from concurrent.futures.thread import BrokenThreadPool
 
 import pytest
 
@@ -119,3 +124,280 @@ def test_forked_child_cancels_the_parents_queued_calls_quietly():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["child", "0", "parent", "32"]
     assert result.stderr == ""
+
+
+# -- asyncio ------------------------------------------------------------------
+
+
+def test_set_default_executor_run_in_executor_and_to_thread():
+    ex = taut.ThreadPoolExecutor(2, thread_name_prefix="aio")
+
+    async def main() -> tuple[str, bool, int]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ex)  # rejects anything but a ThreadPoolExecutor
+        name = await loop.run_in_executor(None, lambda: threading.current_thread().name)
+        in_worker = await asyncio.to_thread(ex.in_worker)
+        explicit = await loop.run_in_executor(ex, pow, 2, 10)
+        return name, in_worker, explicit
+
+    name, in_worker, explicit = asyncio.run(main())
+    assert re.fullmatch(r"aio_[01]", name)
+    assert in_worker is True
+    assert explicit == 1024
+    # asyncio.run shut the default executor down (shutdown_default_executor).
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        ex.submit(pow, 2, 2)
+
+
+def test_run_in_executor_propagates_exceptions():
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1) as ex:
+            with pytest.raises(ZeroDivisionError):
+                await loop.run_in_executor(ex, divmod, 1, 0)
+            results = await asyncio.gather(
+                *(loop.run_in_executor(ex, pow, i, 2) for i in range(20))
+            )
+            assert results == [i * i for i in range(20)]
+
+    asyncio.run(main())
+
+
+def test_wrap_future_result_exception_and_cancel_chaining():
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    blocker = ex.submit(gate.wait, LONG)
+    queued = ex.submit(pow, 2, 10)
+
+    async def main() -> None:
+        wrapped = asyncio.wrap_future(queued)
+        wrapped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wrapped
+        gate.set()
+        assert await asyncio.wrap_future(blocker) is True
+        assert await asyncio.wrap_future(ex.submit(pow, 3, 3)) == 27
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.wrap_future(ex.submit(divmod, 1, 0))
+
+    asyncio.run(main())
+    # Cancelling the asyncio side cancelled the queued call and took it out.
+    assert queued.cancelled()
+    ex.shutdown(wait=True)
+    assert ex.stats().queued == 0
+
+
+# -- wait() and as_completed() with stdlib futures mixed in -------------------
+
+
+def test_wait_and_as_completed_mix_taut_and_stdlib_futures():
+    std = cf.ThreadPoolExecutor(2)
+    ours = taut.ThreadPoolExecutor(2)
+    std_gate, our_gate = threading.Event(), threading.Event()
+    try:
+        std_slow = std.submit(std_gate.wait, LONG)
+        our_slow = ours.submit(our_gate.wait, LONG)
+        our_fast = ours.submit(pow, 2, 3)
+        done, pending = cf.wait([std_slow, our_slow, our_fast], LONG, cf.FIRST_COMPLETED)
+        assert our_fast in done and {std_slow, our_slow} <= pending
+
+        # The waiter is registered on taut's future before it completes.
+        def open_when_waited() -> None:
+            wait_until(lambda: bool(our_slow._waiters))
+            our_gate.set()
+
+        opener = threading.Thread(target=open_when_waited)
+        opener.start()
+        done, pending = cf.wait([std_slow, our_slow], LONG, cf.FIRST_COMPLETED)
+        opener.join(LONG)
+        assert done == {our_slow} and pending == {std_slow}
+
+        our_fail = ours.submit(divmod, 1, 0)
+        std_gate2 = threading.Event()
+        std_slow2 = std.submit(std_gate2.wait, LONG)
+        done, pending = cf.wait([std_slow, std_slow2, our_fail], LONG, cf.FIRST_EXCEPTION)
+        assert our_fail in done and pending == {std_slow, std_slow2}
+
+        std_fail = std.submit(divmod, 1, 0)
+        our_slow2 = ours.submit(our_gate.wait, LONG)  # gate already open
+        everything = [std_slow, std_slow2, our_slow, our_fast, our_fail, std_fail, our_slow2]
+        std_gate.set()
+        std_gate2.set()
+        seen = list(cf.as_completed(everything, timeout=LONG))
+        assert sorted(map(id, seen)) == sorted(map(id, everything))
+        done, pending = cf.wait(everything, LONG, cf.ALL_COMPLETED)
+        assert done == set(everything) and not pending
+        assert isinstance(our_fail.exception(), ZeroDivisionError)
+        assert isinstance(std_fail.exception(), ZeroDivisionError)
+    finally:
+        std_gate.set()
+        our_gate.set()
+        std.shutdown(wait=True)
+        ours.shutdown(wait=True)
+
+
+def test_shutdown_cancel_futures_wakes_blocked_wait_and_as_completed():
+    """CPython gh-87893: the stdlib never notifies waiters of the futures
+    that shutdown(cancel_futures=True) cancels, so these would block forever."""
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    running = ex.submit(gate.wait, LONG)
+    wait_until(running.running)
+    queued = [ex.submit(pow, 2, i) for i in range(4)]
+    done_std = cf.Future()
+    done_std.set_result("stdlib")
+    outcomes: dict[str, object] = {}
+
+    def all_completed() -> None:
+        outcomes["wait"] = cf.wait([done_std, *queued])  # no timeout
+
+    def first_completed_of_queued() -> None:
+        outcomes["first"] = cf.wait(queued, return_when=cf.FIRST_COMPLETED)
+
+    def each() -> None:
+        outcomes["as_completed"] = list(cf.as_completed(queued))
+
+    # Daemons: if the bug is back they block forever, and must not hold up exit.
+    waiters = [
+        threading.Thread(target=t, daemon=True)
+        for t in (all_completed, first_completed_of_queued, each)
+    ]
+    for t in waiters:
+        t.start()
+    # Every waiter is blocked on the queued futures before shutdown.
+    wait_until(lambda: all(len(f._waiters) == 3 for f in queued))
+    ex.shutdown(wait=False, cancel_futures=True)
+    for t in waiters:
+        t.join(LONG)
+        assert not t.is_alive(), "a waiter was never woken"
+    assert outcomes["wait"] == ({done_std, *queued}, set())
+    done, _ = outcomes["first"]  # type: ignore[misc]
+    assert done and done <= set(queued)
+    assert sorted(map(id, outcomes["as_completed"])) == sorted(map(id, queued))  # type: ignore[call-overload]
+    assert all(f.cancelled() for f in queued)
+    gate.set()
+    ex.shutdown(wait=True)
+    assert running.result() is True
+
+
+# -- the stdlib's errors and messages -----------------------------------------
+
+
+def _error_of(call) -> tuple[type[BaseException], str]:
+    try:
+        call()
+    except BaseException as exc:
+        return type(exc), str(exc)
+    raise AssertionError(f"{call!r} raised nothing")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda cls: cls(max_workers=0), id="max_workers=0"),
+        pytest.param(lambda cls: cls(max_workers=-1), id="max_workers=-1"),
+        pytest.param(lambda cls: cls(1, initializer=42), id="initializer-not-callable"),
+        pytest.param(lambda cls: cls(1).submit(), id="submit-without-fn"),
+    ],
+)
+def test_constructor_and_submit_errors_equal_the_stdlib(make):
+    ours = _error_of(lambda: make(taut.ThreadPoolExecutor))
+    theirs = _error_of(lambda: make(cf.ThreadPoolExecutor))
+    assert ours == theirs
+
+
+def test_submit_after_shutdown_equals_the_stdlib():
+    def submit_after_shutdown(cls):
+        ex = cls(1)
+        ex.submit(pow, 2, 2).result(LONG)
+        ex.shutdown()
+        return _error_of(lambda: ex.submit(pow, 2, 2))
+
+    ours = submit_after_shutdown(taut.ThreadPoolExecutor)
+    assert ours == submit_after_shutdown(cf.ThreadPoolExecutor)
+    assert ours == (RuntimeError, "cannot schedule new futures after shutdown")
+
+
+def test_failing_initializer_breaks_the_pool_like_the_stdlib(caplog):
+    def failing_init() -> None:
+        raise ValueError("initializer failed on purpose")
+
+    def scenario(cls):
+        caplog.clear()
+        ex = cls(2, initializer=failing_init)
+        try:
+            first = ex.submit(pow, 2, 2)
+            error = first.exception(LONG)
+            wait_until(lambda: ex._broken)
+            later = _error_of(lambda: ex.submit(pow, 2, 2))
+        finally:
+            ex.shutdown(wait=True)
+        logged = [
+            (r.name, r.levelname, r.getMessage(), r.exc_info[0] if r.exc_info else None)
+            for r in caplog.records
+        ]
+        return type(error), str(error), later, sorted(set(logged))
+
+    with caplog.at_level(logging.CRITICAL, logger="concurrent.futures"):
+        ours = scenario(taut.ThreadPoolExecutor)
+        theirs = scenario(cf.ThreadPoolExecutor)
+    assert ours == theirs
+    assert ours[0] is BrokenThreadPool
+    assert ours[1] == "A thread initializer failed, the thread pool is not usable anymore"
+    assert ours[2] == (BrokenThreadPool, ours[1])
+    assert ours[3] == [("concurrent.futures", "CRITICAL", "Exception in initializer:", ValueError)]
+
+
+# -- thread names and workers that survive any exception ----------------------
+
+
+def _names_of_workers(ex, count: int) -> set[str]:
+    gate = threading.Event()
+    futures = [
+        ex.submit(lambda: (gate.wait(LONG), threading.current_thread().name)[1])
+        for _ in range(count)
+    ]
+    wait_until(lambda: len(ex._threads) == count)
+    gate.set()
+    return {f.result(LONG) for f in futures}
+
+
+def test_thread_names_follow_the_stdlib_pattern():
+    with taut.ThreadPoolExecutor(3, thread_name_prefix="SpecialPool") as ex:
+        assert _names_of_workers(ex, 3) == {"SpecialPool_0", "SpecialPool_1", "SpecialPool_2"}
+        assert {t.name for t in ex._threads} == {"SpecialPool_0", "SpecialPool_1", "SpecialPool_2"}
+    ids = []
+    for _ in range(2):
+        with taut.ThreadPoolExecutor(2) as ex:
+            names = _names_of_workers(ex, 2)
+            matches = [re.fullmatch(r"ThreadPoolExecutor-(\d+)_([01])", n) for n in names]
+            assert all(matches), names
+            assert {m.group(2) for m in matches} == {"0", "1"}  # type: ignore[union-attr]
+            ids.append({m.group(1) for m in matches})  # type: ignore[union-attr]
+    assert len(ids[0]) == len(ids[1]) == 1 and ids[0] != ids[1]
+    # As in the stdlib, an empty prefix means the default one.
+    with taut.ThreadPoolExecutor(1, thread_name_prefix="") as ex:
+        (name,) = _names_of_workers(ex, 1)
+        assert re.fullmatch(r"ThreadPoolExecutor-\d+_0", name)
+
+
+class _Custom(BaseException):
+    pass
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def test_any_base_exception_in_a_call_leaves_the_worker_alive():
+    with taut.ThreadPoolExecutor(1) as ex:
+        ident = ex.submit(threading.get_ident).result(LONG)
+        (worker,) = ex._threads
+        for exc in (KeyboardInterrupt(), SystemExit(2), GeneratorExit(), _Custom()):
+            f = ex.submit(_raise, exc)
+            assert f.exception(LONG) is exc
+            with pytest.raises(type(exc)):
+                f.result()
+            assert ex.submit(threading.get_ident).result(LONG) == ident
+        assert worker.is_alive() and ex._threads == {worker}
+        assert ex.stats().failed == 4

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyModule, PyTuple};
 use pyo3::{ffi, intern};
 
 use crate::pool::{spin_until, Pool, Refused, Take};
@@ -145,31 +146,63 @@ impl PoolCore {
     }
 }
 
-// Lock-free state changes of a `taut.executor.Future` nobody waits on.
-// With the GIL held and no Python code run in between, these attribute reads
-// and writes are atomic for every other Python thread. Waiters and callback
-// registrations create the future's Condition first and then look at the
-// state under it, so a future without a Condition has nobody to notify; one
-// with a Condition (or anything unexpected) takes the Python methods, which
-// notify under the Condition. This saves two Python calls per task.
+// Cheap state changes of a `taut.executor.Future` nobody waits on.
+// The Python fast paths of that class change the state under the module's
+// `_state_lock` (a plain lock, never held across Python code that could wait
+// for this thread); we take the same lock without blocking, with the GIL
+// held. Waiters and callback registrations either create the Condition or
+// register under that lock and then look at the state again, so a future
+// without a Condition and without callbacks has nobody to notify. Anything
+// else (lock busy, a Condition, callbacks, an unexpected state) takes the
+// Python methods, which notify under the Condition. This saves two Python
+// calls per task.
+
+static EXECUTOR_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// Runs `change` while holding `taut.executor._state_lock`, if it is free.
+/// The lock is looked up each time: a forked child replaces it.
+fn with_state_lock<'py, T>(
+    py: Python<'py>,
+    change: impl FnOnce() -> PyResult<Option<T>>,
+) -> PyResult<Option<T>> {
+    let module =
+        EXECUTOR_MODULE.get_or_try_init(py, || py.import("taut.executor").map(Bound::unbind))?;
+    let lock = module.bind(py).getattr(intern!(py, "_state_lock"))?;
+    if !lock
+        .call_method1(intern!(py, "acquire"), (false,))?
+        .is_truthy()?
+    {
+        return Ok(None);
+    }
+    let result = change();
+    lock.call_method0(intern!(py, "release"))?;
+    result
+}
 
 /// `set_running_or_notify_cancel`: whether the call may run.
 fn start(future: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = future.py();
-    if future.getattr(intern!(py, "_cond"))?.is_none() {
+    let fast = with_state_lock(py, || {
+        if !future.getattr(intern!(py, "_cond"))?.is_none() {
+            return Ok(None);
+        }
         let state = future.getattr(intern!(py, "_state"))?;
         if state.is(intern!(py, "PENDING")) {
             future.setattr(intern!(py, "_state"), intern!(py, "RUNNING"))?;
-            return Ok(true);
+            return Ok(Some(true));
         }
         if state.is(intern!(py, "CANCELLED")) {
             future.setattr(intern!(py, "_state"), intern!(py, "CANCELLED_AND_NOTIFIED"))?;
-            return Ok(false);
+            return Ok(Some(false));
         }
+        Ok(None)
+    })?;
+    match fast {
+        Some(runnable) => Ok(runnable),
+        None => future
+            .call_method0(intern!(py, "set_running_or_notify_cancel"))?
+            .is_truthy(),
     }
-    future
-        .call_method0(intern!(py, "set_running_or_notify_cancel"))?
-        .is_truthy()
 }
 
 /// `set_result` / `set_exception`, by the name of the field to fill.
@@ -179,14 +212,21 @@ fn finish<'py>(
     value: Bound<'py, PyAny>,
 ) -> PyResult<()> {
     let py = future.py();
-    let quiet = future.getattr(intern!(py, "_cond"))?.is_none()
-        && future
-            .getattr(intern!(py, "_state"))?
-            .is(intern!(py, "RUNNING"))
-        && future.getattr(intern!(py, "_done_callbacks"))?.len()? == 0;
-    if quiet {
-        future.setattr(field, value)?;
-        return future.setattr(intern!(py, "_state"), intern!(py, "FINISHED"));
+    let done = with_state_lock(py, || {
+        let quiet = future.getattr(intern!(py, "_cond"))?.is_none()
+            && future
+                .getattr(intern!(py, "_state"))?
+                .is(intern!(py, "RUNNING"))
+            && future.getattr(intern!(py, "_done_callbacks"))?.len()? == 0;
+        if !quiet {
+            return Ok(None);
+        }
+        future.setattr(field, &value)?;
+        future.setattr(intern!(py, "_state"), intern!(py, "FINISHED"))?;
+        Ok(Some(()))
+    })?;
+    if done.is_some() {
+        return Ok(());
     }
     let method = if field.to_cow()? == "_result" {
         intern!(py, "set_result")

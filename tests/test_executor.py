@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 import weakref
+from typing import Callable
 
 import pytest
 
@@ -496,3 +497,56 @@ def test_bursts_and_pauses_never_strand_a_call():
                 assert not not_done, f"stranded with every worker idle: {ex.stats()}"
                 if rng.random() < 0.3:
                     time.sleep(rng.choice([0.00005, 0.0002, 0.002]))
+
+
+def test_done_callbacks_registered_while_the_call_completes_always_run():
+    """Regression: registering a callback (as asyncio.wrap_future does for
+    every run_in_executor) raced with the worker's lock-free completion, and
+    the callback, so the awaiting coroutine, was lost."""
+    n = 200_000
+    called = bytearray(n)
+    all_called = threading.Event()
+    remaining = [n]
+    lock = threading.Lock()
+
+    def record(i: int) -> Callable[[cf.Future[object]], None]:
+        def callback(_: cf.Future[object]) -> None:
+            called[i] += 1
+            with lock:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    all_called.set()
+
+        return callback
+
+    # Switch threads as often as possible, so that a worker completes calls
+    # in the middle of the registration code as often as possible.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with taut.ThreadPoolExecutor(2) as ex:
+            for i in range(n):
+                ex.submit(int).add_done_callback(record(i))
+            assert all_called.wait(LONG), f"{remaining[0]} callbacks never ran"
+    finally:
+        sys.setswitchinterval(interval)
+    assert called.count(1) == n
+
+
+def test_run_in_executor_one_at_a_time_never_hangs():
+    import asyncio
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(4) as ex:
+            total = 0
+            for i in range(20_000):
+                total += await asyncio.wait_for(loop.run_in_executor(ex, abs, -i), LONG)
+            return total
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        assert asyncio.run(main()) == sum(range(20_000))
+    finally:
+        sys.setswitchinterval(interval)

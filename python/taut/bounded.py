@@ -47,6 +47,10 @@ __all__ = ["TautStats", "run_bounded_async", "run_bounded_sync", "stats"]
 
 logger = logging.getLogger("taut.bounded")
 
+# How long a caller spins (GIL released) for a pooled call to finish before it
+# parks; the executor's own Future.result() uses the same bound.
+_SPIN_MICROS = 50
+
 T = TypeVar("T")
 
 
@@ -245,6 +249,24 @@ def run_bounded_sync(
             future = pool.submit(fn)
         else:
             future = pool.submit(contextvars.copy_context().run, fn)
+
+    if pool is not None and not future.done():
+        # A short call on a taut pool finishes within microseconds: wait for its
+        # worker to come back without parking, as Future.result() does, and skip
+        # arming anything. A deadline that passed meanwhile is armed below
+        # already expired, so the outcome is the same.
+        spin = getattr(getattr(future, "_core", None), "spin_for_release", None)
+        if spin is not None:
+            spin(_SPIN_MICROS)
+    if future.done():
+        # Completion wins a tie with the deadline.
+        return BoundedResult(
+            timed_out=False,
+            value=future.result(),
+            elapsed_s=time.monotonic() - started,
+            timeout_s=budget,
+            label=label,
+        )
 
     deadline = _core.Deadline(started + budget)
     # A bare lock as a one-shot latch (a threading.Event costs several times

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyModule, PyTuple};
-use pyo3::{ffi, intern};
+use pyo3::types::{PyDict, PyModule, PyString, PyTuple};
 
 use crate::pool::{spin_until, Pool, Refused, Take};
 
@@ -86,6 +85,66 @@ pub struct PoolCore {
     /// seq -> tracker of tracked calls still waiting in the queue. Only
     /// touched with the GIL held, so Python's dict is all the locking needed.
     waiting: Py<PyDict>,
+    names: Names,
+}
+
+/// The attribute names and state strings the worker loop uses, interned
+/// once per pool while the GIL is held. Not `intern!`: its lazy cell is
+/// filled with the GIL released for a moment, and a `fork()` from another
+/// thread in that moment leaves the cell locked for good in the child,
+/// where the next worker to touch it (holding `taut.executor._state_lock`)
+/// would wait forever, and every caller with it.
+struct Names {
+    wait: Py<PyString>,
+    result: Py<PyString>,
+    exception: Py<PyString>,
+    state_lock: Py<PyString>,
+    acquire: Py<PyString>,
+    release: Py<PyString>,
+    cond: Py<PyString>,
+    state: Py<PyString>,
+    pending: Py<PyString>,
+    running: Py<PyString>,
+    cancelled: Py<PyString>,
+    cancelled_and_notified: Py<PyString>,
+    set_running_or_notify_cancel: Py<PyString>,
+    done_callbacks: Py<PyString>,
+    finished: Py<PyString>,
+    set_result: Py<PyString>,
+    set_exception: Py<PyString>,
+    seq: Py<PyString>,
+    start: Py<PyString>,
+    /// `taut.executor`, for its `_state_lock` (looked up on each use: a
+    /// forked child replaces the lock).
+    executor: Py<PyModule>,
+}
+
+impl Names {
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        Ok(Names {
+            wait: PyString::intern(py, "wait").unbind(),
+            result: PyString::intern(py, "_result").unbind(),
+            exception: PyString::intern(py, "_exception").unbind(),
+            state_lock: PyString::intern(py, "_state_lock").unbind(),
+            acquire: PyString::intern(py, "acquire").unbind(),
+            release: PyString::intern(py, "release").unbind(),
+            cond: PyString::intern(py, "_cond").unbind(),
+            state: PyString::intern(py, "_state").unbind(),
+            pending: PyString::intern(py, "PENDING").unbind(),
+            running: PyString::intern(py, "RUNNING").unbind(),
+            cancelled: PyString::intern(py, "CANCELLED").unbind(),
+            cancelled_and_notified: PyString::intern(py, "CANCELLED_AND_NOTIFIED").unbind(),
+            set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
+                .unbind(),
+            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
+            finished: PyString::intern(py, "FINISHED").unbind(),
+            set_result: PyString::intern(py, "set_result").unbind(),
+            set_exception: PyString::intern(py, "set_exception").unbind(),
+            seq: PyString::intern(py, "_seq").unbind(),
+            start: PyString::intern(py, "start").unbind(),
+            executor: py.import("taut.executor")?.unbind(),
+        })
+    }
 }
 
 fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
@@ -101,10 +160,11 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
 
 impl PoolCore {
     fn notify_positions(&self, py: Python<'_>, updates: &[(u64, usize)]) {
+        let names = &self.names;
         let waiting = self.waiting.bind(py);
         for (seq, position) in updates {
             if let Ok(Some(tracker)) = waiting.get_item(seq) {
-                if let Err(err) = tracker.call_method1(intern!(py, "wait"), (*position,)) {
+                if let Err(err) = tracker.call_method1(names.wait.bind(py), (*position,)) {
                     err.write_unraisable(py, Some(&tracker));
                 }
             }
@@ -112,6 +172,7 @@ impl PoolCore {
     }
 
     fn run_job(&self, py: Python<'_>, job: &Job, slot: &WorkerSlot, seq: u64) -> bool {
+        let names = &self.names;
         let future = job.future.bind(py);
         slot.current.store(seq, Ordering::Release);
         let outcome = job
@@ -131,10 +192,10 @@ impl PoolCore {
             }
         }
         let (ok, result) = match outcome {
-            Ok(value) => (true, finish(future, intern!(py, "_result"), value)),
+            Ok(value) => (true, finish(names, future, names.result.bind(py), value)),
             Err(err) => {
                 let exc = err.into_value(py).into_bound(py).into_any();
-                (false, finish(future, intern!(py, "_exception"), exc))
+                (false, finish(names, future, names.exception.bind(py), exc))
             }
         };
         if let Err(err) = result {
@@ -157,42 +218,39 @@ impl PoolCore {
 // Python methods, which notify under the Condition. This saves two Python
 // calls per task.
 
-static EXECUTOR_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-
 /// Runs `change` while holding `taut.executor._state_lock`, if it is free.
 /// The lock is looked up each time: a forked child replaces it.
 fn with_state_lock<'py, T>(
     py: Python<'py>,
+    names: &Names,
     change: impl FnOnce() -> PyResult<Option<T>>,
 ) -> PyResult<Option<T>> {
-    let module =
-        EXECUTOR_MODULE.get_or_try_init(py, || py.import("taut.executor").map(Bound::unbind))?;
-    let lock = module.bind(py).getattr(intern!(py, "_state_lock"))?;
+    let lock = names.executor.bind(py).getattr(names.state_lock.bind(py))?;
     if !lock
-        .call_method1(intern!(py, "acquire"), (false,))?
+        .call_method1(names.acquire.bind(py), (false,))?
         .is_truthy()?
     {
         return Ok(None);
     }
     let result = change();
-    lock.call_method0(intern!(py, "release"))?;
+    lock.call_method0(names.release.bind(py))?;
     result
 }
 
 /// `set_running_or_notify_cancel`: whether the call may run.
-fn start(future: &Bound<'_, PyAny>) -> PyResult<bool> {
+fn start(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = future.py();
-    let fast = with_state_lock(py, || {
-        if !future.getattr(intern!(py, "_cond"))?.is_none() {
+    let fast = with_state_lock(py, names, || {
+        if !future.getattr(names.cond.bind(py))?.is_none() {
             return Ok(None);
         }
-        let state = future.getattr(intern!(py, "_state"))?;
-        if state.is(intern!(py, "PENDING")) {
-            future.setattr(intern!(py, "_state"), intern!(py, "RUNNING"))?;
+        let state = future.getattr(names.state.bind(py))?;
+        if state.is(names.pending.bind(py)) {
+            future.setattr(names.state.bind(py), names.running.bind(py))?;
             return Ok(Some(true));
         }
-        if state.is(intern!(py, "CANCELLED")) {
-            future.setattr(intern!(py, "_state"), intern!(py, "CANCELLED_AND_NOTIFIED"))?;
+        if state.is(names.cancelled.bind(py)) {
+            future.setattr(names.state.bind(py), names.cancelled_and_notified.bind(py))?;
             return Ok(Some(false));
         }
         Ok(None)
@@ -200,38 +258,39 @@ fn start(future: &Bound<'_, PyAny>) -> PyResult<bool> {
     match fast {
         Some(runnable) => Ok(runnable),
         None => future
-            .call_method0(intern!(py, "set_running_or_notify_cancel"))?
+            .call_method0(names.set_running_or_notify_cancel.bind(py))?
             .is_truthy(),
     }
 }
 
 /// `set_result` / `set_exception`, by the name of the field to fill.
 fn finish<'py>(
+    names: &Names,
     future: &Bound<'py, PyAny>,
-    field: &Bound<'py, pyo3::types::PyString>,
+    field: &Bound<'py, PyString>,
     value: Bound<'py, PyAny>,
 ) -> PyResult<()> {
     let py = future.py();
-    let done = with_state_lock(py, || {
-        let quiet = future.getattr(intern!(py, "_cond"))?.is_none()
+    let done = with_state_lock(py, names, || {
+        let quiet = future.getattr(names.cond.bind(py))?.is_none()
             && future
-                .getattr(intern!(py, "_state"))?
-                .is(intern!(py, "RUNNING"))
-            && future.getattr(intern!(py, "_done_callbacks"))?.len()? == 0;
+                .getattr(names.state.bind(py))?
+                .is(names.running.bind(py))
+            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
         if !quiet {
             return Ok(None);
         }
         future.setattr(field, &value)?;
-        future.setattr(intern!(py, "_state"), intern!(py, "FINISHED"))?;
+        future.setattr(names.state.bind(py), names.finished.bind(py))?;
         Ok(Some(()))
     })?;
     if done.is_some() {
         return Ok(());
     }
     let method = if field.to_cow()? == "_result" {
-        intern!(py, "set_result")
+        names.set_result.bind(py)
     } else {
-        intern!(py, "set_exception")
+        names.set_exception.bind(py)
     };
     future.call_method1(method, (value,)).map(drop)
 }
@@ -254,6 +313,7 @@ impl PoolCore {
             idle_timeout: seconds("idle_timeout", idle_timeout)?,
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             waiting: PyDict::new(py).unbind(),
+            names: Names::new(py)?,
         })
     }
 
@@ -285,7 +345,7 @@ impl PoolCore {
             Ok(s) => {
                 // No worker can run this call before we return: running it
                 // needs the GIL, which this thread holds throughout.
-                fut.bind(py).setattr(intern!(py, "_seq"), s.seq)?;
+                fut.bind(py).setattr(self.names.seq.bind(py), s.seq)?;
                 if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
                     self.waiting.bind(py).set_item(s.seq, tracker)?;
                 }
@@ -329,8 +389,8 @@ impl PoolCore {
     fn run_worker(&self, py: Python<'_>, slot: &Bound<'_, WorkerSlot>) -> PyResult<()> {
         let slot = slot.get();
         let ident = py
-            .import(intern!(py, "threading"))?
-            .call_method0(intern!(py, "get_ident"))?
+            .import("threading")?
+            .call_method0("get_ident")?
             .extract::<u64>()?;
         slot.thread_id.store(ident, Ordering::Release);
         CURRENT_POOL.with(|c| c.set(self.id));
@@ -351,7 +411,7 @@ impl PoolCore {
                         self.notify_positions(py, &updates);
                     }
                     let future = job.future.bind(py);
-                    let runnable = start(future);
+                    let runnable = start(&self.names, future);
                     match runnable {
                         Ok(true) => {}
                         Ok(false) => {
@@ -368,7 +428,7 @@ impl PoolCore {
                     }
                     if let Some(tracker) = &job.tracker {
                         let _ = self.waiting.bind(py).del_item(seq);
-                        if let Err(err) = tracker.bind(py).call_method0(intern!(py, "start")) {
+                        if let Err(err) = tracker.bind(py).call_method0(self.names.start.bind(py)) {
                             err.write_unraisable(py, Some(tracker.bind(py)));
                         }
                     }

@@ -4,8 +4,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString, PyType};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString};
 
 use crate::clamp::{clamp_secs, ClampError, MAX_TIMEOUT_SECS};
 
@@ -95,9 +94,12 @@ pub fn clamp_timeout(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f6
         return Err(type_error(name, value));
     }
     let py = value.py();
-    static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-    let timedelta = TIMEDELTA.import(py, "datetime", "timedelta")?;
-    if value.is_instance(timedelta)? {
+    // Looked up each time (a dict lookup in sys.modules, and only for the
+    // rarer types), not cached in a PyOnceLock: such a cell is filled with the
+    // GIL released for a moment, and a fork() from another thread then leaves
+    // it locked for good in the child.
+    let timedelta = py.import("datetime")?.getattr("timedelta")?;
+    if value.is_instance(&timedelta)? {
         let secs: f64 = value.call_method0("total_seconds")?.extract()?;
         return from_f64(name, value, secs);
     }

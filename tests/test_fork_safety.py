@@ -61,3 +61,22 @@ def test_child_forked_during_the_first_tasks_gets_results() -> None:
         )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "0", f"attempt {attempt}: child exit status {proc.stdout}"
+
+
+def test_no_lazy_once_cells_in_the_rust_bindings() -> None:
+    # The same hazard in its general form: a PyOnceLock (also behind intern!
+    # and GILOnceCell) is filled with the GIL released for a moment, so a
+    # fork() from another thread can leave it locked in the child. Code that
+    # runs on worker, timer or caller threads must not use them.
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rust")
+    if not os.path.isdir(root):
+        pytest.skip("Rust sources not present (installed from a wheel)")
+    offenders = []
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".rs"):
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    code = line.split("//")[0]
+                    if any(word in code for word in ("PyOnceLock", "intern!", "GILOnceCell")):
+                        offenders.append(f"{name}:{number}: {line.strip()}")
+    assert offenders == []

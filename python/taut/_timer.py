@@ -3,14 +3,17 @@
 Imported once by ``taut``: a forked child gets a fresh timer (the parent's
 timer thread does not exist there and its locks may be frozen), and the timer
 thread and taut's Python callback thread stop before the interpreter
-finalises, from a ``threading._register_atexit`` hook, which runs before
-non-daemon threads are joined and while Python is fully alive.
+finalises, from an ``atexit`` hook. That hook runs after the non-daemon
+threads have been joined (a non-daemon thread may still be inside a deadline
+scope whose expiry, an interrupt or a Python callback, is what lets it end)
+and while Python is fully alive, before any thread can meet a finalising
+interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-import threading
 
 from taut import _core
 
@@ -18,13 +21,10 @@ from taut import _core
 def _register() -> None:
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_core._timer_after_fork)
-    register_atexit = getattr(threading, "_register_atexit", None)
-    if register_atexit is not None:
-        try:
-            register_atexit(_core._timer_shutdown)
-        except RuntimeError:
-            # Imported while the interpreter is already shutting down.
-            pass
+    # Not threading._register_atexit: those hooks run before the non-daemon
+    # threads are joined, and a thread still waiting for a deadline's Python
+    # callback or interrupt would then wait forever, and exit with it.
+    atexit.register(_core._timer_shutdown)
 
 
 _register()

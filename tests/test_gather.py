@@ -539,6 +539,65 @@ def test_queued_call_picked_up_after_the_fence_does_not_run() -> None:
         one.shutdown(wait=True)
 
 
+class InlineExecutor(cf.Executor):
+    """Runs each call inside submit(), as a busy or synchronous executor may:
+    the gather thread only gets control back after the call ended."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        future: cf.Future[Any] = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+def test_no_call_starts_after_the_batch_deadline() -> None:
+    # The first call overruns the 0.05 s deadline inside submit(); the calls
+    # submitted after it must not begin: they are not_started and never run.
+    ran = Counter()
+
+    def slow(i: int) -> int:
+        ran.record(i)
+        time.sleep(0.5)
+        return i
+
+    outcomes = taut.gather(
+        [taut.call(slow, i) for i in range(3)], timeout=0.05, executor=InlineExecutor()
+    )
+    assert ran.runs == [0]
+    assert [o.status for o in outcomes] == ["ok", "not_started", "not_started"]
+    assert [o.started for o in outcomes] == [True, False, False]
+
+
+def test_agather_starts_no_call_after_the_batch_deadline() -> None:
+    ran = Counter()
+
+    def slow(i: int) -> int:
+        ran.record(i)
+        time.sleep(0.5)
+        return i
+
+    async def main() -> list[Outcome]:
+        return await taut.agather(
+            [taut.call(slow, i) for i in range(3)], timeout=0.05, executor=InlineExecutor()
+        )
+
+    outcomes = asyncio.run(main())
+    assert ran.runs == [0]
+    assert [o.status for o in outcomes] == ["ok", "not_started", "not_started"]
+
+
+def test_zero_timeout_starts_nothing(pool: Any) -> None:
+    # timeout=0 is a deadline that has already passed, not "no deadline".
+    ran = Counter()
+    outcomes = taut.gather([taut.call(ran.record, i) for i in range(4)], timeout=0, executor=pool)
+    pool.submit(int).result(LONG)
+    time.sleep(0.05)  # let any stray worker that picked a call up finish it
+    assert ran.runs == []
+    assert [o.status for o in outcomes] == ["not_started"] * 4
+
+
 def test_agather_deadline_and_order() -> None:
     pool = cf.ThreadPoolExecutor(2, thread_name_prefix="ag")
     release = threading.Event()

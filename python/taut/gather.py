@@ -330,7 +330,7 @@ _TASKS_LOCK = threading.Lock()
 class _Batch:
     """Shared state of one gather: the fence that stops unstarted calls."""
 
-    __slots__ = ("executor", "fence", "fenced", "handles", "journal", "local")
+    __slots__ = ("deadline", "executor", "fence", "fenced", "handles", "journal", "local")
 
     def __init__(self, executor: Any, journal: Any, handles: Sequence[Call[Any]]) -> None:
         self.executor = executor
@@ -338,6 +338,9 @@ class _Batch:
         self.handles = frozenset(id(h) for h in handles)
         self.fence = threading.Lock()
         self.fenced = False
+        # The batch deadline (time.monotonic()); no call may begin at or after it,
+        # even if the gather thread has not woken up yet to raise the fence.
+        self.deadline: float | None = None
         # Set once a task of this batch came back to this process through
         # pickling (an in-process Dask cluster): its starts are observable.
         self.local = False
@@ -378,11 +381,17 @@ class _Task:
         self.on_start: Callable[[], None] | None = None
 
     def begin(self) -> bool:
-        """Pass the fence and mark the start, atomically; False if fenced."""
+        """Pass the fence and mark the start, atomically; False if fenced or
+        the batch deadline has passed (which raises the fence for the rest)."""
         with self.batch.fence:
             if self.batch.fenced:
                 return False
-            self.started_at = time.monotonic()
+            now = time.monotonic()
+            deadline = self.batch.deadline
+            if deadline is not None and now >= deadline:
+                self.batch.fenced = True
+                return False
+            self.started_at = now
         if self.on_start is not None:
             self.on_start()
         return True
@@ -937,6 +946,7 @@ class _Run:
             raise
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
+            self.batch.deadline = self.deadline
         todo = [e for e in self.entries if e.outcome is None]
         if not todo:
             return self.results()
@@ -972,6 +982,8 @@ class _Run:
         limit = self.max_parallel or len(todo)
         try:
             while queue or in_flight:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # submit nothing after the deadline
                 while queue and len(in_flight) < limit:
                     e = queue.popleft()
                     task = self._new_task(e)
@@ -1014,6 +1026,7 @@ class _Run:
             raise
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
+            self.batch.deadline = self.deadline
         todo = [e for e in self.entries if e.outcome is None]
         if not todo:
             return self.results()
@@ -1024,6 +1037,8 @@ class _Run:
         limit = self.max_parallel or len(todo)
         try:
             while queue or in_flight:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # start nothing after the deadline
                 while queue and len(in_flight) < limit:
                     e = queue.popleft()
                     task = self._new_task(e)

@@ -780,6 +780,28 @@ def test_journal_write_failure_reaches_the_caller(pool: Any) -> None:
         taut.gather([taut.call(int, "1")], executor=pool, journal=journal)
 
 
+def test_single_await_with_a_scheduler_journal_reserves_and_replays() -> None:
+    # A scheduler's journal also makes single awaits durable: the slot is
+    # reserved after the gathered ones, and a rerun replays it without running.
+    slots: list[list[Any]] = []
+    ran = Counter()
+    s = Scheduler(journal=MemJournal(slots))
+    s.gather([s.call(ran.record, "a", call_id="a"), s.call(ran.record, "b", call_id="b")])
+    assert s.call(lambda: ran.record("c") or "C", call_id="c").result() == "C"
+    assert [slot[:2] for slot in slots] == [["a", "ok"], ["b", "ok"], ["c", "ok"]]
+
+    rerun = Scheduler(journal=MemJournal(slots))
+    rerun.gather(
+        [rerun.call(ran.record, "a", call_id="a"), rerun.call(ran.record, "b", call_id="b")]
+    )
+
+    async def again() -> Any:
+        return await rerun.call(lambda: ran.record("c") or "X", call_id="c")
+
+    assert asyncio.run(again()) == "C"
+    assert ran.runs == ["a", "b", "c"]
+
+
 def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
     class Broken(MemJournal):
         def reserve(self, call_ids: Sequence[str]) -> list[Record | None]:

@@ -1234,6 +1234,15 @@ class Scheduler:
             e = run.entries[0]
             if e.outcome is not None:
                 return e.outcome
+            # A durable single await reserves its slot before it runs, like a
+            # gather: a terminal record replays, and complete() has a slot.
+            try:
+                run.reserve()
+            except BaseException:
+                run.release_all()
+                raise
+            if e.outcome is not None:
+                return e.outcome
             return run
 
     def _await_sync(self, handle: Call[Any]) -> Any:

@@ -497,7 +497,7 @@ def test_deadline_keeps_finished_times_out_started_and_fences_unstarted() -> Non
     ]
     try:
         t0 = time.monotonic()
-        outcomes = taut.gather(handles, timeout=0.2, max_parallel=3, executor=one)
+        outcomes = taut.gather(handles, timeout=1.0, max_parallel=3, executor=one)
         took = time.monotonic() - t0
         assert [o.status for o in outcomes] == ["ok", "timeout", "timeout", "not_started"]
         assert outcomes[0].value == "quick"
@@ -799,7 +799,7 @@ def test_single_await_with_a_scheduler_journal_reserves_and_replays() -> None:
         return await rerun.call(lambda: ran.record("c") or "X", call_id="c")
 
     assert asyncio.run(again()) == "C"
-    assert ran.runs == ["a", "b", "c"]
+    assert sorted(ran.runs) == ["a", "b", "c"]
 
 
 def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
@@ -945,5 +945,76 @@ def test_nested_gather_on_a_one_worker_taut_pool_runs_inline() -> None:
 
         [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
         assert o.ok and len(set(o.value)) == 1
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_gather_reports_a_call_past_its_deadline_as_timeout() -> None:
+    # Inline on a one-worker pool, nothing can cut the first call off, but it
+    # was still running at the 0.05 s deadline: timeout (as on a pool), and
+    # the call after it never starts.
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="nest-late")
+    ran = Counter()
+    try:
+
+        def sub_agent() -> list[Outcome]:
+            return taut.gather(
+                [taut.call(time.sleep, 0.5), taut.call(ran.record, "late")],
+                executor=ex,
+                timeout=0.05,
+            )
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        assert [i.status for i in o.value] == ["timeout", "not_started"]
+        assert isinstance(o.value[0].error, TimeoutError) and o.value[0].started
+        assert o.value[0].elapsed_s == pytest.approx(0.05, abs=0.01)
+        assert ran.runs == []
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_agather_reports_a_call_past_its_deadline_as_timeout() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="anest-late")
+    ran = Counter()
+    try:
+
+        def sub_agent() -> list[Outcome]:
+            async def inner() -> list[Outcome]:
+                return await taut.agather(
+                    [taut.call(time.sleep, 0.5), taut.call(ran.record, "late")],
+                    executor=ex,
+                    timeout=0.05,
+                )
+
+            return asyncio.run(inner())
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        assert [i.status for i in o.value] == ["timeout", "not_started"]
+        assert ran.runs == []
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_gather_with_interrupt_stops_the_call_on_time() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="nest-intr")
+    try:
+
+        def spin() -> None:
+            end = time.monotonic() + LONG
+            while time.monotonic() < end:
+                time.sleep(0.005)
+
+        def sub_agent() -> tuple[list[Outcome], float]:
+            t0 = time.monotonic()
+            inner = taut.gather([taut.call(spin)], executor=ex, timeout=0.1, interrupt=True)
+            return inner, time.monotonic() - t0
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        inner, took = o.value
+        assert [i.status for i in inner] == ["timeout"]
+        assert took < LONG / 4
     finally:
         ex.shutdown(wait=True)

@@ -970,11 +970,35 @@ class _Run:
                 return
             task = self._new_task(e)
             try:
-                captured = task.run()
-                self.finish(e, self.outcome_from(e, captured, None))
+                self.finish(e, self._run_inline_one(e, task))
             except BaseException:
                 self.abort(todo[pos:])
                 raise
+
+    def _run_inline_one(self, e: _Entry, task: _Task) -> Outcome:
+        """Run one call on this thread. Nothing else can watch the deadline
+        meanwhile, so a call still running at the deadline becomes a timeout
+        when it returns, as it would on a pool; with ``interrupt=True`` a
+        deadline scope stops it on time."""
+        captured: Any = None
+        if self.interrupt and self.deadline is not None:
+            from taut.deadline import move_on_at  # type: ignore[import-not-found,unused-ignore]
+
+            with move_on_at(self.deadline, f"call {e.call_id!r} (gather deadline)", interrupt=True):
+                captured = task.run()
+        else:
+            captured = task.run()
+        if isinstance(captured, tuple) and captured and captured[0] == "fatal":
+            return self.outcome_from(e, captured, None)  # raises: never cached
+        deadline = self.deadline
+        started = task.started_at
+        if deadline is not None and started is not None:
+            finished = task.finished_at
+            if captured is None or finished is None or finished > deadline:
+                elapsed = max(0.0, deadline - started)
+                error = _timeout_error(e.call_id, self.timeout, elapsed)
+                return Outcome(e.call_id, "timeout", None, error, True, elapsed)
+        return self.outcome_from(e, captured, None)
 
     def _run_pooled(self, todo: list[_Entry]) -> None:
         queue = deque(todo)
@@ -1045,14 +1069,15 @@ class _Run:
                     if e.handle._is_coroutine:
                         af: asyncio.Future[Any] = loop.create_task(task.arun())
                     elif inline_sync:
-                        af = loop.create_future()
-                        captured = task.run()
-                        af.set_result(captured)
+                        self.finish(e, self._run_inline_one(e, task))
+                        continue
                     else:
                         e.future = self.submit(self.executor, task)
                         af = asyncio.wrap_future(e.future)
                     e.afuture = af
                     in_flight[af] = e
+                if not in_flight:
+                    continue  # everything so far ran inline
                 wait_for: float | None = None
                 if self.deadline is not None:
                     wait_for = self.deadline - time.monotonic()

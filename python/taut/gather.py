@@ -937,7 +937,9 @@ class _Run:
 
     # -- the sync run ----------------------------------------------------
 
-    def run_sync(self) -> list[Outcome]:
+    def _begin(self) -> list[_Entry]:
+        """Claim the handles, reserve journal slots, start the clock: the
+        calls still to run (replayed ones already have their outcome)."""
         self.claim()
         try:
             self.reserve()
@@ -947,7 +949,10 @@ class _Run:
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
             self.batch.deadline = self.deadline
-        todo = [e for e in self.entries if e.outcome is None]
+        return [e for e in self.entries if e.outcome is None]
+
+    def run_sync(self) -> list[Outcome]:
+        todo = self._begin()
         if not todo:
             return self.results()
         if _in_worker_of(self.executor):
@@ -1042,16 +1047,7 @@ class _Run:
     # -- the async run ---------------------------------------------------
 
     async def run_async(self) -> list[Outcome]:
-        self.claim()
-        try:
-            self.reserve()
-        except BaseException:
-            self.release_all()
-            raise
-        if self.timeout is not None:
-            self.deadline = time.monotonic() + self.timeout
-            self.batch.deadline = self.deadline
-        todo = [e for e in self.entries if e.outcome is None]
+        todo = self._begin()
         if not todo:
             return self.results()
         loop = asyncio.get_running_loop()

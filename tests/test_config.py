@@ -561,6 +561,19 @@ def test_config_check_ok(tmp_path: Path) -> None:
     assert "OK" in out.stdout and "tool_workers=3" in out.stdout
 
 
+def test_config_check_accepts_empty_sections(tmp_path: Path) -> None:
+    # An empty `capacity:` (YAML null) is "not set", like an empty `timeouts:`;
+    # the CLI crashed with a pydantic traceback on it.
+    f = write(tmp_path / "empty.yaml", "capacity:\ntimeouts:\n  tools:\n    concurrent_batch: 0\n")
+    assert check_config_file(f) == []
+    assert load_config(f).capacity.tool_workers == 0
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tool_workers=0" in out.stdout
+    assert "tools.concurrent_batch=no timeout" in out.stdout
+    assert "tools.sequential_call=no timeout" in out.stdout
+
+
 def test_config_schema_cli() -> None:
     out = run_cli("config", "schema")
     assert out.returncode == 0

@@ -497,7 +497,7 @@ def test_deadline_keeps_finished_times_out_started_and_fences_unstarted() -> Non
     ]
     try:
         t0 = time.monotonic()
-        outcomes = taut.gather(handles, timeout=0.2, max_parallel=3, executor=one)
+        outcomes = taut.gather(handles, timeout=1.0, max_parallel=3, executor=one)
         took = time.monotonic() - t0
         assert [o.status for o in outcomes] == ["ok", "timeout", "timeout", "not_started"]
         assert outcomes[0].value == "quick"
@@ -537,6 +537,65 @@ def test_queued_call_picked_up_after_the_fence_does_not_run() -> None:
     finally:
         latch.set()
         one.shutdown(wait=True)
+
+
+class InlineExecutor(cf.Executor):
+    """Runs each call inside submit(), as a busy or synchronous executor may:
+    the gather thread only gets control back after the call ended."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        future: cf.Future[Any] = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+def test_no_call_starts_after_the_batch_deadline() -> None:
+    # The first call overruns the 0.05 s deadline inside submit(); the calls
+    # submitted after it must not begin: they are not_started and never run.
+    ran = Counter()
+
+    def slow(i: int) -> int:
+        ran.record(i)
+        time.sleep(0.5)
+        return i
+
+    outcomes = taut.gather(
+        [taut.call(slow, i) for i in range(3)], timeout=0.05, executor=InlineExecutor()
+    )
+    assert ran.runs == [0]
+    assert [o.status for o in outcomes] == ["ok", "not_started", "not_started"]
+    assert [o.started for o in outcomes] == [True, False, False]
+
+
+def test_agather_starts_no_call_after_the_batch_deadline() -> None:
+    ran = Counter()
+
+    def slow(i: int) -> int:
+        ran.record(i)
+        time.sleep(0.5)
+        return i
+
+    async def main() -> list[Outcome]:
+        return await taut.agather(
+            [taut.call(slow, i) for i in range(3)], timeout=0.05, executor=InlineExecutor()
+        )
+
+    outcomes = asyncio.run(main())
+    assert ran.runs == [0]
+    assert [o.status for o in outcomes] == ["ok", "not_started", "not_started"]
+
+
+def test_zero_timeout_starts_nothing(pool: Any) -> None:
+    # timeout=0 is a deadline that has already passed, not "no deadline".
+    ran = Counter()
+    outcomes = taut.gather([taut.call(ran.record, i) for i in range(4)], timeout=0, executor=pool)
+    pool.submit(int).result(LONG)
+    time.sleep(0.05)  # let any stray worker that picked a call up finish it
+    assert ran.runs == []
+    assert [o.status for o in outcomes] == ["not_started"] * 4
 
 
 def test_agather_deadline_and_order() -> None:
@@ -721,6 +780,28 @@ def test_journal_write_failure_reaches_the_caller(pool: Any) -> None:
         taut.gather([taut.call(int, "1")], executor=pool, journal=journal)
 
 
+def test_single_await_with_a_scheduler_journal_reserves_and_replays() -> None:
+    # A scheduler's journal also makes single awaits durable: the slot is
+    # reserved after the gathered ones, and a rerun replays it without running.
+    slots: list[list[Any]] = []
+    ran = Counter()
+    s = Scheduler(journal=MemJournal(slots))
+    s.gather([s.call(ran.record, "a", call_id="a"), s.call(ran.record, "b", call_id="b")])
+    assert s.call(lambda: ran.record("c") or "C", call_id="c").result() == "C"
+    assert [slot[:2] for slot in slots] == [["a", "ok"], ["b", "ok"], ["c", "ok"]]
+
+    rerun = Scheduler(journal=MemJournal(slots))
+    rerun.gather(
+        [rerun.call(ran.record, "a", call_id="a"), rerun.call(ran.record, "b", call_id="b")]
+    )
+
+    async def again() -> Any:
+        return await rerun.call(lambda: ran.record("c") or "X", call_id="c")
+
+    assert asyncio.run(again()) == "C"
+    assert sorted(ran.runs) == ["a", "b", "c"]
+
+
 def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
     class Broken(MemJournal):
         def reserve(self, call_ids: Sequence[str]) -> list[Record | None]:
@@ -864,5 +945,76 @@ def test_nested_gather_on_a_one_worker_taut_pool_runs_inline() -> None:
 
         [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
         assert o.ok and len(set(o.value)) == 1
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_gather_reports_a_call_past_its_deadline_as_timeout() -> None:
+    # Inline on a one-worker pool, nothing can cut the first call off, but it
+    # was still running at the 0.05 s deadline: timeout (as on a pool), and
+    # the call after it never starts.
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="nest-late")
+    ran = Counter()
+    try:
+
+        def sub_agent() -> list[Outcome]:
+            return taut.gather(
+                [taut.call(time.sleep, 0.5), taut.call(ran.record, "late")],
+                executor=ex,
+                timeout=0.05,
+            )
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        assert [i.status for i in o.value] == ["timeout", "not_started"]
+        assert isinstance(o.value[0].error, TimeoutError) and o.value[0].started
+        assert o.value[0].elapsed_s == pytest.approx(0.05, abs=0.01)
+        assert ran.runs == []
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_agather_reports_a_call_past_its_deadline_as_timeout() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="anest-late")
+    ran = Counter()
+    try:
+
+        def sub_agent() -> list[Outcome]:
+            async def inner() -> list[Outcome]:
+                return await taut.agather(
+                    [taut.call(time.sleep, 0.5), taut.call(ran.record, "late")],
+                    executor=ex,
+                    timeout=0.05,
+                )
+
+            return asyncio.run(inner())
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        assert [i.status for i in o.value] == ["timeout", "not_started"]
+        assert ran.runs == []
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_nested_inline_gather_with_interrupt_stops_the_call_on_time() -> None:
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix="nest-intr")
+    try:
+
+        def spin() -> None:
+            end = time.monotonic() + LONG
+            while time.monotonic() < end:
+                time.sleep(0.005)
+
+        def sub_agent() -> tuple[list[Outcome], float]:
+            t0 = time.monotonic()
+            inner = taut.gather([taut.call(spin)], executor=ex, timeout=0.1, interrupt=True)
+            return inner, time.monotonic() - t0
+
+        [o] = taut.gather([taut.call(sub_agent)], executor=ex, timeout=LONG)
+        assert o.ok, o
+        inner, took = o.value
+        assert [i.status for i in inner] == ["timeout"]
+        assert took < LONG / 4
     finally:
         ex.shutdown(wait=True)

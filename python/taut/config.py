@@ -243,6 +243,12 @@ class TautConfig(BaseModel):
             raise ValueError("; ".join(problems))
         return dict(value)
 
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _validate_capacity(cls, value: object) -> object:
+        # An empty ``capacity:`` section in YAML is null: not set, like ``timeouts:``.
+        return {} if value is None else value
+
     def timeout_value(self, key: str) -> Any:
         """The configured (validated, not yet 0-mapped) value of dotted ``key``."""
         return _lookup(self.timeouts, key)
@@ -746,14 +752,21 @@ def _cli_check(args: Any) -> int:
             print(f"{file}: {len(problems)} problem(s)")
         else:
             cfg = TautConfig.model_validate(_parse_text(file, Path(file).read_text("utf-8")) or {})
+            # What this file alone gives (no environment): the resolved values.
             batch = resolve_timeout(
                 CONCURRENT_BATCH_KEY, default=CONCURRENT_BATCH_DEFAULT, config=cfg
             )
+            alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
             print(
                 f"{file}: OK (capacity.tool_workers={cfg.capacity.tool_workers}, "
-                f"timeouts.{CONCURRENT_BATCH_KEY}={batch})"
+                f"{CONCURRENT_BATCH_KEY}={_seconds_text(batch)}, "
+                f"{SEQUENTIAL_CALL_KEY}={_seconds_text(alone)})"
             )
     return 1 if failed else 0
+
+
+def _seconds_text(value: float | None) -> str:
+    return "no timeout" if value is None else f"{value:g} s"
 
 
 def _cli_schema(args: Any) -> int:

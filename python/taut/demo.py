@@ -36,12 +36,27 @@ _TEXT = {
         "title": "taut demo: one simulated agent turn (no network)",
         "plan": "planning round {n}: {guidance}",
         "batch": "round {n}: {count} tool calls on {workers} tool workers, "
-        "batch deadline {deadline:.1f} s",
+        "batch deadline {deadline} s",
         "started": "  {call} {tool}: started on {thread}",
-        "done": "  {call} {tool}: {status} after {elapsed:.2f} s",
-        "left": "budget: {used:.2f} s used, {left:.2f} s left of {total:.1f} s",
+        "done": "  {call} {tool}: {status} after {elapsed} s",
+        "left": "budget: {used} s used, {left} s left of {total} s",
+        "dropped": "  {call} {tool}: no worker before the batch deadline",
         "table": "outcomes",
+        "header": ("round", "call", "tool", "status", "started", "elapsed", "worker", "result"),
+        "yes": "yes",
+        "no": "no",
+        "decimal": ".",
         "checks": "checks",
+        "check_labels": (
+            "hung tool cut off at the batch deadline",
+            "the hung tool's loop was stopped on its thread (interrupt=True)",
+            "subprocess tree killed at its deadline, grandchild included",
+            "nested sub-agent batch ran inline on its worker",
+            "results in batch order with their call ids",
+            "the other seven round-1 calls succeeded",
+            "the budget shrank between the planning rounds",
+            "the hung worker was abandoned, the pool kept its ceiling",
+        ),
         "ok": "all checks passed",
         "fail": "some checks FAILED",
     },
@@ -49,12 +64,36 @@ _TEXT = {
         "title": "taut-Demo: ein simulierter Agentenschritt (ohne Netzwerk)",
         "plan": "Planungsrunde {n}: {guidance}",
         "batch": "Runde {n}: {count} Tool-Aufrufe auf {workers} Tool-Bearbeitern, "
-        "Frist {deadline:.1f} s",
+        "Frist {deadline} s",
         "started": "  {call} {tool}: gestartet auf {thread}",
-        "done": "  {call} {tool}: {status} nach {elapsed:.2f} s",
-        "left": "Budget: {used:.2f} s verbraucht, {left:.2f} s übrig von {total:.1f} s",
+        "done": "  {call} {tool}: {status} nach {elapsed} s",
+        "left": "Budget: {used} s verbraucht, {left} s übrig von {total} s",
+        "dropped": "  {call} {tool}: kein Bearbeiter frei vor der Frist",
         "table": "Ergebnisse",
+        "header": (
+            "Runde",
+            "Aufruf",
+            "Tool",
+            "Status",
+            "gestartet",
+            "Dauer",
+            "Bearbeiter",
+            "Ergebnis",
+        ),
+        "yes": "ja",
+        "no": "nein",
+        "decimal": ",",
         "checks": "Prüfungen",
+        "check_labels": (
+            "hängendes Tool an der Frist des Stapels abgebrochen",
+            "die Schleife des hängenden Tools wurde auf seinem Thread gestoppt (interrupt=True)",
+            "Prozessbaum an seiner Frist beendet, Enkelprozess eingeschlossen",
+            "verschachtelter Subagenten-Stapel lief direkt auf seinem Bearbeiter",
+            "Ergebnisse in Stapelreihenfolge mit ihren Aufruf-IDs",
+            "die anderen sieben Aufrufe der Runde 1 waren erfolgreich",
+            "das Budget schrumpfte zwischen den Planungsrunden",
+            "der hängende Bearbeiter wurde aufgegeben, der Pool behielt seine Obergrenze",
+        ),
         "ok": "alle Prüfungen bestanden",
         "fail": "einige Prüfungen FEHLGESCHLAGEN",
     },
@@ -106,8 +145,15 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     from taut.constraints import PlanningConstraints
     from taut.process import run_process
 
-    text = _TEXT[lang]
+    text: dict[str, Any] = _TEXT[lang]
     con = _Console(write)
+    de = lang == "de"
+
+    def num(value: float, digits: int = 2) -> str:
+        # German writes a decimal comma.
+        out = f"{value:.{digits}f}"
+        return out.replace(".", ",") if de else out
+
     threads: dict[str, str] = {}
     facts: dict[str, Any] = {}
 
@@ -182,8 +228,12 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     con.line(text["plan"].format(n=1, guidance=budget.guidance(lang)))
 
     def on_notice(n: QueueNotice) -> None:
-        if n.clears:
-            con.line(f"  {n.call_id} {n.name}: [{n.kind}]")
+        if n.kind == "started":
+            # Delivered on the worker that picked the call up.
+            thread = threading.current_thread().name
+            con.line(text["started"].format(call=n.call_id, tool=n.name, thread=thread))
+        elif n.kind == "dropped":
+            con.line(text["dropped"].format(call=n.call_id, tool=n.name))
         else:
             con.line(f"  {n.call_id} {n.name}: {n.text}")
 
@@ -210,19 +260,27 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
         ToolCall(name, tracked(cid, fn), args, read_only=True, call_id=cid)
         for cid, name, fn, args in plan
     ]
-    deadline = min(BATCH_DEADLINE_S, budget.remaining() or BATCH_DEADLINE_S)
-    con.line(text["batch"].format(n=1, count=len(calls), workers=WORKERS, deadline=deadline))
+    deadline = _batch_deadline(budget.remaining())
+    con.line(
+        text["batch"].format(n=1, count=len(calls), workers=WORKERS, deadline=num(deadline, 1))
+    )
     rows: list[_Row] = []
     t_batch = time.monotonic()
     results = runner.run(calls, timeout=deadline)
     batch_s = time.monotonic() - t_batch
     for r in results:
         con.line(
-            text["done"].format(call=r.call_id, tool=r.name, status=r.status, elapsed=r.elapsed_s)
+            text["done"].format(
+                call=r.call_id, tool=r.name, status=r.status, elapsed=num(r.elapsed_s)
+            )
         )
         rows.append(_Row(1, r, threads.get(r.call_id, "-")))
     used = budget.elapsed()
-    con.line(text["left"].format(used=used, left=budget.remaining() or 0.0, total=BUDGET_S))
+    con.line(
+        text["left"].format(
+            used=num(used), left=num(budget.remaining() or 0.0), total=num(BUDGET_S, 1)
+        )
+    )
 
     # -- round 2: planned with only what remains -------------------------------
 
@@ -238,15 +296,21 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
             call_id="t10",
         ),
     ]
-    deadline2 = min(BATCH_DEADLINE_S, budget.remaining() or BATCH_DEADLINE_S)
-    con.line(text["batch"].format(n=2, count=len(calls2), workers=WORKERS, deadline=deadline2))
+    deadline2 = _batch_deadline(budget.remaining())
+    con.line(
+        text["batch"].format(n=2, count=len(calls2), workers=WORKERS, deadline=num(deadline2, 1))
+    )
     for r in runner.run(calls2, timeout=deadline2):
         con.line(
-            text["done"].format(call=r.call_id, tool=r.name, status=r.status, elapsed=r.elapsed_s)
+            text["done"].format(
+                call=r.call_id, tool=r.name, status=r.status, elapsed=num(r.elapsed_s)
+            )
         )
         rows.append(_Row(2, r, threads.get(r.call_id, "-")))
     con.line(
-        text["left"].format(used=budget.elapsed(), left=budget.remaining() or 0.0, total=BUDGET_S)
+        text["left"].format(
+            used=num(budget.elapsed()), left=num(budget.remaining() or 0.0), total=num(BUDGET_S, 1)
+        )
     )
     stats = runner.executor.stats()
     runner.shutdown(wait=False)
@@ -258,75 +322,86 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
 
     con.line(stamp=False)
     con.line(text["table"], stamp=False)
-    con.line(_table(rows), stamp=False)
+    con.line(_table(rows, text), stamp=False)
     con.line(stamp=False)
     by_id = {row.result.call_id: row.result for row in rows}
     shell_timed_out, grandchild, gone, shell_s = facts.get("shell", (False, 0, False, 0.0))
     nested = facts.get("sub_agent", ([], ""))
+    t3 = by_id["t3"]
+    stopped_at = num(facts.get("hang_stopped_at", float("nan")))
+    planned = num(remaining_plan.time_budget_s or 0)
     checks = [
         (
-            "hung tool cut off at the batch deadline",
-            by_id["t3"].timed_out and batch_s < deadline + 1.0,
-            f"timeout after {by_id['t3'].elapsed_s:.2f} s, batch took {batch_s:.2f} s "
-            f"(deadline {deadline:.1f} s)",
+            t3.timed_out and batch_s < deadline + 1.0,
+            f"timeout nach {num(t3.elapsed_s)} s, Stapel dauerte {num(batch_s)} s "
+            f"(Frist {num(deadline, 1)} s)"
+            if de
+            else f"timeout after {num(t3.elapsed_s)} s, batch took {num(batch_s)} s "
+            f"(deadline {num(deadline, 1)} s)",
         ),
         (
-            "the hung tool's loop was stopped on its thread (interrupt=True)",
             "hang_stopped_at" in facts,
-            f"at {facts.get('hang_stopped_at', float('nan')):.2f} s",
+            f"bei {stopped_at} s" if de else f"at {stopped_at} s",
         ),
         (
-            "subprocess tree killed at its deadline, grandchild included",
             bool(shell_timed_out and gone),
-            f"sh killed after {shell_s:.2f} s (deadline {SHELL_DEADLINE_S} s), "
-            f"grandchild pid {grandchild} gone: {gone}",
+            f"sh nach {num(shell_s)} s beendet (Frist {num(SHELL_DEADLINE_S, 1)} s), "
+            f"Enkelprozess {grandchild} {'beendet' if gone else 'LÄUFT NOCH'}"
+            if de
+            else f"sh killed after {num(shell_s)} s (deadline {num(SHELL_DEADLINE_S, 1)} s), "
+            f"grandchild pid {grandchild} {'gone' if gone else 'STILL ALIVE'}",
         ),
         (
-            "nested sub-agent batch ran inline on its worker",
             nested[0] == ["ok"] * 3 and str(nested[1]).startswith("agent-tool-worker_"),
-            f"{nested[0]} on {nested[1]}",
+            f"{nested[0]} {'auf' if de else 'on'} {nested[1]}",
         ),
         (
-            "results in batch order with their call ids",
             [r.call_id for r in results] == [c.call_id for c in calls],
             "",
         ),
         (
-            "the other seven round-1 calls succeeded",
             all(by_id[f"t{i}"].status == "ok" for i in (1, 2, 4, 5, 6, 7, 8)),
             "",
         ),
         (
-            "the budget shrank between the planning rounds",
             (remaining_plan.time_budget_s or 0) < BUDGET_S - batch_s + 0.5
             and (remaining_plan.time_budget_s or 0) < BUDGET_S,
-            f"round 2 planned with {remaining_plan.time_budget_s or 0:.2f} s of {BUDGET_S:.1f} s",
+            f"Runde 2 geplant mit {planned} s von {num(BUDGET_S, 1)} s"
+            if de
+            else f"round 2 planned with {planned} s of {num(BUDGET_S, 1)} s",
         ),
         (
-            "the hung worker was abandoned, the pool kept its ceiling",
             stats.abandoned >= 1 and stats.max_workers == WORKERS,
-            f"{stats.abandoned} abandoned, ceiling {stats.max_workers}",
+            f"{stats.abandoned} aufgegeben, Obergrenze {stats.max_workers}"
+            if de
+            else f"{stats.abandoned} abandoned, ceiling {stats.max_workers}",
         ),
     ]
     con.line(text["checks"], stamp=False)
-    for label, ok, detail in checks:
+    for label, (ok, detail) in zip(text["check_labels"], checks):
         mark = "ok  " if ok else "FAIL"
         con.line(f"  [{mark}] {label}" + (f": {detail}" if detail else ""), stamp=False)
-    all_ok = all(ok for _, ok, _ in checks)
+    all_ok = len(checks) == len(text["check_labels"]) and all(ok for ok, _ in checks)
     con.line(text["ok"] if all_ok else text["fail"], stamp=False)
     return 0 if all_ok else 1
 
 
-def _table(rows: Sequence[_Row]) -> str:
-    header = ("round", "call", "tool", "status", "started", "elapsed", "worker", "result")
+def _batch_deadline(remaining: float | None) -> float:
+    """The batch deadline: what remains of the budget, at most BATCH_DEADLINE_S.
+    A used-up budget (0.0) is no time at all, never "no limit"."""
+    return BATCH_DEADLINE_S if remaining is None else min(BATCH_DEADLINE_S, remaining)
+
+
+def _table(rows: Sequence[_Row], text: dict[str, Any]) -> str:
+    header = tuple(text["header"])
     lines = [
         (
             str(row.round),
             row.result.call_id,
             row.result.name,
             row.result.status,
-            "yes" if row.result.started else "no",
-            f"{row.result.elapsed_s:.2f} s",
+            text["yes"] if row.result.started else text["no"],
+            f"{row.result.elapsed_s:.2f} s".replace(".", text["decimal"]),
             row.thread,
             _short(row.result.text, 76),
         )

@@ -330,7 +330,7 @@ _TASKS_LOCK = threading.Lock()
 class _Batch:
     """Shared state of one gather: the fence that stops unstarted calls."""
 
-    __slots__ = ("executor", "fence", "fenced", "handles", "journal", "local")
+    __slots__ = ("deadline", "executor", "fence", "fenced", "handles", "journal", "local")
 
     def __init__(self, executor: Any, journal: Any, handles: Sequence[Call[Any]]) -> None:
         self.executor = executor
@@ -338,6 +338,9 @@ class _Batch:
         self.handles = frozenset(id(h) for h in handles)
         self.fence = threading.Lock()
         self.fenced = False
+        # The batch deadline (time.monotonic()); no call may begin at or after it,
+        # even if the gather thread has not woken up yet to raise the fence.
+        self.deadline: float | None = None
         # Set once a task of this batch came back to this process through
         # pickling (an in-process Dask cluster): its starts are observable.
         self.local = False
@@ -378,11 +381,17 @@ class _Task:
         self.on_start: Callable[[], None] | None = None
 
     def begin(self) -> bool:
-        """Pass the fence and mark the start, atomically; False if fenced."""
+        """Pass the fence and mark the start, atomically; False if fenced or
+        the batch deadline has passed (which raises the fence for the rest)."""
         with self.batch.fence:
             if self.batch.fenced:
                 return False
-            self.started_at = time.monotonic()
+            now = time.monotonic()
+            deadline = self.batch.deadline
+            if deadline is not None and now >= deadline:
+                self.batch.fenced = True
+                return False
+            self.started_at = now
         if self.on_start is not None:
             self.on_start()
         return True
@@ -928,7 +937,9 @@ class _Run:
 
     # -- the sync run ----------------------------------------------------
 
-    def run_sync(self) -> list[Outcome]:
+    def _begin(self) -> list[_Entry]:
+        """Claim the handles, reserve journal slots, start the clock: the
+        calls still to run (replayed ones already have their outcome)."""
         self.claim()
         try:
             self.reserve()
@@ -937,7 +948,11 @@ class _Run:
             raise
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
-        todo = [e for e in self.entries if e.outcome is None]
+            self.batch.deadline = self.deadline
+        return [e for e in self.entries if e.outcome is None]
+
+    def run_sync(self) -> list[Outcome]:
+        todo = self._begin()
         if not todo:
             return self.results()
         if _in_worker_of(self.executor):
@@ -960,11 +975,35 @@ class _Run:
                 return
             task = self._new_task(e)
             try:
-                captured = task.run()
-                self.finish(e, self.outcome_from(e, captured, None))
+                self.finish(e, self._run_inline_one(e, task))
             except BaseException:
                 self.abort(todo[pos:])
                 raise
+
+    def _run_inline_one(self, e: _Entry, task: _Task) -> Outcome:
+        """Run one call on this thread. Nothing else can watch the deadline
+        meanwhile, so a call still running at the deadline becomes a timeout
+        when it returns, as it would on a pool; with ``interrupt=True`` a
+        deadline scope stops it on time."""
+        captured: Any = None
+        if self.interrupt and self.deadline is not None:
+            from taut.deadline import move_on_at  # type: ignore[import-not-found,unused-ignore]
+
+            with move_on_at(self.deadline, f"call {e.call_id!r} (gather deadline)", interrupt=True):
+                captured = task.run()
+        else:
+            captured = task.run()
+        if isinstance(captured, tuple) and captured and captured[0] == "fatal":
+            return self.outcome_from(e, captured, None)  # raises: never cached
+        deadline = self.deadline
+        started = task.started_at
+        if deadline is not None and started is not None:
+            finished = task.finished_at
+            if captured is None or finished is None or finished > deadline:
+                elapsed = max(0.0, deadline - started)
+                error = _timeout_error(e.call_id, self.timeout, elapsed)
+                return Outcome(e.call_id, "timeout", None, error, True, elapsed)
+        return self.outcome_from(e, captured, None)
 
     def _run_pooled(self, todo: list[_Entry]) -> None:
         queue = deque(todo)
@@ -972,6 +1011,8 @@ class _Run:
         limit = self.max_parallel or len(todo)
         try:
             while queue or in_flight:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # submit nothing after the deadline
                 while queue and len(in_flight) < limit:
                     e = queue.popleft()
                     task = self._new_task(e)
@@ -1006,15 +1047,7 @@ class _Run:
     # -- the async run ---------------------------------------------------
 
     async def run_async(self) -> list[Outcome]:
-        self.claim()
-        try:
-            self.reserve()
-        except BaseException:
-            self.release_all()
-            raise
-        if self.timeout is not None:
-            self.deadline = time.monotonic() + self.timeout
-        todo = [e for e in self.entries if e.outcome is None]
+        todo = self._begin()
         if not todo:
             return self.results()
         loop = asyncio.get_running_loop()
@@ -1024,20 +1057,23 @@ class _Run:
         limit = self.max_parallel or len(todo)
         try:
             while queue or in_flight:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # start nothing after the deadline
                 while queue and len(in_flight) < limit:
                     e = queue.popleft()
                     task = self._new_task(e)
                     if e.handle._is_coroutine:
                         af: asyncio.Future[Any] = loop.create_task(task.arun())
                     elif inline_sync:
-                        af = loop.create_future()
-                        captured = task.run()
-                        af.set_result(captured)
+                        self.finish(e, self._run_inline_one(e, task))
+                        continue
                     else:
                         e.future = self.submit(self.executor, task)
                         af = asyncio.wrap_future(e.future)
                     e.afuture = af
                     in_flight[af] = e
+                if not in_flight:
+                    continue  # everything so far ran inline
                 wait_for: float | None = None
                 if self.deadline is not None:
                     wait_for = self.deadline - time.monotonic()
@@ -1217,6 +1253,15 @@ class Scheduler:
             except GatherRejected:
                 continue  # lost a race with another runner; look again
             e = run.entries[0]
+            if e.outcome is not None:
+                return e.outcome
+            # A durable single await reserves its slot before it runs, like a
+            # gather: a terminal record replays, and complete() has a slot.
+            try:
+                run.reserve()
+            except BaseException:
+                run.release_all()
+                raise
             if e.outcome is not None:
                 return e.outcome
             return run

@@ -19,20 +19,10 @@ import weakref
 from typing import Callable
 
 import pytest
+from _waiting import LONG, wait_until
 
 import taut
 from taut.executor import QueueFull
-
-LONG = 30.0  # seconds a "never" wait may take before the test fails
-
-
-def wait_until(predicate, timeout=LONG):
-    """Poll a condition until it holds; the polling only bounds a failure."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 def run_python(code: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:

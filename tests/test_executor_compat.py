@@ -14,24 +14,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from concurrent.futures.thread import BrokenThreadPool
 
 import pytest
+from _waiting import LONG, wait_until
 
 import taut
-
-LONG = 30.0  # seconds a "never" wait may take before the test fails
-
-
-def wait_until(predicate, timeout=LONG):
-    """Poll a condition until it holds; the polling only bounds a failure."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
-
 
 # -- regressions found by CPython's test_concurrent_futures ------------------
 

@@ -428,7 +428,11 @@ impl<J> Pool<J> {
         st.workers = st.workers.saturating_sub(1);
         st.running = st.running.saturating_sub(1);
         st.stats.abandoned += 1;
-        Self::top_up(&mut st, &self.work)
+        let spawn = Self::top_up(&mut st, &self.work);
+        drop(st);
+        // A replacement may make room in a bounded queue.
+        self.room.notify_all();
+        spawn
     }
 
     /// Start or wake workers for queued jobs nobody is on the way for.
@@ -464,6 +468,9 @@ impl<J> Pool<J> {
         if st.workers > st.max_workers {
             self.work.notify_all();
         }
+        drop(st);
+        // Growing may make room in a bounded queue.
+        self.room.notify_all();
         spawn
     }
 

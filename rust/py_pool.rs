@@ -85,6 +85,9 @@ pub struct PoolCore {
     /// seq -> tracker of tracked calls still waiting in the queue. Only
     /// touched with the GIL held, so Python's dict is all the locking needed.
     waiting: Py<PyDict>,
+    /// Set in a forked child: the pool's lock may be held by a thread that
+    /// does not exist there, so nothing may touch the pool any more.
+    orphaned: AtomicBool,
     names: Names,
 }
 
@@ -313,6 +316,7 @@ impl PoolCore {
             idle_timeout: seconds("idle_timeout", idle_timeout)?,
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             waiting: PyDict::new(py).unbind(),
+            orphaned: AtomicBool::new(false),
             names: Names::new(py)?,
         })
     }
@@ -420,7 +424,13 @@ impl PoolCore {
                             continue;
                         }
                         Err(err) => {
+                            // Only a stray asynchronous exception gets here;
+                            // the call must still end in an outcome.
+                            let value = err.value(py).clone();
                             err.write_unraisable(py, Some(future));
+                            if let Err(err) = future.call_method1("set_exception", (value,)) {
+                                err.write_unraisable(py, Some(future));
+                            }
                             self.pool.skipped_cancelled();
                             take = self.pool.try_take();
                             continue;
@@ -456,6 +466,9 @@ impl PoolCore {
     /// Remove a queued call whose future was cancelled, and tell the calls
     /// behind it their new positions. False if a worker already took it.
     fn remove(&self, py: Python<'_>, seq: u64) -> bool {
+        if self.orphaned.load(Ordering::Acquire) {
+            return false;
+        }
         // The removed job's references are dropped here, with the GIL held.
         let Some((_job, updates)) = self.pool.remove(seq) else {
             return false;
@@ -550,7 +563,17 @@ impl PoolCore {
 
     /// The 1-based position of queued call `seq`, None once it started.
     fn position(&self, seq: u64) -> Option<usize> {
+        if self.orphaned.load(Ordering::Acquire) {
+            return None;
+        }
         self.pool.position(seq)
+    }
+
+    /// In a forked child, after `drain_after_fork`: the parent's pool is
+    /// never touched again (its lock may be frozen), so `remove` and
+    /// `position` on the futures it leaves behind answer without locking.
+    fn orphan(&self) {
+        self.orphaned.store(true, Ordering::Release);
     }
 
     /// True when called on a worker thread of this pool.

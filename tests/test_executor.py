@@ -540,3 +540,33 @@ def test_run_in_executor_one_at_a_time_never_hangs():
         assert asyncio.run(main()) == sum(range(20_000))
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_an_orphaned_core_answers_without_touching_its_pool():
+    """In a forked child the parent's pool lock may be frozen: futures left
+    over from the parent must not block when cancelled or asked for their
+    position."""
+    from taut._core import PoolCore
+
+    core = PoolCore(1)
+    future = taut.Future()
+    seq, _, _ = core.submit(future, int, ())
+    core.orphan()
+    assert core.remove(seq) is False
+    assert core.position(seq) is None
+
+
+def test_resize_wakes_a_submitter_blocked_on_a_full_queue():
+    gate = Gate()
+    with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+        ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+        ex.submit(gate)
+        submitted = threading.Event()
+        t = threading.Thread(target=lambda: (ex.submit(lambda: None), submitted.set()))
+        t.start()
+        assert not submitted.wait(0.1)
+        ex.resize(3)  # the waiting call starts on a new worker: room for one more
+        assert submitted.wait(LONG)
+        gate.open.set()
+        t.join(LONG)

@@ -213,6 +213,9 @@ class PoolCore:
         ``waiting_only``: leave those a worker is already on its way to."""
     def drain_after_fork(self) -> list[Any] | None:
         """``drain`` in a forked child, None if the lock was held at fork."""
+    def orphan(self) -> None:
+        """In a forked child: never touch this pool again; ``remove`` and
+        ``position`` answer without locking."""
     def spin_for_release(self, micros: int) -> None:
         """Spin, GIL released, until a worker comes back for work."""
     def position(self, seq: int) -> int | None:

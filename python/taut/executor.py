@@ -590,19 +590,27 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._exited.pop(thread, None)
         _live_workers.pop(thread, None)
 
+    def _fail_queued(self, error: BaseException) -> None:
+        for future in self._core.drain():
+            try:
+                future.set_exception(error)
+            except _base.InvalidStateError:
+                # Cancelled by its owner while we drained it: that is its
+                # outcome; make sure wait()/as_completed() hear of it.
+                if future._state == _CANCELLED:
+                    future.set_running_or_notify_cancel()
+
     def _initializer_failed(self) -> None:
         with self._shutdown_lock:
             self._broken = "A thread initializer failed, the thread pool is not usable anymore"
             self._core.shutdown()
-            for future in self._core.drain():
-                future.set_exception(BrokenThreadPool(self._broken))
+            self._fail_queued(BrokenThreadPool(self._broken))
 
     def _worker_died(self) -> None:
         with self._shutdown_lock:
             self._broken = "A worker thread died unexpectedly, the thread pool is not usable"
             self._core.shutdown()
-            for future in self._core.drain():
-                future.set_exception(BrokenThreadPool(self._broken))
+            self._fail_queued(BrokenThreadPool(self._broken))
 
     def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
         seq = getattr(future, "_seq", 0)
@@ -709,6 +717,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()
+        old.orphan()
         for future in queued or ():
             if future.cancel():
                 future.set_running_or_notify_cancel()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -88,17 +87,7 @@ def test_taut_async_scope_enter_exit(
 
 @pytest.mark.benchmark(group="a-arm-cancel-x1000")
 def test_threading_timer_start_cancel(benchmark: BenchmarkFixture) -> None:
-    def batch() -> None:
-        timers = []
-        for _ in range(BATCH):
-            t = threading.Timer(FAR, lambda: None)
-            t.start()
-            t.cancel()
-            timers.append(t)
-        for t in timers:
-            t.join()
-
-    benchmark.pedantic(batch, rounds=3, iterations=1)
+    benchmark.pedantic(bench._timer_start_cancel, args=(BATCH,), rounds=3, iterations=1)
 
 
 # -- (c) lateness -----------------------------------------------------------------

@@ -373,6 +373,7 @@ impl<J> Pool<J> {
     }
 
     /// A worker finished a job.
+    #[cfg(test)]
     pub fn done(&self, ok: bool) {
         let mut st = self.lock();
         st.running = st.running.saturating_sub(1);
@@ -484,10 +485,6 @@ impl<J> Pool<J> {
         self.room.notify_all();
     }
 
-    pub fn is_shutdown(&self) -> bool {
-        self.lock().shutdown
-    }
-
     /// Take every queued job out (for `cancel_futures` or a broken pool).
     pub fn drain(&self) -> Vec<J> {
         let mut st = self.lock();
@@ -547,12 +544,10 @@ impl<J> Pool<J> {
 
     /// A worker thread that never reached the loop (its initializer failed,
     /// or starting the thread failed) gives back its place.
-    pub fn worker_gone(&self, never_took: bool) {
+    pub fn worker_gone(&self) {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);
-        if never_took {
-            st.starting = st.starting.saturating_sub(1);
-        }
+        st.starting = st.starting.saturating_sub(1);
     }
 
     /// The current position of a queued tracked job (None once taken).
@@ -572,10 +567,6 @@ impl<J> Pool<J> {
             queued: st.queue.len(),
             ..st.stats
         }
-    }
-
-    pub fn max_workers(&self) -> usize {
-        self.lock().max_workers
     }
 }
 

@@ -195,10 +195,10 @@ impl PoolCore {
             }
         }
         let (ok, result) = match outcome {
-            Ok(value) => (true, finish(names, future, names.result.bind(py), value)),
+            Ok(value) => (true, finish(names, future, true, value)),
             Err(err) => {
                 let exc = err.into_value(py).into_bound(py).into_any();
-                (false, finish(names, future, names.exception.bind(py), exc))
+                (false, finish(names, future, false, exc))
             }
         };
         if let Err(err) = result {
@@ -266,14 +266,19 @@ fn start(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
 }
 
-/// `set_result` / `set_exception`, by the name of the field to fill.
+/// `set_result(value)` when `ok`, else `set_exception(value)`.
 fn finish<'py>(
     names: &Names,
     future: &Bound<'py, PyAny>,
-    field: &Bound<'py, PyString>,
+    ok: bool,
     value: Bound<'py, PyAny>,
 ) -> PyResult<()> {
     let py = future.py();
+    let (field, method) = if ok {
+        (names.result.bind(py), names.set_result.bind(py))
+    } else {
+        (names.exception.bind(py), names.set_exception.bind(py))
+    };
     let done = with_state_lock(py, names, || {
         let quiet = future.getattr(names.cond.bind(py))?.is_none()
             && future
@@ -290,11 +295,6 @@ fn finish<'py>(
     if done.is_some() {
         return Ok(());
     }
-    let method = if field.to_cow()? == "_result" {
-        names.set_result.bind(py)
-    } else {
-        names.set_exception.bind(py)
-    };
     future.call_method1(method, (value,)).map(drop)
 }
 
@@ -458,9 +458,8 @@ impl PoolCore {
     }
 
     /// A worker thread that will never run the loop gives back its place.
-    #[pyo3(signature = (never_took=true))]
-    fn worker_gone(&self, never_took: bool) {
-        self.pool.worker_gone(never_took);
+    fn worker_gone(&self) {
+        self.pool.worker_gone();
     }
 
     /// Remove a queued call whose future was cancelled, and tell the calls
@@ -523,11 +522,6 @@ impl PoolCore {
         self.pool.shutdown();
     }
 
-    #[getter]
-    fn is_shutdown(&self) -> bool {
-        self.pool.is_shutdown()
-    }
-
     /// Take every queued call out; returns their futures in queue order.
     /// `waiting_only`: leave the calls a worker is already on its way to
     /// (see `Pool::drain_waiting`).
@@ -579,11 +573,6 @@ impl PoolCore {
     /// True when called on a worker thread of this pool.
     fn in_worker(&self) -> bool {
         CURRENT_POOL.with(|c| c.get()) == self.id
-    }
-
-    #[getter]
-    fn max_workers(&self) -> usize {
-        self.pool.max_workers()
     }
 
     /// `(max_workers, workers, idle, running, queued, completed, failed,

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from _clocks import FakeClock, installed_scope_clock
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -18,17 +19,6 @@ from pydantic import ValidationError
 import taut
 from taut import Budget, PlanningConstraints
 from taut.constraints import iso_duration
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # --------------------------------------------------------------------------- parsing
@@ -467,14 +457,8 @@ def test_exported() -> None:
 @pytest.fixture
 def scope_clock() -> Iterator[FakeClock]:
     """One fake clock for the budget and for taut's deadline scopes."""
-    from taut.deadline import set_clock
-
-    clock = FakeClock()
-    previous = set_clock(clock)
-    try:
+    with installed_scope_clock() as clock:
         yield clock
-    finally:
-        set_clock(previous)
 
 
 def test_with_budget_bounds_the_block_by_what_remains(scope_clock: FakeClock) -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from _clocks import FakeClock, installed_scope_clock
 
 import taut
 from taut import (
@@ -29,30 +30,14 @@ from taut import (
     move_on_at,
     remaining,
 )
-from taut.deadline import set_clock
 
 LONG = 30.0
 
 
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> Iterator[FakeClock]:
-    fake = FakeClock()
-    previous = set_clock(fake)
-    try:
+    with installed_scope_clock() as fake:
         yield fake
-    finally:
-        set_clock(previous)
 
 
 # -- DeadlineExpired and BoundedResult --------------------------------------------

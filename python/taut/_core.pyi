@@ -193,7 +193,7 @@ class PoolCore:
         have room or the pool shut down."""
     def run_worker(self, slot: WorkerSlot) -> None:
         """The worker loop, run by each worker thread until it must exit."""
-    def worker_gone(self, never_took: bool = True) -> None:
+    def worker_gone(self) -> None:
         """A worker thread that will never run the loop gives back its place."""
     def remove(self, seq: int) -> bool:
         """Take a cancelled call out of the queue; False if a worker has it."""
@@ -205,9 +205,6 @@ class PoolCore:
         """Change the ceiling; returns how many worker threads to start."""
     def shutdown(self) -> None:
         """Refuse new calls; queued ones still run; idle workers exit."""
-    @property
-    def is_shutdown(self) -> bool:
-        """True after ``shutdown``."""
     def drain(self, waiting_only: bool = False) -> list[Any]:
         """Take every queued call out; their futures in queue order.
         ``waiting_only``: leave those a worker is already on its way to."""
@@ -222,9 +219,6 @@ class PoolCore:
         """The 1-based queue position of ``seq``, None once it started."""
     def in_worker(self) -> bool:
         """True on a worker thread of this pool."""
-    @property
-    def max_workers(self) -> int:
-        """The current ceiling."""
     def stats(self) -> tuple[int, int, int, int, int, int, int, int, int]:
         """``(max_workers, workers, idle, running, queued, completed, failed,
         cancelled, abandoned)``."""

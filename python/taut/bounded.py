@@ -180,6 +180,17 @@ def _release_late_worker(
         _counters.add("abandoned_threads")
 
 
+def _unbounded(value: T, started: float, label: str) -> BoundedResult[T]:
+    """The result of a run with no deadline (``timeout=None``)."""
+    return BoundedResult(
+        timed_out=False,
+        value=value,
+        elapsed_s=time.monotonic() - started,
+        timeout_s=None,
+        label=label,
+    )
+
+
 def run_bounded_sync(
     fn: Callable[[], T] | concurrent.futures.Future[T],
     timeout: Any,
@@ -229,13 +240,7 @@ def run_bounded_sync(
     started = time.monotonic()
     if budget is None:
         value = fn.result() if isinstance(fn, concurrent.futures.Future) else fn()
-        return BoundedResult(
-            timed_out=False,
-            value=value,
-            elapsed_s=time.monotonic() - started,
-            timeout_s=None,
-            label=label,
-        )
+        return _unbounded(value, started, label)
 
     pool: concurrent.futures.Executor | None = None
     if isinstance(fn, concurrent.futures.Future):
@@ -654,14 +659,7 @@ async def run_bounded_async(
     _counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
-        value = await awaitable
-        return BoundedResult(
-            timed_out=False,
-            value=value,
-            elapsed_s=time.monotonic() - started,
-            timeout_s=None,
-            label=label,
-        )
+        return _unbounded(await awaitable, started, label)
     loop = asyncio.get_running_loop()
     if budget <= 0:
         if isinstance(awaitable, asyncio.Future) and awaitable.done():

@@ -321,7 +321,7 @@ def _worker_main(
                 initializer(*initargs)
             except BaseException:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=True)
-                core.worker_gone(True)
+                core.worker_gone()
                 executor = executor_ref()
                 if executor is not None:
                     executor._initializer_failed()
@@ -409,7 +409,6 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._threads_lock = threading.Lock()
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
-        self._abandoned_threads: set[threading.Thread] = set()
         self._thread_numbers = itertools.count()
         self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
@@ -574,7 +573,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 thread.start()
             except BaseException:
                 self._forget_thread(thread)
-                self._core.worker_gone(True)
+                self._core.worker_gone()
                 raise
 
     def _drop_thread(self, thread: threading.Thread) -> None:
@@ -635,7 +634,6 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # Neither shutdown(wait=True) nor the exit hook waits for it.
             self._drop_thread(thread)
             self._exited.pop(thread, None)
-            self._abandoned_threads.add(thread)
             _live_workers.pop(thread, None)
         if spawn:
             self._spawn(1)
@@ -712,7 +710,6 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._threads_lock = threading.Lock()
         self._slots = {}
         self._exited = {}
-        self._abandoned_threads = set()
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)

@@ -12,6 +12,13 @@ if ! [ -e "$suite/test_concurrent_futures.py" ] && ! [ -d "$suite/test_concurren
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpython3.11-testsuite >/dev/null
 fi
+# Outside a virtualenv, make one (system Pythons may refuse pip installs).
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+    python3 -m venv .venv-test
+    # shellcheck disable=SC1091
+    . .venv-test/bin/activate
+    python -m pip install -q --upgrade pip
+fi
 python -m pip install -q ".[test]"
 cargo test --quiet
 python -m pytest -p no:cacheprovider "$@"

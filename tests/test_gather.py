@@ -820,7 +820,10 @@ def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
 
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
-    from distributed import Client
+    distributed = pytest.importorskip(
+        "distributed", reason="Dask distributed is not installed (it comes with the test extra)"
+    )
+    Client = distributed.Client
 
     client = Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0")
     yield client

@@ -19,8 +19,6 @@ from pydantic import ValidationError
 
 import taut
 from taut import config as cfgmod
-from taut.config import files as config_files
-from taut.config import models as config_models
 from taut.config import (
     ConfigWarning,
     TautConfig,
@@ -31,6 +29,8 @@ from taut.config import (
     sequential_call_timeout,
     tool_workers,
 )
+from taut.config import files as config_files
+from taut.config import models as config_models
 
 ENV = "TAUT_TEST_TIMEOUT_S"
 KEY = "tools.concurrent_batch"

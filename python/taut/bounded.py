@@ -26,6 +26,7 @@ import _thread
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import inspect
 import logging
 import numbers
@@ -288,46 +289,22 @@ def _consume_outcome(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+@dataclasses.dataclass(eq=False)
 class _AsyncCall:
     """The state one run_bounded_async call shares between the loop thread, the
     timer's callback thread and the watchdog."""
 
-    __slots__ = (
-        "__weakref__",
-        "deadline",
-        "dump",
-        "grace",
-        "handled",
-        "injected",
-        "interrupt",
-        "label",
-        "loop_thread",
-        "started",
-        "waiter",
-        "watchdog_deadline",
-    )
-
-    def __init__(
-        self,
-        deadline: Deadline,
-        waiter: asyncio.Future[None],
-        label: str,
-        dump: bool,
-        interrupt: bool,
-        grace: float,
-        started: float,
-    ) -> None:
-        self.deadline = deadline
-        self.waiter = waiter
-        self.label = label
-        self.dump = dump
-        self.interrupt = interrupt
-        self.grace = grace
-        self.started = started
-        self.loop_thread = threading.get_ident()
-        self.handled = False
-        self.injected = False
-        self.watchdog_deadline: Deadline | None = None
+    deadline: Deadline
+    waiter: asyncio.Future[None]
+    label: str
+    dump: bool
+    interrupt: bool
+    grace: float
+    started: float
+    loop_thread: int = dataclasses.field(default_factory=threading.get_ident)
+    handled: bool = False
+    injected: bool = False
+    watchdog_deadline: Deadline | None = None
 
     # On the loop thread.
     def on_done(self, _task: object) -> None:

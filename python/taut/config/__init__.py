@@ -134,6 +134,26 @@ def _check_default(default: object) -> float | None:
     return result
 
 
+def _accept(
+    key: str,
+    value: object,
+    checked: tuple[bool, float | int | None, str],
+    where: str,
+    fallback: str,
+) -> float | _Missing | None:
+    """The resolved timeout of one source's checked value, or ``_MISSING`` after
+    a warning that names the key, the value, the source and what applies instead."""
+    ok, number, reason = checked
+    if ok and number is not None:
+        return _finish(number)
+    _warn(
+        f"taut config: ignoring timeout {key!r} = {_describe(value)} from {where}: "
+        f"{reason}; falling back to {fallback}",
+        3,
+    )
+    return _MISSING
+
+
 def resolve_timeout(
     key: str,
     *,
@@ -201,26 +221,16 @@ def resolve_timeout(
 
     result: float | _Missing | None = _MISSING
     if value is not _MISSING and value is not None and source is not None:
-        ok, number, reason = _check_number(value)
-        if ok and number is not None:
-            result = _finish(number)
-        else:
-            _warn(
-                f"taut config: ignoring timeout {key!r} = {_describe(value)} from "
-                f"{source.where('timeouts.' + key)}: {reason}; falling back to "
-                f"{'the environment variable ' + env_var if env_var else 'the default'}",
-                2,
-            )
+        result = _accept(
+            key,
+            value,
+            _check_number(value),
+            source.where("timeouts." + key),
+            "the environment variable " + env_var if env_var else "the default",
+        )
     if isinstance(result, _Missing) and env_text is not None and env_text.strip():
-        ok, number, reason = _parse_env(env_text)
-        if ok and number is not None:
-            result = _finish(number)
-        else:
-            _warn(
-                f"taut config: ignoring timeout {key!r} = {_describe(env_text)} from environment "
-                f"variable {env_var}: {reason}; falling back to the default",
-                2,
-            )
+        where = f"environment variable {env_var}"
+        result = _accept(key, env_text, _parse_env(env_text), where, "the default")
     final = fallback if isinstance(result, _Missing) else result
     if obj is None and memo_key:
         if len(_resolved) >= _RESOLVED_MAX:

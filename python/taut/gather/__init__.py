@@ -252,11 +252,7 @@ class Scheduler:
                 return e.outcome
             # A durable single await reserves its slot before it runs, like a
             # gather: a terminal record replays, and complete() has a slot.
-            try:
-                run.reserve()
-            except BaseException:
-                run.release_all()
-                raise
+            run.reserve_or_release()
             if e.outcome is not None:
                 return e.outcome
             return run

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Hashable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from taut._checks import check_max_parallel, check_timeout
 from taut.deadline import DeadlineExpired, move_on_at
@@ -136,6 +136,12 @@ class _Wait:
 
 # What starts one call: the key the driver waits on, or None if it already ran.
 _Start = Callable[[Entry], Any]
+# What waits for the first of some futures to finish (or the timeout): the done ones.
+_WaitHere = Callable[[list[Any], Optional[float]], set[Any]]
+
+
+def _wait_for_futures(pending: list[Any], timeout: float | None) -> set[Any]:
+    return cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)[0]
 
 
 class Run:
@@ -280,6 +286,14 @@ class Run:
                 e.claimed = False
                 e.handle._release(e.outcome)
 
+    def reserve_or_release(self) -> None:
+        """:meth:`reserve`; if that fails, every claimed handle goes cold again."""
+        try:
+            self.reserve()
+        except BaseException:
+            self.release_all()
+            raise
+
     def journal_write(self, e: Entry, outcome: Outcome) -> None:
         if self.journal is None or not outcome.cacheable:
             return
@@ -299,11 +313,7 @@ class Run:
         """Claim the handles, reserve journal slots, start the clock: the
         calls still to run (replayed ones already have their outcome)."""
         self.claim()
-        try:
-            self.reserve()
-        except BaseException:
-            self.release_all()
-            raise
+        self.reserve_or_release()
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
             self.batch.deadline = self.deadline
@@ -433,10 +443,13 @@ class Run:
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def _steps(self, todo: list[Entry], start: _Start) -> Generator[_Wait, set[Any], None]:
-        """Fill free slots, wait (yield), settle what finished; at the deadline
-        fence the batch and expire the rest. The driver sends back the done
-        keys, or throws what interrupted its wait."""
+    def _steps(
+        self, todo: list[Entry], start: _Start, wait: _WaitHere | None = None
+    ) -> Generator[_Wait, set[Any], None]:
+        """Fill free slots, wait, settle what finished; at the deadline fence
+        the batch and expire the rest. With ``wait`` this waits itself and
+        never yields (the sync driver); otherwise it yields what to wait for and
+        its driver sends back the done keys, or throws what interrupted it."""
         queue = deque(todo)
         in_flight: dict[Hashable, Entry] = {}
         limit = self.max_parallel or len(todo)
@@ -459,7 +472,10 @@ class Run:
                     wait_for = min(wait_for, _WAIT_SLICE)
                 if not in_flight:
                     continue  # everything so far ran inline
-                done = yield _Wait(list(in_flight), wait_for)
+                if wait is not None:
+                    done = wait(list(in_flight), wait_for)
+                else:
+                    done = yield _Wait(list(in_flight), wait_for)
                 for key in done:
                     self.settle(in_flight.pop(key))
             else:
@@ -514,20 +530,7 @@ class Run:
         todo = self.begin()
         if todo:
             start = self._start_inline if in_worker_of(self.executor) else self._start_pooled
-            steps = self._steps(todo, start)
-            try:
-                wait = next(steps)
-                while True:
-                    try:
-                        done, _ = cf.wait(
-                            wait.pending, timeout=wait.timeout, return_when=cf.FIRST_COMPLETED
-                        )
-                    except BaseException as exc:
-                        wait = steps.throw(exc)
-                    else:
-                        wait = steps.send(done)
-            except StopIteration:
-                pass
+            next(self._steps(todo, start, _wait_for_futures), None)
         return self.results()
 
     async def run_async(self) -> list[Outcome]:
@@ -556,7 +559,7 @@ class Run:
                         done, _ = await asyncio.wait(
                             wait.pending, timeout=wait.timeout, return_when=asyncio.FIRST_COMPLETED
                         )
-                    except BaseException as exc:
+                    except BaseException as exc:  # cancelled: the step aborts the batch
                         wait = steps.throw(exc)
                     else:
                         wait = steps.send(done)

@@ -211,17 +211,17 @@ class ToolRunner:
         """The worker ceiling; 0 means none."""
         return self._ceiling
 
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The pool of tool workers (for statistics: ``executor.stats()``)."""
-        return self._executor
-
     def set_tool_workers(self, tool_workers: int) -> None:
         """Change the ceiling at run time (0 = none); waiting calls start as
         soon as the new ceiling allows."""
         ceiling = _check_workers(tool_workers, "tool_workers")
         self._executor.resize(ceiling or _NO_CEILING)
         self._ceiling = ceiling
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool of tool workers (for statistics: ``executor.stats()``)."""
+        return self._executor
 
     def batch_timeout(self) -> float | None:
         """The deadline of a parallel group, in seconds (``None`` = none)."""
@@ -315,13 +315,8 @@ class ToolRunner:
             job.on_start(on_start)  # after the fence: a fenced call never "starts"
             return executor.submit_tracked(job.runnable(), on_wait=on_wait)
 
-        outcomes = self._scheduler.run_batch(
-            handles,
-            timeout=timeout,
-            executor=self._executor,
-            interrupt=self._interrupt,
-            submit=submit,
-            what="tool batch",
+        outcomes = self._scheduler.gather(
+            handles, timeout=timeout, interrupt=self._interrupt, submit=submit
         )
         for pos, outcome in enumerate(outcomes):
             if outcome.status == "not_started" and pos in waited:

@@ -167,34 +167,21 @@ class Scheduler:
         executor: cf.Executor | None = None,
         journal: Journal | None = None,
         interrupt: bool | None = None,
-    ) -> list[Outcome]:
-        """Run ``handles`` and return one :class:`Outcome` each, in input order."""
-        return self.run_batch(
-            handles,
-            timeout=timeout,
-            max_parallel=max_parallel,
-            executor=executor,
-            journal=journal,
-            interrupt=interrupt,
-        )
-
-    def run_batch(
-        self,
-        handles: Iterable[Call[Any]],
-        *,
-        timeout: float | None = None,
-        max_parallel: int | None = None,
-        executor: cf.Executor | None = None,
-        journal: Journal | None = None,
-        interrupt: bool | None = None,
         submit: Submit | None = None,
-        what: str = "gather",
     ) -> list[Outcome]:
-        """:meth:`gather` for layers built on it (a tool batch): ``submit``
-        replaces ``executor.submit`` and is called as ``submit(executor,
-        submission)`` with a :class:`Submission` (its index and call id, the
-        runnable to submit, a hook for when the call really starts); ``what``
-        names the batch in error messages."""
+        """Run ``handles`` and return one :class:`Outcome` each, in input order.
+
+        ``timeout`` (seconds, ``None`` = no deadline) bounds the whole batch;
+        ``max_parallel`` bounds how many calls run at once; ``executor`` is any
+        :class:`concurrent.futures.Executor` (default: this scheduler's, else
+        taut's shared pool); ``journal`` makes the calls durable;
+        ``interrupt=True`` also raises :class:`TimeoutError` in a taut worker
+        whose call timed out. ``submit``, for layers built on a gather (a tool
+        batch tracks queue positions with it), replaces ``executor.submit``:
+        it is called as ``submit(executor, submission)`` with a
+        :class:`Submission` and returns the call's future. See the module
+        documentation for the full contract.
+        """
         run = Run(
             self,
             handles,
@@ -204,7 +191,6 @@ class Scheduler:
             journal=journal,
             interrupt=self.interrupt if interrupt is None else interrupt,
             submit=submit,
-            what=what,
         )
         return run.run_sync()
 
@@ -337,58 +323,7 @@ def default_scheduler() -> Scheduler:
     return _DEFAULT
 
 
-def call(
-    fn: Callable[..., Any], /, *args: Any, call_id: str | None = None, **kwargs: Any
-) -> Call[Any]:
-    """A cold handle for ``fn(*args, **kwargs)``: nothing runs until it is
-    awaited (``handle.result()``, ``await handle``) or gathered."""
-    return _DEFAULT.call(fn, *args, call_id=call_id, **kwargs)
-
-
-def gather(
-    handles: Iterable[Call[Any]],
-    *,
-    timeout: float | None = None,
-    max_parallel: int | None = None,
-    executor: cf.Executor | None = None,
-    journal: Journal | None = None,
-    interrupt: bool | None = None,
-) -> list[Outcome]:
-    """Run ``handles`` and return their outcomes in input order.
-
-    ``timeout`` (seconds, ``None`` = no deadline) bounds the whole batch;
-    ``max_parallel`` bounds how many calls run at once; ``executor`` is any
-    :class:`concurrent.futures.Executor` (default: taut's shared pool);
-    ``journal`` makes the calls durable; ``interrupt=True`` also raises
-    :class:`TimeoutError` in a taut worker whose call timed out. See the module
-    documentation for the full contract.
-    """
-    return _DEFAULT.gather(
-        handles,
-        timeout=timeout,
-        max_parallel=max_parallel,
-        executor=executor,
-        journal=journal,
-        interrupt=interrupt,
-    )
-
-
-async def agather(
-    handles: Iterable[Call[Any]],
-    *,
-    timeout: float | None = None,
-    max_parallel: int | None = None,
-    executor: cf.Executor | None = None,
-    journal: Journal | None = None,
-    interrupt: bool | None = None,
-) -> list[Outcome]:
-    """The async twin of :func:`gather`: coroutine functions are awaited as
-    tasks on the running loop, sync functions run on ``executor``."""
-    return await _DEFAULT.agather(
-        handles,
-        timeout=timeout,
-        max_parallel=max_parallel,
-        executor=executor,
-        journal=journal,
-        interrupt=interrupt,
-    )
+# The module-level functions are the default scheduler's methods.
+call = _DEFAULT.call
+gather = _DEFAULT.gather
+agather = _DEFAULT.agather

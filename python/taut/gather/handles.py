@@ -33,25 +33,23 @@ class GatherRejected(ValueError):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The result of one gathered call.
-
-    ``status`` is ``'ok'`` (``value`` holds the return value), ``'error'``
-    (``error`` holds the exception), ``'timeout'`` (the call started but did not
-    finish by the deadline; ``error`` is a :class:`TimeoutError`),
-    ``'not_started'`` (the deadline came first; the call never ran) or
-    ``'cancelled'`` (the executor cancelled the call's future, e.g. on
-    shutdown). ``started`` says whether the call's body began to run,
-    ``elapsed_s`` how long it ran (up to the deadline for a timeout).
-    ``replayed`` marks an outcome read back from a journal instead of run.
-    """
+    """The result of one gathered call."""
 
     call_id: str
     status: str
+    """``'ok'`` (``value`` holds the return value), ``'error'`` (``error`` holds
+    the exception), ``'timeout'`` (the call started but did not finish by the
+    deadline; ``error`` is a :class:`TimeoutError`), ``'not_started'`` (the
+    deadline came first; the call never ran) or ``'cancelled'`` (the executor
+    cancelled the call's future, e.g. on shutdown)."""
     value: Any = None
     error: BaseException | None = None
     started: bool = False
+    """Whether the call's body began to run."""
     elapsed_s: float = 0.0
+    """How long it ran (up to the deadline for a timeout)."""
     replayed: bool = False
+    """Read back from a journal instead of run."""
 
     @property
     def ok(self) -> bool:
@@ -174,16 +172,8 @@ class Call(Generic[T]):
 
     @property
     def fn(self) -> Callable[..., Any]:
+        """The function the handle calls."""
         return self._fn
-
-    @property
-    def is_coroutine(self) -> bool:
-        """True if ``fn`` is a coroutine function (awaited on the event loop)."""
-        return self._is_coroutine
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self._scheduler
 
     def done(self) -> bool:
         """True once a cached outcome exists (``ok``, ``error`` or ``timeout``)."""
@@ -192,6 +182,11 @@ class Call(Generic[T]):
     def outcome(self) -> Outcome | None:
         """The cached outcome, or ``None`` if the handle has none yet."""
         return self._outcome if self._state == DONE else None
+
+    @property
+    def is_coroutine(self) -> bool:
+        """True if ``fn`` is a coroutine function (awaited on the event loop)."""
+        return self._is_coroutine
 
     def result(self) -> T:
         """Run the call on this thread (once) and return its value.
@@ -206,6 +201,11 @@ class Call(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         return self._scheduler._await_async(self).__await__()
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The scheduler that made the handle (only its gathers accept it)."""
+        return self._scheduler
 
     def __repr__(self) -> str:
         state = {COLD: "cold", RUNNING: "running", DONE: "done"}[self._state]

@@ -1,4 +1,4 @@
-"""taut.call / taut.gather / taut.agather: the gather contract of seed 003."""
+"""taut.call / taut.gather / taut.agather: the gather contract (docs/CONTRACTS.md)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class Record(NamedTuple):
 
 
 class MemJournal:
-    """The Journal protocol of COMMON.md over a list that outlives the object
+    """The taut.journal.Journal protocol over a list that outlives the object
     (as a file outlives a process): one object per run, cursor from 0."""
 
     def __init__(self, slots: list[list[Any]] | None = None) -> None:
@@ -1021,3 +1021,16 @@ def test_nested_inline_gather_with_interrupt_stops_the_call_on_time() -> None:
         assert took < LONG / 4
     finally:
         ex.shutdown(wait=True)
+
+
+def test_the_function_and_the_package_are_both_reachable() -> None:
+    import importlib
+
+    from taut.gather import Scheduler as SchedulerFromPackage
+    from taut.gather import gather as gather_from_package
+
+    package = importlib.import_module("taut.gather")
+    assert package.Scheduler is SchedulerFromPackage is taut.Scheduler
+    assert taut.gather is gather_from_package  # the attribute is the function
+    assert callable(taut.gather) and not isinstance(taut.gather, type(package))
+    assert taut.gather([taut.call(abs, -2)])[0].value == 2

@@ -15,6 +15,8 @@ mapping) is skipped with one :class:`ConfigWarning` naming the key, the value an
 its source, and resolution falls through to the next source. A missing or broken
 config file never breaks the code it protects: it warns and falls through. Use
 ``python -m taut config check FILE`` to see every problem with its location.
+Files are untrusted input: see :mod:`taut.config.files` for what is refused
+(anything but a regular file, more than 1 MiB, YAML aliases, deep nesting).
 
 Files are parsed once and re-read only when their ``(mtime_ns, size)`` changes,
 and resolved values are memoised, so a repeated :func:`resolve_timeout` costs a

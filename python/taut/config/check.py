@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taut.config.files import _capacity_errors, _one_line, _parse_text
+from taut.config.files import (
+    ConfigFileRefused,
+    _capacity_errors,
+    _one_line,
+    _parse_text,
+    _read_text,
+    _yaml_document,
+)
 from taut.config.models import CapacityConfig, _describe, _walk_timeout_problems
 
 __all__ = ["ConfigProblem", "check_config_file"]
@@ -32,7 +39,9 @@ class ConfigProblem:
         return f"{where}:{loc} {self.message}"
 
 
-def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
+def _yaml_lines(root: Any) -> dict[tuple[str, ...], int]:
+    """Key path -> line of a YAML node graph (already checked: no aliases, and
+    nested no deeper than the limit)."""
     import yaml
 
     lines: dict[tuple[str, ...], int] = {}
@@ -45,10 +54,8 @@ def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
                 lines[path] = key_node.start_mark.line + 1
                 walk(value_node, path)
 
-    try:
-        walk(yaml.compose(text, Loader=yaml.SafeLoader), ())
-    except Exception:
-        pass
+    if root is not None:
+        walk(root, ())
     return lines
 
 
@@ -86,13 +93,21 @@ def check_config_file(path: str | os.PathLike[str]) -> list[ConfigProblem]:
     """Every problem of a config file, each with its location (strict; no warnings)."""
     file = os.fspath(path)
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        text = _read_text(file)
+    except ConfigFileRefused as exc:
+        return [ConfigProblem(file, "", None, f"not read: {exc}")]
     except OSError as exc:
         return [ConfigProblem(file, "", None, f"cannot read the file: {exc.strerror or exc}")]
     except UnicodeDecodeError as exc:
         return [ConfigProblem(file, "", None, f"not UTF-8 text: {exc}")]
+    yaml_nodes: Any = None
     try:
-        data = _parse_text(file, text)
+        if Path(file).suffix.lower() in (".toml", ".json"):
+            data = _parse_text(file, text)
+        else:
+            yaml_nodes, data = _yaml_document(file, text)
+    except ConfigFileRefused as exc:
+        return [ConfigProblem(file, "", None, f"refused: {exc}")]
     except Exception as exc:
         mark = getattr(exc, "problem_mark", None)
         line: int | None = mark.line + 1 if mark is not None else None
@@ -100,7 +115,16 @@ def check_config_file(path: str | os.PathLike[str]) -> list[ConfigProblem]:
             found = _ERROR_LINE.search(str(exc))
             line = int(found.group(1)) if found else getattr(exc, "lineno", None)
         return [ConfigProblem(file, "", line, f"cannot parse: {_one_line(exc)}")]
-    positions = _toml_lines(text) if Path(file).suffix.lower() == ".toml" else _yaml_lines(text)
+    suffix = Path(file).suffix.lower()
+    if suffix == ".toml":
+        positions = _toml_lines(text)
+    else:
+        if suffix == ".json":
+            try:  # JSON is YAML: its node graph has the line numbers
+                yaml_nodes = _yaml_document(file, text)[0]
+            except Exception:  # JSON that YAML cannot read: no line numbers
+                pass
+        positions = _yaml_lines(yaml_nodes)
 
     def at(loc: str) -> int | None:
         return positions.get(tuple(loc.split("."))) if loc else None

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 
 import taut
-from taut.gather import GatherRejected, Outcome, Scheduler
+from taut.gather import GatherRejected, Outcome, Scheduler, Submission
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -1034,3 +1034,21 @@ def test_the_function_and_the_package_are_both_reachable() -> None:
     assert taut.gather is gather_from_package  # the attribute is the function
     assert callable(taut.gather) and not isinstance(taut.gather, type(package))
     assert taut.gather([taut.call(abs, -2)])[0].value == 2
+
+
+def test_a_submit_hook_sees_each_call_and_its_real_start(pool: Any) -> None:
+    seen: list[tuple[int, str]] = []
+    started: list[int] = []
+    gate = threading.Event()
+
+    def submit(executor: Any, job: Submission) -> cf.Future[Any]:
+        seen.append((job.index, job.call_id))
+        job.on_start(lambda: started.append(job.index))
+        return executor.submit(job.runnable())
+
+    handles = [taut.call(gate.wait, LONG, call_id="blocker"), taut.call(abs, -1, call_id="fenced")]
+    outcomes = taut.gather(handles, timeout=0.2, max_parallel=1, executor=pool, submit=submit)
+    gate.set()
+    assert seen == [(0, "blocker")]  # the second call was never handed over
+    assert started == [0]
+    assert [o.status for o in outcomes] == ["timeout", "not_started"]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -40,8 +40,7 @@ from pydantic import (
     field_validator,
 )
 
-if TYPE_CHECKING:
-    from taut.deadline import DeadlineScope
+from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
@@ -564,8 +563,6 @@ class Budget:
         unbounded budget): ``taut.fail_after`` (raises ``taut.DeadlineExpired``)
         or, with ``raise_on_expiry=False``, ``taut.move_on_after``. The scope is
         fixed at entry: pausing the budget inside it does not move its deadline."""
-        from taut.deadline import fail_after, move_on_after
-
         # Relative seconds, not an absolute time: the budget's clock may be an
         # injected one, and the scope counts from its own entry on its own clock.
         factory = fail_after if raise_on_expiry else move_on_after

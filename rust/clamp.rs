@@ -7,25 +7,40 @@
 
 use std::time::{Duration, Instant};
 
-/// The largest timeout taut passes on, in seconds: 1,000,000 s (11.6 days).
+/// The longest deadline taut keeps, in seconds: 2**32 s (136.1 years).
 ///
-/// Why this value, and not `threading.TIMEOUT_MAX` (9.2e9 s on Linux):
-/// - `select.poll().poll()`, `select.epoll.poll()` and `selectors` take an
-///   `int` of milliseconds: anything above `INT_MAX` ms (2,147,483 s, 24.8
-///   days) raises `OverflowError`. That is the tightest limit among the waits
-///   Python code commonly reaches, so the ceiling sits well below it and
-///   leaves 1.1 million seconds (13 days) of room for grace periods and
-///   derived values such as `timeout + 5` or `timeout + 3600`.
-/// - Windows `threading` waits are `DWORD` milliseconds: `TIMEOUT_MAX` is
-///   4,294,967 s there; still more than 4x the ceiling.
-/// - A 32-bit `time_t` overflows in January 2038; "now + 1e6 s" stays
-///   representable until 12 days before that, while `10**18` would not.
-/// - `Instant + Duration` and `asyncio`'s `loop.time() + delay` are exact
-///   and far from any limit at this size.
-///
-/// A deadline 11.6 days away is "never" for every request-scoped bound taut
-/// serves; callers who mean "no deadline" pass `None` or `math.inf`.
-pub const MAX_TIMEOUT_SECS: f64 = 1_000_000.0;
+/// Every finite timeout up to this value is honoured exactly: the timer
+/// thread keeps it as nanoseconds of the monotonic clock (`u64`, good for
+/// 584 years of uptime), and only the OS waits in front of it are cut into
+/// [`OS_WAIT_SLICE`] pieces. A finite value beyond it (`10**400`,
+/// `timedelta.max`) is clamped to it: a deadline 136 years away, which no
+/// process outlives. Why this value:
+/// - at least 100 years (3.16e9 s), as promised to callers who compute
+///   "effectively never" from calendars;
+/// - under half of what Python's own time conversions take (`time.sleep`,
+///   `threading`, `select`, socket timeouts use int64 nanoseconds: 9.2e9 s),
+///   so `MAX_TIMEOUT + grace` for any grace under a century still converts;
+/// - exact in an `f64`, and `time.monotonic() + MAX_TIMEOUT` keeps
+///   microsecond resolution.
+pub const MAX_TIMEOUT_SECS: f64 = 4_294_967_296.0;
+
+/// The longest single OS wait taut makes: 1,000,000 s (11.6 days). Longer
+/// waits are made in pieces of at most this size, re-checking the clock in
+/// between, because the platform's waits take much less than
+/// [`MAX_TIMEOUT_SECS`]: `poll`/`epoll`/`selectors` an `int` of milliseconds
+/// (24.8 days), Windows waits a `DWORD` of milliseconds (49.7 days; Rust's
+/// std then waits forever instead), a 32-bit `time_t` "now + timeout".
+pub const OS_WAIT_SLICE_SECS: f64 = 1_000_000.0;
+
+/// [`OS_WAIT_SLICE_SECS`] as a `Duration`.
+pub const OS_WAIT_SLICE: Duration = Duration::from_secs(1_000_000);
+
+/// One piece of a wait for `left`: what a single condvar/park/OS wait may be
+/// given. The caller re-checks its own deadline after waking, so a long
+/// deadline is kept exactly (waking once every 11.6 days costs nothing).
+pub fn os_wait(left: Duration) -> Duration {
+    left.min(OS_WAIT_SLICE)
+}
 
 /// Why a float is not a timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,14 +127,32 @@ mod tests {
         assert_eq!(clamp_secs(-0.0), Ok(Some(0.0)));
         assert_eq!(clamp_secs(0.25), Ok(Some(0.25)));
         assert_eq!(clamp_secs(1e18), Ok(Some(MAX_TIMEOUT_SECS)));
+        // 100 years (of 365.25 days) and 30 days are kept exactly.
+        assert_eq!(clamp_secs(3_155_760_000.0), Ok(Some(3_155_760_000.0)));
+        assert_eq!(clamp_secs(2_592_000.0), Ok(Some(2_592_000.0)));
         assert_eq!(clamp_secs(f64::MAX), Ok(Some(MAX_TIMEOUT_SECS)));
     }
 
     #[test]
-    fn ceiling_leaves_room_for_grace_in_poll_milliseconds() {
-        // poll()/epoll take an int of milliseconds.
+    fn ceiling_is_at_least_a_century_and_converts_in_python() {
+        assert!(MAX_TIMEOUT_SECS >= 100.0 * 365.25 * 86400.0);
+        // Python's time conversions use int64 nanoseconds: room for a century of grace.
+        let py_time_max_secs = i64::MAX as f64 / 1e9;
+        assert!(MAX_TIMEOUT_SECS + 100.0 * 365.25 * 86400.0 < py_time_max_secs);
+        // The timer's u64 nanoseconds hold it with centuries of uptime to spare.
+        assert!((MAX_TIMEOUT_SECS * 2.0) * 1e9 < u64::MAX as f64);
+    }
+
+    #[test]
+    fn one_os_wait_fits_poll_milliseconds_and_windows_dwords() {
+        // poll()/epoll take an int of milliseconds, Windows a DWORD.
         let int_max_secs = i32::MAX as f64 / 1000.0;
-        assert!(MAX_TIMEOUT_SECS + 3600.0 * 24.0 * 7.0 < int_max_secs);
+        assert!(OS_WAIT_SLICE_SECS + 3600.0 * 24.0 * 7.0 < int_max_secs);
+        assert_eq!(OS_WAIT_SLICE.as_secs_f64(), OS_WAIT_SLICE_SECS);
+        assert_eq!(os_wait(Duration::MAX), OS_WAIT_SLICE);
+        assert_eq!(os_wait(Duration::from_secs(5)), Duration::from_secs(5));
+        let century = duration_from_secs(MAX_TIMEOUT_SECS);
+        assert_eq!(os_wait(century), OS_WAIT_SLICE);
     }
 
     #[test]

@@ -28,7 +28,9 @@ mod _core {
     #[pymodule_export]
     const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;
     #[pymodule_export]
-    use crate::py_clamp::clamp_timeout;
+    const OS_WAIT_SLICE: f64 = crate::clamp::OS_WAIT_SLICE_SECS;
+    #[pymodule_export]
+    use crate::py_clamp::{_seconds, clamp_timeout};
     #[pymodule_export]
     use crate::py_timer::{
         _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_next_callback,

@@ -282,12 +282,13 @@ impl<J> Pool<J> {
                     if now >= deadline {
                         true
                     } else {
+                        // In OS-sized pieces; a piece ending early is no timeout.
                         let (guard, result) = self
                             .work
-                            .wait_timeout(st, deadline - now)
+                            .wait_timeout(st, crate::clamp::os_wait(deadline - now))
                             .unwrap_or_else(|e| e.into_inner());
                         st = guard;
-                        result.timed_out()
+                        result.timed_out() && Instant::now() >= deadline
                     }
                 }
             };

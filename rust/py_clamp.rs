@@ -1,18 +1,32 @@
 //! `taut._core.clamp_timeout`: the one gate every timeout passes, converting
 //! any Python number-like value into `None` (no deadline) or a float in
-//! `[0, MAX_TIMEOUT]`, with exact errors for what is not a timeout.
+//! `[0, MAX_TIMEOUT]`, with exact errors for what is not a timeout; and
+//! `_seconds`, the same conversion with the sign kept (for parameters that
+//! refuse negatives, and absolute deadlines). `taut._checks` builds every
+//! public parameter check on these two.
+//!
+//! Error contract: a value that is not a number of seconds is a `TypeError`,
+//! NaN a `ValueError`; both name the parameter, the value and its type. An
+//! `Exception` raised by the value's own methods (`__float__`, `__index__`,
+//! `__gt__`, ...) becomes that `TypeError` (with the original as its cause);
+//! a `BaseException` that is not an `Exception` (`KeyboardInterrupt`,
+//! `SystemExit`) propagates unchanged. Never `OverflowError`.
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString};
 
-use crate::clamp::{clamp_secs, ClampError, MAX_TIMEOUT_SECS};
+use crate::clamp::{clamp_secs, ClampError};
 
-fn describe(value: &Bound<'_, PyAny>) -> String {
-    let mut shown = value
-        .repr()
-        .map(|r| r.to_string())
-        .unwrap_or_else(|_| "<unrepresentable>".to_owned());
+/// `repr(value) (type)`, cut to a readable length. A failing `repr` is shown
+/// as such, unless it raised a `BaseException` that must propagate.
+fn describe(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let py = value.py();
+    let mut shown = match value.repr() {
+        Ok(r) => r.to_string(),
+        Err(e) if !e.is_instance_of::<PyException>(py) => return Err(e),
+        Err(_) => "<unrepresentable>".to_owned(),
+    };
     if shown.len() > 80 {
         // A 400-digit int is a legal input; its full repr is not a useful message.
         let cut = (0..=77)
@@ -27,65 +41,94 @@ fn describe(value: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".to_owned());
-    format!("{shown} ({ty})")
+    Ok(format!("{shown} ({ty})"))
 }
 
 fn type_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
-    PyTypeError::new_err(format!(
-        "{name} must be a number of seconds or None, got {}",
-        describe(value)
-    ))
-}
-
-fn nan_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
-    PyValueError::new_err(format!("{name} must not be NaN, got {}", describe(value)))
-}
-
-fn from_f64(name: &str, value: &Bound<'_, PyAny>, secs: f64) -> PyResult<Option<f64>> {
-    clamp_secs(secs).map_err(|ClampError::NaN| nan_error(name, value))
-}
-
-/// For values too large for a float: only the sign matters.
-fn by_sign(value: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
-    Ok(Some(if value.gt(0)? { MAX_TIMEOUT_SECS } else { 0.0 }))
-}
-
-fn from_int(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
-    match value.extract::<i64>() {
-        Ok(i) => from_f64(name, value, i as f64),
-        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => by_sign(value),
-        Err(e) => Err(e),
+    match describe(value) {
+        Ok(shown) => PyTypeError::new_err(format!(
+            "{name} must be a number of seconds or None, got {shown}"
+        )),
+        Err(fatal) => fatal,
     }
 }
 
-fn is_numpy_bool(value: &Bound<'_, PyAny>) -> bool {
+fn nan_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
+    match describe(value) {
+        Ok(shown) => PyValueError::new_err(format!("{name} must not be NaN, got {shown}")),
+        Err(fatal) => fatal,
+    }
+}
+
+/// What an error raised by the value's own code becomes: `KeyboardInterrupt`
+/// and friends unchanged, any `Exception` the parameter's `TypeError`.
+fn from_value_code(name: &str, value: &Bound<'_, PyAny>, err: PyErr) -> PyErr {
+    let py = value.py();
+    if !err.is_instance_of::<PyException>(py) {
+        return err;
+    }
+    let wrapped = type_error(name, value);
+    if wrapped.is_instance_of::<PyTypeError>(py) {
+        wrapped.set_cause(py, Some(err));
+    }
+    wrapped
+}
+
+/// The sign of a value too large for a float, as `f64::MAX` or `-f64::MAX`:
+/// huge, but finite (it is not `inf`, which means "no deadline").
+fn huge(positive: bool) -> f64 {
+    if positive {
+        f64::MAX
+    } else {
+        -f64::MAX
+    }
+}
+
+/// An exact `int` (never a subclass: its `__gt__` would be user code) as seconds.
+fn from_exact_int(name: &str, value: &Bound<'_, PyAny>, int: &Bound<'_, PyAny>) -> PyResult<f64> {
+    match int.extract::<i64>() {
+        Ok(i) => Ok(i as f64),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => {
+            let positive = int.gt(0).map_err(|e| from_value_code(name, value, e))?;
+            Ok(huge(positive))
+        }
+        Err(e) => Err(from_value_code(name, value, e)),
+    }
+}
+
+fn is_numpy(value: &Bound<'_, PyAny>, names: &[&str]) -> bool {
     let ty = value.get_type();
     let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
     let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
-    module == "numpy" && (name == "bool_" || name == "bool")
+    module == "numpy" && names.contains(&name.as_str())
 }
 
 fn has_attr_on_type(value: &Bound<'_, PyAny>, attr: &str) -> bool {
     value.get_type().hasattr(attr).unwrap_or(false)
 }
 
-/// Normalise a timeout: `None`/`inf` -> `None`, `<= 0` -> `0.0`, otherwise a
-/// float capped at `MAX_TIMEOUT`. See `_core.pyi` for the full contract.
-#[pyfunction]
-#[pyo3(signature = (value, /, *, name = "timeout"))]
-pub fn clamp_timeout(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
+/// Any accepted value as signed seconds: `None` only for `None`; `inf`/`-inf`
+/// as given; finite values beyond the float range as `±f64::MAX`. NaN is an
+/// error here, so no caller ever sees it.
+fn to_secs(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
     if value.is_none() {
         return Ok(None);
     }
+    let secs = to_secs_inner(value, name)?;
+    if secs.is_nan() {
+        return Err(nan_error(name, value));
+    }
+    Ok(Some(secs))
+}
+
+fn to_secs_inner(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    let py = value.py();
     // bool is an int subclass, so it must be refused before the int path.
-    if value.is_instance_of::<PyBool>() || is_numpy_bool(value) {
+    if value.is_instance_of::<PyBool>() || is_numpy(value, &["bool_", "bool", "datetime64"]) {
         return Err(type_error(name, value));
     }
     if let Ok(f) = value.cast::<PyFloat>() {
-        return from_f64(name, value, f.value());
-    }
-    if value.is_instance_of::<PyInt>() {
-        return from_int(name, value);
+        return Ok(f.value());
     }
     if value.is_instance_of::<PyString>()
         || value.is_instance_of::<PyBytes>()
@@ -93,22 +136,43 @@ pub fn clamp_timeout(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f6
     {
         return Err(type_error(name, value));
     }
-    let py = value.py();
+    if value.is_exact_instance_of::<PyInt>() {
+        return from_exact_int(name, value, value);
+    }
+    let wrap = |e: PyErr| from_value_code(name, value, e);
+    // Integers (subclasses and numpy integers too) through operator.index:
+    // it returns an exact int, so no overridden comparison runs, and the
+    // sign of arbitrarily large values stays exact.
+    if value.is_instance_of::<PyInt>() || has_attr_on_type(value, "__index__") {
+        let int = py
+            .import("operator")?
+            .getattr("index")?
+            .call1((value,))
+            .map_err(wrap)?;
+        return from_exact_int(name, value, &int);
+    }
     // Looked up each time (a dict lookup in sys.modules, and only for the
     // rarer types), not cached in a PyOnceLock: such a cell is filled with the
     // GIL released for a moment, and a fork() from another thread then leaves
     // it locked for good in the child.
     let timedelta = py.import("datetime")?.getattr("timedelta")?;
     if value.is_instance(&timedelta)? {
-        let secs: f64 = value.call_method0("total_seconds")?.extract()?;
-        return from_f64(name, value, secs);
+        // total_seconds() of the base class: a subclass cannot make it lie or raise.
+        let secs = timedelta
+            .getattr("total_seconds")?
+            .call1((value,))
+            .and_then(|s| s.extract::<f64>())
+            .map_err(wrap)?;
+        return Ok(secs);
     }
-    // Integer-like objects (numpy integers, user types) go through __index__
-    // so that arbitrarily large values keep their exact sign.
-    if has_attr_on_type(value, "__index__") {
-        if let Ok(as_int) = value.call_method0("__index__") {
-            return from_int(name, &as_int).map_err(|_| type_error(name, value));
-        }
+    if is_numpy(value, &["timedelta64"]) {
+        // Its float() is a count of its own unit (5 ms would be 5.0): divide
+        // by one second of the same type instead. NaT becomes NaN.
+        let second = value.get_type().call1((1, "s")).map_err(wrap)?;
+        return value
+            .call_method1("__truediv__", (second,))
+            .and_then(|s| s.extract::<f64>())
+            .map_err(wrap);
     }
     if !has_attr_on_type(value, "__float__") {
         return Err(type_error(name, value));
@@ -116,28 +180,52 @@ pub fn clamp_timeout(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f6
     // Decimal, Fraction, numpy floats and other real numbers.
     match value.call_method0("__float__") {
         Ok(f) => {
-            let secs: f64 = f.extract().map_err(|_| type_error(name, value))?;
-            if secs.is_infinite() && !value.eq(secs)? {
-                // A finite value beyond the float range (Decimal('1e400')):
-                // huge, not infinite.
-                return by_sign(value);
+            let secs: f64 = f.extract().map_err(wrap)?;
+            if secs.is_infinite() {
+                // A finite value beyond the float range (Decimal('1e400')) is
+                // huge, not infinite: ask the value itself.
+                let is_inf = value.eq(secs).map_err(wrap)?;
+                if !is_inf {
+                    return Ok(huge(value.gt(0).map_err(wrap)?));
+                }
             }
-            from_f64(name, value, secs)
+            Ok(secs)
         }
         // Fraction(10**400) cannot become a float but is still a number.
-        Err(e) if e.is_instance_of::<PyOverflowError>(py) => by_sign(value),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => Ok(huge(value.gt(0).map_err(wrap)?)),
         // Decimal('sNaN') refuses float() with ValueError.
         Err(e) if e.is_instance_of::<PyValueError>(py) => {
-            let is_nan = value
-                .call_method0("is_nan")
-                .and_then(|r| r.is_truthy())
-                .unwrap_or(false);
+            let is_nan = match value.call_method0("is_nan").and_then(|r| r.is_truthy()) {
+                Ok(b) => b,
+                Err(fatal) if !fatal.is_instance_of::<PyException>(py) => return Err(fatal),
+                Err(_) => false,
+            };
             if is_nan {
-                Err(nan_error(name, value))
+                Ok(f64::NAN)
             } else {
-                Err(type_error(name, value))
+                Err(wrap(e))
             }
         }
-        Err(_) => Err(type_error(name, value)),
+        Err(e) => Err(wrap(e)),
     }
+}
+
+/// Normalise a timeout: `None`/`inf` -> `None`, `<= 0` -> `0.0`, otherwise a
+/// float capped at `MAX_TIMEOUT`. See `_core.pyi` for the full contract.
+#[pyfunction]
+#[pyo3(signature = (value, /, *, name = "timeout"))]
+pub fn clamp_timeout(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
+    match to_secs(value, name)? {
+        None => Ok(None),
+        Some(secs) => clamp_secs(secs).map_err(|ClampError::NaN| nan_error(name, value)),
+    }
+}
+
+/// The checked seconds of `value` with its sign: `None` for `None`, `inf` and
+/// `-inf` as given, finite values beyond the float range as `±1.7976931348623157e308`.
+/// Not clamped (callers decide what negative or huge means for them).
+#[pyfunction]
+#[pyo3(signature = (value, /, *, name = "timeout"))]
+pub fn _seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
+    to_secs(value, name)
 }

@@ -599,9 +599,10 @@ fn run(sh: &'static Shared) {
         heap = if wake_at == u64::MAX {
             sh.wake.wait(heap).unwrap_or_else(|p| p.into_inner())
         } else {
+            // In OS-sized pieces: the loop re-reads the clock and the heap.
             let left = Duration::from_nanos(wake_at.saturating_sub(now));
             sh.wake
-                .wait_timeout(heap, left)
+                .wait_timeout(heap, crate::clamp::os_wait(left))
                 .unwrap_or_else(|p| p.into_inner())
                 .0
         };

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import taut
 from taut import MAX_TIMEOUT, clamp_timeout
+from taut._checks import OS_WAIT_SLICE, wait_slice
+from taut._core import _seconds
 
 try:
     import numpy as np
@@ -151,34 +153,51 @@ def test_long_reprs_are_truncated_in_messages() -> None:
     assert len(str(info.value)) < 200
 
 
-def test_max_timeout_is_exported_and_conservative() -> None:
-    assert taut.MAX_TIMEOUT == MAX_TIMEOUT == 1_000_000.0
-    assert MAX_TIMEOUT + 3600 < threading.TIMEOUT_MAX
-    # poll()/epoll() take int milliseconds: leave room for a day of grace.
-    assert (MAX_TIMEOUT + 86400) * 1000 < 2**31 - 1
+def test_max_timeout_keeps_a_century_and_one_os_wait_fits_every_platform() -> None:
+    assert taut.MAX_TIMEOUT == MAX_TIMEOUT == 2.0**32
+    # Deadlines up to at least 100 years are kept exactly.
+    century = 100 * 365.25 * 86400
+    assert MAX_TIMEOUT >= century
+    assert clamp_timeout(century) == century
+    assert clamp_timeout(30 * 86400) == 30 * 86400  # the old ceiling cut this to 11.6 days
+    # Python's own time conversions (int64 ns) take MAX_TIMEOUT plus a century of grace.
+    assert MAX_TIMEOUT + century < 2**63 / 1e9
+    # One OS wait: poll()/epoll() take int milliseconds (room for a day of grace),
+    # Windows waits a DWORD of milliseconds (threading.TIMEOUT_MAX there).
+    assert OS_WAIT_SLICE == 1_000_000.0
+    assert (OS_WAIT_SLICE + 86400) * 1000 < 2**31 - 1
+    assert OS_WAIT_SLICE < 4_294_967.0
+    assert wait_slice(MAX_TIMEOUT + 3600) == OS_WAIT_SLICE
+    assert wait_slice(2.5) == 2.5
+    assert wait_slice(-1.0) == 0.0
+    assert wait_slice(None) is None
 
 
 def _safe_everywhere(value: float) -> None:
-    """Pass value (and value plus grace) to waits that return at once but
-    still validate their timeout argument."""
+    """Pass value (and value plus grace) to what taut hands it to: absolute
+    times and asyncio take it whole; a single OS wait takes one slice of it
+    (``wait_slice``; the caller loops). Each returns at once but still
+    validates its timeout argument."""
     for v in (value, value + 5, value + 3600):
+        piece = wait_slice(v)
+        assert piece is not None
         lock = threading.Lock()
-        assert lock.acquire(timeout=v)
+        assert lock.acquire(timeout=piece)
         lock.release()
         event = threading.Event()
         event.set()
-        assert event.wait(v)
+        assert event.wait(piece)
         a, b = socket.socketpair()
         try:
             b.send(b"x")
             assert select.select([a], [], [], v)[0] == [a]
             poller = select.poll()
             poller.register(a, select.POLLIN)
-            assert poller.poll(v * 1000)
+            assert poller.poll(piece * 1000)
             if hasattr(select, "epoll"):
                 ep = select.epoll()
                 ep.register(a.fileno(), select.EPOLLIN)
-                assert ep.poll(v)
+                assert ep.poll(piece)
                 ep.close()
         finally:
             a.close()
@@ -187,6 +206,8 @@ def _safe_everywhere(value: float) -> None:
         datetime.datetime.now() + datetime.timedelta(seconds=v)
 
         async def main(v: float = v) -> None:
+            # asyncio keeps the deadline as loop.time() + v and itself waits
+            # in selects of at most a day (base_events.MAXIMUM_SELECT_TIMEOUT).
             loop = asyncio.get_running_loop()
             loop.call_later(v, lambda: None).cancel()
             fut = loop.create_future()
@@ -212,6 +233,70 @@ def test_any_number_clamps_into_range(value: object) -> None:
     result = clamp_timeout(value)
     assert result is None or 0.0 <= result <= MAX_TIMEOUT
     if result is not None:
+        result = wait_slice(result)
         lock = threading.Lock()
         assert lock.acquire(timeout=result + 5)
         lock.release()
+
+
+class _KeyboardInterruptInFloat:
+    def __float__(self) -> float:
+        raise KeyboardInterrupt
+
+
+class _HostileHuge:
+    """float() says inf, == says it is not: a huge finite value whose sign
+    must be asked for, with a comparison that raises."""
+
+    def __float__(self) -> float:
+        return math.inf
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        raise RuntimeError("hostile __gt__")
+
+    __hash__ = object.__hash__
+
+
+class _IndexRaises:
+    def __index__(self) -> int:
+        raise SystemExit(3)
+
+
+def test_base_exceptions_from_the_value_propagate_unchanged() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        clamp_timeout(_KeyboardInterruptInFloat())
+    with pytest.raises(SystemExit):
+        clamp_timeout(_IndexRaises(), name="grace")
+
+
+def test_exceptions_from_the_value_become_the_parameters_type_error() -> None:
+    with pytest.raises(TypeError, match=r"^grace must be a number of seconds or None, got <") as info:
+        clamp_timeout(_HostileHuge(), name="grace")
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+@needs_numpy
+def test_numpy_timedelta_counts_seconds_not_its_unit() -> None:
+    assert np is not None
+    assert clamp_timeout(np.timedelta64(5, "ms")) == 0.005
+    assert clamp_timeout(np.timedelta64(2, "D")) == 2 * 86400.0
+    with pytest.raises(ValueError, match="must not be NaN"):
+        clamp_timeout(np.timedelta64("NaT"))
+    with pytest.raises(TypeError, match=r"datetime64\)$"):
+        clamp_timeout(np.datetime64(1, "s"))
+
+
+def test_signed_seconds_keep_sign_and_huge_stays_finite() -> None:
+    assert _seconds(None) is None
+    assert _seconds(-5) == -5.0
+    assert _seconds(math.inf) == math.inf
+    assert _seconds(-math.inf) == -math.inf
+    assert _seconds(10**400) == 1.7976931348623157e308
+    assert _seconds(-(10**400)) == -1.7976931348623157e308
+    assert _seconds(Decimal("-1e400")) == -1.7976931348623157e308
+    assert _seconds(datetime.timedelta(days=-1)) == -86400.0
+    with pytest.raises(ValueError, match=r"^at must not be NaN"):
+        _seconds(Decimal("sNaN"), name="at")

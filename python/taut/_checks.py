@@ -1,36 +1,151 @@
-"""Argument checks shared by the agent layer (gathers and tool batches), so a
-parameter is validated, and worded, the same way wherever it appears."""
+"""The one gate for every public timeout and every count/size parameter.
+
+Every timeout, grace period, budget and absolute deadline a user can pass to
+taut, and every ceiling or queue size, is checked here, so a parameter is
+validated, and worded, the same way wherever it appears. Timeouts are built
+on ``taut._core.clamp_timeout`` / ``_core._seconds`` (Rust), which accept
+``int`` of any size, ``float``, ``Decimal``, ``Fraction``, ``timedelta`` and
+numpy scalars and never raise ``OverflowError``.
+
+The contract, for every function here:
+
+* a value of the wrong type raises ``TypeError``, a value of the right type
+  but out of range raises ``ValueError``; both name the parameter, the value
+  and its type;
+* an ``Exception`` raised by the value's own code (``__float__``,
+  ``__index__``, ``__gt__``, ``__repr__``) is a wrong type (``TypeError``,
+  caused by the original); a ``BaseException`` that is not an ``Exception``
+  (``KeyboardInterrupt``, ``SystemExit``) propagates unchanged;
+* timeouts are never shortened: up to ``MAX_TIMEOUT`` (2**32 s, 136 years)
+  a value is kept exactly, beyond it it is clamped to ``MAX_TIMEOUT``; a
+  long wait is made in pieces (:func:`wait_slice`), never cut;
+* counts beyond ``MAX_COUNT`` are clamped to it: a ceiling of 2**31 - 1
+  workers or queued calls is no ceiling in practice, and the Rust pool's
+  arithmetic stays far from ``usize`` overflow on every platform.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import operator
 
-__all__ = ["check_max_parallel", "check_timeout"]
+from taut._core import MAX_TIMEOUT, OS_WAIT_SLICE, _seconds, clamp_timeout
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_TIMEOUT",
+    "OS_WAIT_SLICE",
+    "check_count",
+    "check_deadline",
+    "check_duration",
+    "check_max_parallel",
+    "check_timeout",
+    "describe",
+    "wait_slice",
+]
+
+MAX_COUNT = 2**31 - 1
 
 
-def check_timeout(timeout: Any) -> float | None:
-    """A batch timeout in seconds: ``None`` or ``inf`` mean no deadline."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"timeout must be a number of seconds or None, got {timeout!r} "
-            f"({type(timeout).__name__})"
-        )
-    value = float(timeout)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
-    return None if math.isinf(value) else value
+def describe(value: object) -> str:
+    """``repr(value) (type)``, short, and safe against a ``repr`` that raises."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = "<unrepresentable>"
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
 
 
-def check_max_parallel(max_parallel: Any) -> int | None:
+def check_timeout(value: object, name: str = "timeout") -> float | None:
+    """A relative timeout: ``None``/``inf`` = no deadline, ``<= 0`` = already
+    expired (``0.0``), otherwise seconds (clamped at ``MAX_TIMEOUT``)."""
+    result: float | None = clamp_timeout(value, name=name)
+    return result
+
+
+def check_duration(
+    value: object,
+    name: str,
+    *,
+    none_ok: bool = True,
+    zero_ok: bool = True,
+) -> float | None:
+    """A length of time that must not be negative (a grace period, a budget, an
+    idle timeout): ``None``/``inf`` give ``None`` (``ValueError`` unless
+    ``none_ok``), ``0`` is refused unless ``zero_ok``, the rest is clamped at
+    ``MAX_TIMEOUT``."""
+    sign = "positive" if not zero_ok else "non-negative"
+    rule = f"a {sign} number of seconds" + (" or None" if none_ok else "")
+    if not none_ok:
+        rule = "a finite " + rule[2:]
+    try:
+        secs: float | None = _seconds(value, name=name)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be {rule}, got {describe(value)}") from exc
+    if secs is None or secs == math.inf:
+        if none_ok:
+            return None
+        raise ValueError(f"{name} must be {rule}, got {describe(value)}")
+    if secs < 0 or (secs == 0 and not zero_ok):
+        raise ValueError(f"{name} must be {rule}, got {describe(value)}")
+    return min(secs, MAX_TIMEOUT)
+
+
+def check_deadline(value: object, name: str = "deadline") -> float | None:
+    """An absolute deadline (``time.monotonic()`` seconds): ``None``/``inf`` =
+    none; finite values beyond the float range become ``±1.8e308`` (a scope
+    clamps the distance from now at entry)."""
+    secs: float | None = _seconds(value, name=name)
+    return None if secs is None or secs == math.inf else secs
+
+
+def check_count(
+    value: object,
+    name: str,
+    *,
+    minimum: int,
+    none_ok: bool = False,
+    too_small: str | None = None,
+) -> int | None:
+    """A count or size: an integer (``int``, numpy integers, anything with
+    ``__index__``; never ``bool`` or ``float``) at least ``minimum``; values
+    above ``MAX_COUNT`` are clamped to it. ``None`` only if ``none_ok``.
+    ``too_small`` words the ``ValueError`` (the stdlib's "greater than 0")."""
+    or_none = " or None" if none_ok else ""
+    if value is None:
+        if none_ok:
+            return None
+        raise TypeError(f"{name} must be an int, got None")
+    if type(value) is int:
+        number = value
+    else:
+        if isinstance(value, (bool, str, bytes, bytearray, float)) or not hasattr(
+            type(value), "__index__"
+        ):
+            raise TypeError(f"{name} must be an int{or_none}, got {describe(value)}")
+        try:
+            # An exact int from 3.10 on; int.__int__ makes it one on 3.9 too,
+            # so no overridden comparison of a subclass runs below.
+            number = int.__int__(operator.index(value))  # type: ignore[arg-type]
+        except Exception as exc:
+            raise TypeError(f"{name} must be an int{or_none}, got {describe(value)}") from exc
+    if number < minimum:
+        rule = too_small or f"an int >= {minimum}{or_none}"
+        raise ValueError(f"{name} must be {rule}, got {describe(value)}")
+    return min(number, MAX_COUNT)
+
+
+def check_max_parallel(max_parallel: object) -> int | None:
     """How many calls of a batch may run at once: an int >= 1, or ``None`` for all."""
-    if max_parallel is None:
+    return check_count(max_parallel, "max_parallel", minimum=1, none_ok=True)
+
+
+def wait_slice(seconds: float | None) -> float | None:
+    """One piece of a wait for ``seconds`` that every platform's wait accepts
+    (``OS_WAIT_SLICE``, 11.6 days; ``None`` stays ``None``). The caller loops
+    until its own deadline, so nothing is cut short."""
+    if seconds is None:
         return None
-    if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
-        raise ValueError(
-            f"max_parallel must be an int >= 1 or None, got {max_parallel!r} "
-            f"({type(max_parallel).__name__})"
-        )
-    return max_parallel
+    return min(max(seconds, 0.0), OS_WAIT_SLICE)

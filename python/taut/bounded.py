@@ -29,7 +29,6 @@ import contextvars
 import dataclasses
 import inspect
 import logging
-import numbers
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -41,9 +40,10 @@ from taut._blocked_loop import (
     install_wake_handler,
     interrupt_thread,
 )
+from taut._checks import check_duration, check_timeout
 from taut._core import Deadline, monotonic
 from taut._loop_waker import waker_for
-from taut.deadline import BoundedResult, DeadlineExpired, clamp_timeout
+from taut.deadline import BoundedResult, DeadlineExpired
 
 # The caller spins for a short pooled call exactly as the executor's own
 # Future.result() does, with the same bound.
@@ -159,7 +159,7 @@ def run_bounded_sync(
       ``asyncio.run_coroutine_threadsafe``): the wait for it is bounded, and at
       expiry it is cancelled (which a running executor future ignores).
     """
-    budget = clamp_timeout(timeout)
+    budget = check_timeout(timeout)
     label = _check_label(label)
     _check_callback(on_timeout, "on_timeout")
     interrupt = _check_flag(interrupt, "interrupt")
@@ -346,15 +346,8 @@ class _AsyncCall:
 
 
 def _validate_grace(blocked_grace: object) -> float:
-    message = "blocked_grace must be a finite non-negative number of seconds"
-    if isinstance(blocked_grace, bool) or not isinstance(blocked_grace, numbers.Real):
-        raise TypeError(f"{message}, got {_describe(blocked_grace)}")
-    # Compared as given: float() of a huge int would raise OverflowError.
-    if blocked_grace != blocked_grace or blocked_grace < 0:
-        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
-    grace = clamp_timeout(blocked_grace)
-    if grace is None:
-        raise ValueError(f"{message}, got {_describe(blocked_grace)}")
+    grace = check_duration(blocked_grace, "blocked_grace", none_ok=False)
+    assert grace is not None  # none_ok=False
     return grace
 
 
@@ -395,7 +388,7 @@ async def run_bounded_async(
       blocking C calls see it only when they return. It may land in whatever
       code the loop is running, which is why it is opt-in.
     """
-    budget = clamp_timeout(timeout)
+    budget = check_timeout(timeout)
     label = _check_label(label)
     _check_callback(on_abandon, "on_abandon")
     dump = _check_flag(dump_on_blocked_loop, "dump_on_blocked_loop")

@@ -40,15 +40,16 @@ from pydantic import (
     field_validator,
 )
 
+from taut._checks import MAX_TIMEOUT, check_count, check_duration
 from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
 T = TypeVar("T")
 
-# Budgets are clamped like every other taut timeout (see taut.config): a value
-# beyond it means "practically unbounded" and must never overflow timedelta/time_t.
-_MAX_BUDGET_S = 100 * 365 * 86400.0
+# Budgets are clamped like every other taut timeout (taut._checks): up to
+# MAX_TIMEOUT (136 years) exactly, beyond it to MAX_TIMEOUT, which timedelta holds.
+_MAX_BUDGET_S = MAX_TIMEOUT
 
 # Years and months have no fixed length; a budget must mean one exact duration.
 _AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
@@ -75,14 +76,17 @@ def _coerce_budget(value: object) -> object:
         raise ValueError(
             f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
         )
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and math.isnan(value):
-            raise ValueError("time_budget must be a number of seconds, got nan (float)")
-        if value < 0:
-            raise ValueError(f"time_budget must not be negative, got {_describe(value)}")
-        if value == math.inf:
-            return None  # as everywhere in taut: an infinite timeout is no timeout
-        return timedelta(seconds=_MAX_BUDGET_S) if value >= _MAX_BUDGET_S else value
+    if not isinstance(value, str):
+        # Numbers of any kind through the one gate (inf = no budget, as
+        # everywhere in taut); pydantic reports only ValueErrors as invalid input.
+        try:
+            seconds = check_duration(value, "time_budget")
+        except TypeError as exc:
+            raise ValueError(
+                "time_budget must be seconds, an ISO-8601 duration or None, "
+                f"got {_describe(value)}"
+            ) from exc
+        return None if seconds is None else timedelta(seconds=seconds)
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -99,9 +103,6 @@ def _coerce_budget(value: object) -> object:
         if text.startswith("-"):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
         return text
-    raise ValueError(
-        f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
-    )
 
 
 def iso_duration(value: timedelta) -> str:
@@ -224,9 +225,11 @@ class PlanningConstraints(BaseModel):
     @field_validator("max_agents", mode="before")
     @classmethod
     def _agents_before(cls, value: object) -> object:
-        if isinstance(value, bool):
-            raise ValueError(f"max_agents must be an int >= 1 or None, got {_describe(value)}")
-        return value
+        # The one gate for sizes; pydantic reports only ValueErrors as invalid input.
+        try:
+            return check_count(value, "max_agents", minimum=1, none_ok=True)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from exc
 
     @field_validator("weights", "cost_budgets")
     @classmethod
@@ -506,23 +509,16 @@ class Budget:
         """A sub-budget started now: ``seconds`` (or all that remains), never longer
         than what remains here; ``max_agents`` never above this budget's limit.
         Costs charged to the child are charged here too."""
-        if isinstance(seconds, timedelta):
-            seconds = seconds.total_seconds()
-        if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                raise TypeError(
-                    f"seconds must be a number, a timedelta or None, got {_describe(seconds)}"
-                )
-            if math.isnan(seconds) or seconds < 0:
-                raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        wanted = check_duration(seconds, "seconds")
+        asked = check_count(max_agents, "max_agents", minimum=1, none_ok=True)
         remaining = self.remaining()
         if remaining is None:
-            total = seconds
+            total = wanted
         else:
-            total = remaining if seconds is None else min(float(seconds), remaining)
+            total = remaining if wanted is None else min(wanted, remaining)
         limit = self._initial.max_agents
-        if max_agents is not None:
-            limit = max_agents if limit is None else min(limit, max_agents)
+        if asked is not None:
+            limit = asked if limit is None else min(limit, asked)
         sub = self.constraints().model_copy(
             update={
                 "time_budget": None if total is None else _seconds_to_timedelta(total),

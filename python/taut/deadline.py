@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import Any, Callable, Generic, TypeVar, cast
 
 from taut import _core
+from taut._checks import check_deadline, check_timeout
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut._loop_waker import Watch, waker_for
 
@@ -172,13 +173,8 @@ def current_deadline() -> float | None:
 
 def _absolute(value: object, name: str) -> float | None:
     """Validate an absolute deadline like a timeout (same types, same errors)."""
-    if clamp_timeout(value, name=name) is None:
-        return None
-    try:
-        return float(cast(Any, value))
-    except OverflowError:
-        # Beyond the float range: only the sign matters (entry clamps it).
-        return 1e300 if value > 0 else -1e300  # type: ignore[operator]
+    # Beyond the float range only the sign matters (entry clamps the distance).
+    return check_deadline(value, name)
 
 
 class DeadlineScope:
@@ -416,14 +412,14 @@ def fail_after(
     from entry; clamped by ``clamp_timeout``; ``None`` = unbounded) passed.
     ``interrupt=True`` (``with`` only) raises it inside the block's Python
     code at expiry."""
-    return _scope(clamp_timeout(seconds, name="seconds"), None, True, label, interrupt)
+    return _scope(check_timeout(seconds, "seconds"), None, True, label, interrupt)
 
 
 def move_on_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
-    return _scope(clamp_timeout(seconds, name="seconds"), None, False, label, interrupt)
+    return _scope(check_timeout(seconds, "seconds"), None, False, label, interrupt)
 
 
 def fail_at(

@@ -26,7 +26,8 @@ from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from taut._core import PoolCore, WorkerSlot, clamp_timeout
+from taut._checks import OS_WAIT_SLICE, check_count, check_duration, check_timeout
+from taut._core import PoolCore, WorkerSlot
 
 __all__ = [
     "Future",
@@ -72,12 +73,23 @@ class PoolStats(NamedTuple):
     abandoned: int
 
 
-def _wait_seconds(timeout: float | None) -> float | None:
-    """A timeout safe for ``threading`` waits: huge values would raise
-    ``OverflowError`` deep inside the lock; bad ones get a clear error."""
+def _wait_seconds(future: Future, timeout: object) -> float | None:
+    """``timeout`` through the gate, then waited down to one OS-sized piece:
+    the base class makes a single ``threading`` wait, which takes far less
+    than ``MAX_TIMEOUT`` on some platforms; a long timeout is kept exactly."""
     if timeout is None:
         return None
-    return clamp_timeout(timeout)
+    left = check_timeout(timeout)
+    if left is None or left <= OS_WAIT_SLICE:
+        return left
+    end = time.monotonic() + left
+    cond = future._condition
+    while (left := end - time.monotonic()) > OS_WAIT_SLICE:
+        with cond:
+            if future._state in _DONE_STATES:
+                break
+            cond.wait(OS_WAIT_SLICE)
+    return max(left, 0.0)
 
 
 class Future(_cf.Future):  # type: ignore[type-arg]
@@ -137,6 +149,8 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         return self._state == _RUNNING
 
     def result(self, timeout: float | None = None) -> Any:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if self._state != _FINISHED and self._core is not None and timeout != 0:
             # A short call is likely to finish within microseconds: wait for
             # it without parking this thread (see PoolCore.spin_for_release).
@@ -149,12 +163,14 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                     # Break the cycle frame -> exception -> traceback -> frame.
                     self = None  # type: ignore[assignment]
             return self._result
-        return super().result(_wait_seconds(timeout))
+        return super().result(_wait_seconds(self, timeout))
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if self._state == _FINISHED:
             return self._exception
-        return super().exception(_wait_seconds(timeout))
+        return super().exception(_wait_seconds(self, timeout))
 
     def cancel(self) -> bool:
         if self._state in (_RUNNING, _FINISHED):  # states only move forward
@@ -449,31 +465,13 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         # and thread bookkeeping that the Rust core replaces.
         if max_workers is None:
             max_workers = min(32, (os.cpu_count() or 1) + 4)
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-            raise TypeError(
-                f"max_workers must be an int or None, got {max_workers!r} "
-                f"({type(max_workers).__name__})"
-            )
-        if max_workers <= 0:
-            raise ValueError("max_workers must be greater than 0")
+        max_workers = check_count(
+            max_workers, "max_workers", minimum=1, none_ok=True, too_small="greater than 0"
+        )
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 0:
-            raise ValueError(
-                f"max_queue must be an int >= 0 (0: unbounded), got {max_queue!r} "
-                f"({type(max_queue).__name__})"
-            )
-        if idle_timeout is not None:
-            if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)):
-                raise TypeError(
-                    f"idle_timeout must be a number of seconds or None, got {idle_timeout!r} "
-                    f"({type(idle_timeout).__name__})"
-                )
-            if not idle_timeout > 0:  # also rejects NaN
-                raise ValueError(
-                    f"idle_timeout must be a positive number of seconds or None, "
-                    f"got {idle_timeout!r}"
-                )
+        max_queue = check_count(max_queue, "max_queue", minimum=0)
+        idle_timeout = check_duration(idle_timeout, "idle_timeout", zero_ok=False)
         self._max_workers = max_workers
         self._max_queue = max_queue
         self._idle_timeout = idle_timeout
@@ -580,7 +578,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     ) -> Iterator[_T]:
         """Like the stdlib's ``map`` (``chunksize`` is accepted and ignored,
         as there), with the submissions made in one tight loop."""
-        end_time = None if timeout is None else _wait_seconds(timeout) + time.monotonic()  # type: ignore[operator]
+        left = check_timeout(timeout)
+        end_time = None if left is None else left + time.monotonic()
         if self._broken or self._shutdown or _interpreter_exiting:
             self._check_open()
         if self._propagate_context or self._max_queue:
@@ -744,12 +743,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     def resize(self, max_workers: int) -> None:
         """Change the worker ceiling now: growing starts waiting calls at
         once, shrinking lets running calls finish and retires the surplus."""
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-            raise TypeError(
-                f"max_workers must be an int, got {max_workers!r} ({type(max_workers).__name__})"
-            )
-        if max_workers <= 0:
-            raise ValueError(f"max_workers must be greater than 0, got {max_workers}")
+        max_workers = check_count(max_workers, "max_workers", minimum=1, too_small="greater than 0")
         spawn = self._core.resize(max_workers)
         self._max_workers = max_workers
         if spawn:

@@ -18,7 +18,6 @@ Linux only (it reads ``/proc``).
 from __future__ import annotations
 
 import locale
-import numbers
 import os
 import select
 import selectors
@@ -29,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any, Union
 
 from taut import _core
-from taut.deadline import DeadlineExpired, clamp_timeout
+from taut._checks import check_duration, check_timeout
+from taut.deadline import DeadlineExpired
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
 
@@ -72,19 +72,7 @@ def _check_signal(sig: object) -> int:
 
 
 def _check_grace(grace: object) -> float | None:
-    if grace is None:
-        return None
-    if isinstance(grace, bool) or not isinstance(grace, numbers.Real):
-        raise TypeError(
-            f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
-        )
-    # Compared as given: float() of a huge int would raise OverflowError.
-    if grace != grace or grace < 0:
-        raise ValueError(
-            f"grace must be None or a non-negative number of seconds, got {_describe(grace)}"
-        )
-    clamped = clamp_timeout(grace)
-    return 0.0 if clamped is None else clamped
+    return check_duration(grace, "grace")
 
 
 def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | None = None) -> bool:
@@ -208,7 +196,7 @@ def run_process(
     ``DeadlineExpired`` on timeout. On any exception in the caller (such as
     ``KeyboardInterrupt``) the tree is killed before the exception propagates.
     """
-    budget = clamp_timeout(timeout)
+    budget = check_timeout(timeout)
     if not isinstance(check, bool):
         raise TypeError(f"check must be a bool, got {_describe(check)}")
     for forbidden in ("capture_output", "timeout"):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from taut import config as taut_config
-from taut._checks import check_timeout
+from taut._checks import check_count, check_timeout
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
 
@@ -140,12 +140,8 @@ def _config_value(getter: Callable[[Any], Any], source: Any, default: Any) -> An
 
 
 def _check_workers(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"{what} must be an int >= 0 (0 = no ceiling) or None, got {value!r} "
-            f"({type(value).__name__})"
-        )
-    return value
+    """A worker ceiling (0 = no ceiling), through the one gate for sizes."""
+    return check_count(value, what, minimum=0) or 0
 
 
 class ToolRunner:
@@ -188,10 +184,12 @@ class ToolRunner:
         self._batch_timeout = (
             _UNSET
             if concurrent_batch_timeout is _UNSET
-            else check_timeout(concurrent_batch_timeout)
+            else check_timeout(concurrent_batch_timeout, "concurrent_batch_timeout")
         )
         self._sequential_timeout = (
-            _UNSET if sequential_call_timeout is _UNSET else check_timeout(sequential_call_timeout)
+            _UNSET
+            if sequential_call_timeout is _UNSET
+            else check_timeout(sequential_call_timeout, "sequential_call_timeout")
         )
         self._on_notice = on_notice
         self._language = language

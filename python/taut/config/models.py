@@ -92,6 +92,10 @@ def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
             number = int(exact)
         else:
             number = float(exact)
+            if number == 0 and exact > 0:
+                # "1e-400" is a tiny positive timeout (already expired), not
+                # the 0 that disables one.
+                number = math.ulp(0.0)
     return _check_number(number)
 
 

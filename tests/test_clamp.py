@@ -273,7 +273,8 @@ def test_base_exceptions_from_the_value_propagate_unchanged() -> None:
 
 
 def test_exceptions_from_the_value_become_the_parameters_type_error() -> None:
-    with pytest.raises(TypeError, match=r"^grace must be a number of seconds or None, got <") as info:
+    message = r"^grace must be a number of seconds or None, got <"
+    with pytest.raises(TypeError, match=message) as info:
         clamp_timeout(_HostileHuge(), name="grace")
     assert isinstance(info.value.__cause__, RuntimeError)
 

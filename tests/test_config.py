@@ -206,11 +206,27 @@ def test_clamp_is_the_cores() -> None:
     assert config_models.clamp_timeout is taut._core.clamp_timeout
 
 
-@pytest.mark.parametrize("value", [1e300, 10**400, 2**63, 10**12, 1e6 + 1])
+@pytest.mark.parametrize("value", [1e300, 10**400, 2**63, 10**12, 2**32 + 1])
 def test_huge_config_values_clamp(value: Any, rec: Recorder) -> None:
     got = resolve_timeout(KEY, default=1, config=nested(value))
     assert got == _max()
     assert rec.messages == []
+
+
+@pytest.mark.parametrize("value", [1e6 + 1, 30 * 86400, 100 * 365.25 * 86400])
+def test_long_config_values_are_kept_exactly(value: Any, rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=1, config=nested(value)) == value
+    assert rec.messages == []
+
+
+def test_env_value_below_the_float_range_is_expired_not_disabled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV, "1e-400")
+    got = resolve_timeout(KEY, default=1, env_var=ENV)
+    assert got is not None and 0 < got < 1e-300
+    monkeypatch.setenv(ENV, "0")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) is None
 
 
 @pytest.mark.parametrize("text", ["1e400", "99999999999999999999999999999", "1e300"])

@@ -370,7 +370,7 @@ def test_child_never_longer_than_what_remains() -> None:
     assert sub.expired and not parent.expired
     clock.advance(100)
     assert parent.child(10).remaining() == 0
-    with pytest.raises(ValueError, match="seconds must be >= 0"):
+    with pytest.raises(ValueError, match="seconds must not be negative"):
         parent.child(-1)
     with pytest.raises(TypeError, match="got True"):
         parent.child(True)  # type: ignore[arg-type]

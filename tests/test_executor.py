@@ -339,8 +339,10 @@ def test_bad_arguments_are_named():
         taut.ThreadPoolExecutor(True)
     with pytest.raises(ValueError, match=r"max_queue must be an int >= 0.*got -1"):
         taut.ThreadPoolExecutor(1, max_queue=-1)
-    with pytest.raises(ValueError, match="idle_timeout must be a positive number"):
+    with pytest.raises(ValueError, match=r"idle_timeout must not be NaN, got nan \(float\)"):
         taut.ThreadPoolExecutor(1, idle_timeout=float("nan"))
+    with pytest.raises(ValueError, match=r"idle_timeout must be a positive number.*got 0 \(int\)"):
+        taut.ThreadPoolExecutor(1, idle_timeout=0)
     with pytest.raises(TypeError, match="initializer must be a callable"):
         taut.ThreadPoolExecutor(1, initializer=5)  # type: ignore[arg-type]
 

@@ -284,7 +284,7 @@ def test_start_time_identity_protects_against_pid_reuse(
         (
             {"pid": 12345, "grace": -1},
             ValueError,
-            r"grace must be None or a non-negative.*-1 \(int\)",
+            r"grace must not be negative, got -1 \(int\)",
         ),
         ({"pid": 12345, "grace": float("nan")}, ValueError, r"nan \(float\)"),
         ({"pid": 12345, "grace": True}, TypeError, r"True \(bool\)"),

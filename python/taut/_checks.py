@@ -39,6 +39,7 @@ __all__ = [
     "check_deadline",
     "check_duration",
     "check_max_parallel",
+    "check_optional_count",
     "check_timeout",
     "describe",
     "wait_slice",
@@ -88,7 +89,9 @@ def check_duration(
         if none_ok:
             return None
         raise ValueError(f"{name} must be {rule}, got {describe(value)}")
-    if secs < 0 or (secs == 0 and not zero_ok):
+    if secs < 0:
+        raise ValueError(f"{name} must not be negative, got {describe(value)}")
+    if secs == 0 and not zero_ok:
         raise ValueError(f"{name} must be {rule}, got {describe(value)}")
     return min(secs, MAX_TIMEOUT)
 
@@ -106,40 +109,44 @@ def check_count(
     name: str,
     *,
     minimum: int,
-    none_ok: bool = False,
     too_small: str | None = None,
-) -> int | None:
+    or_none: bool = False,
+) -> int:
     """A count or size: an integer (``int``, numpy integers, anything with
     ``__index__``; never ``bool`` or ``float``) at least ``minimum``; values
-    above ``MAX_COUNT`` are clamped to it. ``None`` only if ``none_ok``.
-    ``too_small`` words the ``ValueError`` (the stdlib's "greater than 0")."""
-    or_none = " or None" if none_ok else ""
-    if value is None:
-        if none_ok:
-            return None
-        raise TypeError(f"{name} must be an int, got None")
+    above ``MAX_COUNT`` are clamped to it. ``too_small`` words the
+    ``ValueError`` (the stdlib's "greater than 0"); ``or_none`` says in the
+    messages that the caller also takes ``None`` (and replaced it already)."""
+    or_none_text = " or None" if or_none else ""
     if type(value) is int:
         number = value
     else:
         if isinstance(value, (bool, str, bytes, bytearray, float)) or not hasattr(
             type(value), "__index__"
         ):
-            raise TypeError(f"{name} must be an int{or_none}, got {describe(value)}")
+            raise TypeError(f"{name} must be an int{or_none_text}, got {describe(value)}")
         try:
             # An exact int from 3.10 on; int.__int__ makes it one on 3.9 too,
             # so no overridden comparison of a subclass runs below.
             number = int.__int__(operator.index(value))  # type: ignore[arg-type]
         except Exception as exc:
-            raise TypeError(f"{name} must be an int{or_none}, got {describe(value)}") from exc
+            raise TypeError(f"{name} must be an int{or_none_text}, got {describe(value)}") from exc
     if number < minimum:
-        rule = too_small or f"an int >= {minimum}{or_none}"
+        rule = too_small or f"an int >= {minimum}{or_none_text}"
         raise ValueError(f"{name} must be {rule}, got {describe(value)}")
     return min(number, MAX_COUNT)
 
 
+def check_optional_count(value: object, name: str, *, minimum: int) -> int | None:
+    """:func:`check_count`, or ``None`` for ``None`` (no limit)."""
+    if value is None:
+        return None
+    return check_count(value, name, minimum=minimum, or_none=True)
+
+
 def check_max_parallel(max_parallel: object) -> int | None:
     """How many calls of a batch may run at once: an int >= 1, or ``None`` for all."""
-    return check_count(max_parallel, "max_parallel", minimum=1, none_ok=True)
+    return check_optional_count(max_parallel, "max_parallel", minimum=1)
 
 
 def wait_slice(seconds: float | None) -> float | None:

@@ -4,6 +4,7 @@ from typing import Any, Callable, final
 
 __all__ = [
     "MAX_TIMEOUT",
+    "OS_WAIT_SLICE",
     "Deadline",
     "PoolCore",
     "WorkerSlot",
@@ -11,6 +12,7 @@ __all__ = [
     "_close_gil_gate",
     "_gil_gate_after_fork",
     "_gil_gate_closed",
+    "_seconds",
     "_set_main_thread",
     "_timer_add_panicking_action",
     "_timer_after_fork",
@@ -29,23 +31,48 @@ __all__ = [
 __version__: str
 
 MAX_TIMEOUT: float
-"""The largest timeout taut passes on, in seconds (1,000,000 s, 11.6 days).
+"""The longest deadline taut keeps, in seconds: 2**32 s (4,294,967,296 s,
+136.1 years).
 
-Far below ``poll``/``epoll``'s ``INT_MAX`` milliseconds (24.8 days), Windows'
-``threading.TIMEOUT_MAX`` and a 32-bit ``time_t``, so that the value plus any
-grace period (``+5``, ``+3600``) is still safe for every thread, asyncio and
-OS wait."""
+Every finite timeout up to it is honoured exactly (a 30-day timeout fires
+after 30 days, a 100-year one after 100 years): the timer thread keeps it in
+nanoseconds of the monotonic clock, and only the OS waits in front of it are
+made in ``OS_WAIT_SLICE`` pieces. A finite value beyond it (``10**400``,
+``timedelta.max``) is clamped to it: a deadline 136 years away, so in
+practice no deadline; ``None`` and ``math.inf`` are no deadline. It is less
+than half of what Python's own time conversions take (int64 nanoseconds,
+9.2e9 s), so ``MAX_TIMEOUT + grace`` still converts for any grace under a
+century."""
+
+OS_WAIT_SLICE: float
+"""The longest single OS wait taut makes, in seconds (1,000,000 s, 11.6
+days): below ``poll``/``epoll``'s ``INT_MAX`` milliseconds (24.8 days) and
+Windows' ``DWORD`` milliseconds (49.7 days). Longer waits are made in
+pieces, re-reading the clock in between, so nothing is cut short."""
 
 def clamp_timeout(value: object, /, *, name: str = "timeout") -> float | None:
     """Normalise a timeout: the one gate every timeout passes.
 
     ``None`` and ``math.inf`` mean no deadline (``None``); zero or negative
     (including ``-inf``) mean already expired (``0.0``); finite values are
-    capped at ``MAX_TIMEOUT``. Accepts ``int`` of any size, ``float``,
-    ``Decimal``, ``Fraction``, ``datetime.timedelta`` and numpy scalars (any
-    object with ``__index__`` or ``__float__``). Raises ``TypeError`` for
-    ``bool``, strings and other types and ``ValueError`` for NaN; messages
-    name ``name``, the value and its type."""
+    kept exactly up to ``MAX_TIMEOUT`` and clamped to it beyond. Accepts
+    ``int`` of any size, ``float``, ``Decimal``, ``Fraction``,
+    ``datetime.timedelta``, ``numpy.timedelta64`` (in seconds, whatever its
+    unit) and other numpy scalars (any object with ``__index__`` or
+    ``__float__``). Raises ``TypeError`` for ``bool``, strings, ``datetime64``
+    and other types and ``ValueError`` for NaN (also ``Decimal('sNaN')`` and
+    ``NaT``); messages name ``name``, the value and its type. An
+    ``Exception`` raised by the value's own methods becomes that
+    ``TypeError`` (its ``__cause__``); a ``BaseException`` that is not an
+    ``Exception`` (``KeyboardInterrupt``) propagates unchanged. Never
+    ``OverflowError``."""
+
+def _seconds(value: object, /, *, name: str = "timeout") -> float | None:
+    """The conversion of ``clamp_timeout`` with the sign kept and nothing
+    clamped: ``None`` for ``None``, ``inf``/``-inf`` as given, finite values
+    beyond the float range as ``±sys.float_info.max``. Same errors. Used by
+    ``taut._checks`` for durations that refuse negatives and for absolute
+    deadlines."""
 
 def monotonic() -> float:
     """Seconds on the timer's clock: the clock ``time.monotonic()`` reads."""

@@ -40,7 +40,7 @@ from pydantic import (
     field_validator,
 )
 
-from taut._checks import MAX_TIMEOUT, check_count, check_duration
+from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count
 from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
@@ -227,7 +227,7 @@ class PlanningConstraints(BaseModel):
     def _agents_before(cls, value: object) -> object:
         # The one gate for sizes; pydantic reports only ValueErrors as invalid input.
         try:
-            return check_count(value, "max_agents", minimum=1, none_ok=True)
+            return check_optional_count(value, "max_agents", minimum=1)
         except TypeError as exc:
             raise ValueError(str(exc)) from exc
 
@@ -510,7 +510,7 @@ class Budget:
         than what remains here; ``max_agents`` never above this budget's limit.
         Costs charged to the child are charged here too."""
         wanted = check_duration(seconds, "seconds")
-        asked = check_count(max_agents, "max_agents", minimum=1, none_ok=True)
+        asked = check_optional_count(max_agents, "max_agents", minimum=1)
         remaining = self.remaining()
         if remaining is None:
             total = wanted

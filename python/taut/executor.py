@@ -466,7 +466,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         if max_workers is None:
             max_workers = min(32, (os.cpu_count() or 1) + 4)
         max_workers = check_count(
-            max_workers, "max_workers", minimum=1, none_ok=True, too_small="greater than 0"
+            max_workers, "max_workers", minimum=1, too_small="greater than 0", or_none=True
         )
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")

@@ -141,7 +141,7 @@ def _config_value(getter: Callable[[Any], Any], source: Any, default: Any) -> An
 
 def _check_workers(value: Any, what: str) -> int:
     """A worker ceiling (0 = no ceiling), through the one gate for sizes."""
-    return check_count(value, what, minimum=0) or 0
+    return check_count(value, what, minimum=0)
 
 
 class ToolRunner:

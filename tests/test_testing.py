@@ -16,9 +16,11 @@ def test_mock_clock_moves_only_when_told() -> None:
     assert clock() == 5.0 == clock()
     clock.advance(2.5)
     assert clock() == 7.5
-    for bad in (-1.0, math.nan):
-        with pytest.raises(ValueError, match="seconds must be a non-negative number"):
+    for bad, match in ((-1.0, "must not be negative"), (math.nan, "must not be NaN")):
+        with pytest.raises(ValueError, match=f"^seconds {match}"):
             clock.advance(bad)
+    with pytest.raises(TypeError, match=r"^seconds must be a finite non-negative.*'1' \(str\)"):
+        clock.advance("1")  # type: ignore[arg-type]
     assert clock() == 7.5
 
 

@@ -56,7 +56,10 @@ _AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
 
 
 def _describe(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:
+        text = "<unrepresentable>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"
@@ -71,6 +74,8 @@ def _coerce_budget(value: object) -> object:
     if value is None or isinstance(value, timedelta):
         if isinstance(value, timedelta) and value < timedelta(0):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
+        if isinstance(value, timedelta) and value.total_seconds() > _MAX_BUDGET_S:
+            return timedelta(seconds=_MAX_BUDGET_S)
         return value
     if isinstance(value, bool):
         raise ValueError(

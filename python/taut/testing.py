@@ -21,10 +21,10 @@ cancellations keep working against real time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from taut._checks import check_duration
 from taut.deadline import set_clock
 
 __all__ = ["MockClock", "scope_clock"]
@@ -45,9 +45,9 @@ class MockClock:
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward; a monotonic clock never goes back."""
-        if math.isnan(seconds) or seconds < 0:
-            raise ValueError(f"seconds must be a non-negative number, got {seconds!r}")
-        self.now += seconds
+        step = check_duration(seconds, "seconds", none_ok=False)
+        assert step is not None  # none_ok=False
+        self.now += step
 
     @contextmanager
     def installed(self) -> Iterator[MockClock]:

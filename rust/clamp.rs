@@ -134,6 +134,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::assertions_on_constants)] // the constants are the subject
     fn ceiling_is_at_least_a_century_and_converts_in_python() {
         assert!(MAX_TIMEOUT_SECS >= 100.0 * 365.25 * 86400.0);
         // Python's time conversions use int64 nanoseconds: room for a century of grace.

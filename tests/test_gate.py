@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -213,7 +215,7 @@ hostile_values: st.SearchStrategy[object] = st.one_of(
 
 
 # ---------------------------------------------------------------- the parameters
-def _reference(value: object) -> float | None | str:
+def _reference(value: object) -> float | str | None:
     """What the core gate makes of ``value`` as a relative timeout, or
     ``"invalid"``. Base exceptions are left to the caller's check."""
     try:
@@ -464,6 +466,23 @@ def p_resolve_default(value: object) -> None:
     assert got is None or 0 <= got <= MAX_TIMEOUT
 
 
+_journal_dir = tempfile.mkdtemp(prefix="taut-gate-")
+
+
+def p_sqlite_journal_timeout(value: object) -> None:
+    journal = taut.SqliteJournal(os.path.join(_journal_dir, "j.db"), timeout=value)  # type: ignore[arg-type]
+    try:
+        # SQLite's busy wait is an int of milliseconds; sqlite3 itself would
+        # turn a huge or infinite timeout into 0 (no wait at all).
+        assert journal._conn is not None
+        [[busy_ms]] = journal._conn.execute("PRAGMA busy_timeout").fetchall()
+        if _fires_late(value):
+            assert busy_ms >= NEVER_WITHIN_TEST * 1000
+        assert 0 <= busy_ms <= 2**31 - 1
+    finally:
+        journal.close()
+
+
 def p_mock_clock_advance(value: object) -> None:
     clock = MockClock(0.0)
     clock.advance(value)  # type: ignore[arg-type]
@@ -606,6 +625,7 @@ PARAMS = [
     Param("grace", p_kill_grace),
     Param("default", p_resolve_default),
     Param("seconds", p_mock_clock_advance),
+    Param("timeout", p_sqlite_journal_timeout, gate=True),
     Param("max_workers", p_max_workers),
     Param("max_queue", p_max_queue),
     Param("max_workers", p_resize),
@@ -723,7 +743,7 @@ def test_issue_examples() -> None:
         assert ex._max_queue == MAX_COUNT
     with pytest.raises(KeyboardInterrupt):
         taut.fail_after(FloatRaises(KeyboardInterrupt))
-    with pytest.raises(TypeError, match="^timeout must be a number") as info:
+    with pytest.raises(TypeError, match=r"^timeout must be a number") as info:
         taut.gather([taut.call(int, "5")], timeout=GtRaises(RuntimeError))
     assert isinstance(info.value.__cause__, RuntimeError)
 

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from taut._checks import check_timeout
+
 __all__ = [
     "TERMINAL_STATUSES",
     "InMemoryJournal",
@@ -247,6 +249,9 @@ CREATE TABLE IF NOT EXISTS taut_journal (
 """
 
 
+_SQLITE_MAX_BUSY_S = (2**31 - 1) / 1000
+
+
 class SqliteJournal:
     """A durable :class:`Journal` in one SQLite file (WAL mode).
 
@@ -262,6 +267,10 @@ class SqliteJournal:
     those calls then run again; choose it for high-rate journals of idempotent
     calls.
 
+    ``timeout`` is how long a write waits for another process's lock (seconds,
+    through taut's timeout gate; ``None``/``inf`` and anything beyond SQLite's
+    own limit of 24.8 days wait that limit).
+
     One connection is shared by all threads behind a lock (calls complete on
     worker threads); a forked child reopens its own connection. Values and
     errors are pickled: the file is trusted local state (see the module docs).
@@ -273,7 +282,7 @@ class SqliteJournal:
         *,
         run: str = "default",
         synchronous: str = "FULL",
-        timeout: float = 5.0,
+        timeout: float | None = 5.0,
     ) -> None:
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(
@@ -284,7 +293,10 @@ class SqliteJournal:
         self._path = os.fspath(path)
         self._run = run
         self._synchronous = synchronous.upper()
-        self._timeout = timeout
+        # SQLite's busy wait takes an int of milliseconds (24.8 days at most);
+        # sqlite3 silently makes a larger or infinite one 0 (never wait).
+        busy = check_timeout(timeout, "timeout")
+        self._timeout = _SQLITE_MAX_BUSY_S if busy is None else min(busy, _SQLITE_MAX_BUSY_S)
         self._cursor = 0
         # Re-entrant so reserve() can hold it across the transaction and the cursor
         # update: two threads reserving at once must get different positions.

@@ -378,7 +378,9 @@ def p_budget_child_seconds(value: object) -> None:
 
 def p_time_budget(value: object) -> None:
     seconds = PlanningConstraints(time_budget=value).time_budget_s  # type: ignore[arg-type]
-    assert seconds is None or 0 <= seconds <= MAX_TIMEOUT
+    # A timedelta is kept as given (it round-trips); numbers are clamped.
+    limit = timedelta.max.total_seconds() if isinstance(value, timedelta) else MAX_TIMEOUT
+    assert seconds is None or 0 <= seconds <= limit
 
 
 def _scope_behaves(value: object, scope_factory: Callable[..., Any], far: bool) -> None:

@@ -74,8 +74,6 @@ def _coerce_budget(value: object) -> object:
     if value is None or isinstance(value, timedelta):
         if isinstance(value, timedelta) and value < timedelta(0):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
-        if isinstance(value, timedelta) and value.total_seconds() > _MAX_BUDGET_S:
-            return timedelta(seconds=_MAX_BUDGET_S)
         return value
     if isinstance(value, bool):
         raise ValueError(

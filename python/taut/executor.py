@@ -513,8 +513,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
         # The standard library's privates that real clients read, as views.
-        self._work_queue = WorkQueue(self)  # type: ignore[assignment]
-        self._idle_semaphore = IdleSemaphore(self)  # type: ignore[assignment]
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         # A dropped executor lets its workers finish the queue and exit.
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         _live_executors.add(self)
@@ -841,6 +841,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._slots = {}
         self._exited = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()

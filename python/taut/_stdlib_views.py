@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future as _ConcurrentFuture
 from typing import Any, Callable
 
+from taut._checks import check_timeout
 from taut._core import PoolCore
 
 
@@ -80,9 +81,9 @@ class WorkQueue:
         """The oldest waiting call, taken out of the pool. ``block``: wait for
         one (checking every millisecond) up to ``timeout`` seconds; raises
         ``queue.Empty`` when there is none."""
-        from taut.executor import _deliver_notices, _wait_seconds
+        from taut.executor import _deliver_notices
 
-        limit = _wait_seconds(timeout) if block else 0.0
+        limit = check_timeout(timeout) if block else 0.0
         end = None if limit is None else time.monotonic() + limit
         while True:
             taken = self._core.pop_queued()

@@ -114,8 +114,9 @@ def check_count(
 ) -> int:
     """A count or size: an integer (``int``, numpy integers, anything with
     ``__index__``; never ``bool`` or ``float``) at least ``minimum``; values
-    above ``MAX_COUNT`` are clamped to it. ``too_small`` words the
-    ``ValueError`` (the stdlib's "greater than 0"); ``or_none`` says in the
+    above ``MAX_COUNT`` are clamped to it. ``too_small`` makes the
+    ``ValueError`` the stdlib's exact "NAME must be greater than 0" (no value
+    shown, as there); ``or_none`` says in the
     messages that the caller also takes ``None`` (and replaced it already)."""
     or_none_text = " or None" if or_none else ""
     if type(value) is int:
@@ -132,8 +133,10 @@ def check_count(
         except Exception as exc:
             raise TypeError(f"{name} must be an int{or_none_text}, got {describe(value)}") from exc
     if number < minimum:
-        rule = too_small or f"an int >= {minimum}{or_none_text}"
-        raise ValueError(f"{name} must be {rule}, got {describe(value)}")
+        if too_small is not None:
+            # The standard library's exact message (a drop-in raises the same).
+            raise ValueError(f"{name} must be {too_small}")
+        raise ValueError(f"{name} must be an int >= {minimum}{or_none_text}, got {describe(value)}")
     return min(number, MAX_COUNT)
 
 

@@ -144,7 +144,8 @@ MUTATIONS = [
     Mutation(
         "scope-expiry-only-from-the-timer",
         DEADLINE,
-        "expired = fired or (not self._real and self._at is not None and self._clock() >= self._at)",
+        "expired = fired or (not self._real and self._at is not None "
+        "and self._clock() >= self._at)",
         "expired = fired",
         ("tests/test_scopes.py",),
     ),
@@ -156,10 +157,24 @@ MUTATIONS = [
         ("tests/test_scopes.py",),
     ),
     Mutation(
-        "bench-info-row-counted-as-met",
+        "bench-info-row-shown-as-met",
         BENCH,
-        "        if self.target_ratio is None:\n            return None",
-        "        if self.target_ratio is None:\n            return True",
+        "        if self.met is None:\n            return INFO",
+        '        if self.met is None:\n            return "yes"',
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-unchecked-row-marked-met",
+        BENCH,
+        "met=None if met is None else met(taut_med, base_med)",
+        "met=True if met is None else met(taut_med, base_med)",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-summary-counts-info-rows",
+        CLI,
+        "checked = [r for r in rows if r.met is not None]",
+        "checked = list(rows)",
         ("tests/test_bench_output.py",),
     ),
     Mutation(
@@ -170,10 +185,31 @@ MUTATIONS = [
         ("tests/test_bench_output.py",),
     ),
     Mutation(
+        "bench-verdict-ignores-direction",
+        BENCH,
+        'return self.ratio < 1.0 if self.better == "lower" else self.ratio > 1.0',
+        "return self.ratio > 1.0",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-duplicate-keys-accepted",
+        BENCH,
+        "if row.key in seen:",
+        "if False:",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
         "bench-bad-area-traceback",
         CLI,
-        "choices=_area_names()",
-        "choices=None",
+        "choices=_area_names(),",
+        "choices=None,",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-plot-checked-after-the-run",
+        CLI,
+        'if args.plot and importlib.util.find_spec("matplotlib") is None:',
+        "if False:",
         ("tests/test_bench_output.py",),
     ),
 ]

@@ -865,26 +865,50 @@ mod tests {
 
     #[test]
     fn concurrent_arm_cancel_from_threads() {
+        // Four threads race cancels against the timer thread: a cancel that
+        // wins drops the action unrun; one that loses reports the deadline as
+        // fired, and the action runs exactly once.
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 thread::spawn(move || {
-                    let mut fired = 0;
                     for i in 0..5_000u64 {
                         let e = arm(Instant::now() + Duration::from_micros((i * 7 + t) % 300));
-                        if i % 2 == 0 && !e.cancel() {
-                            fired += 1;
-                        }
-                        if i % 2 == 1 {
+                        let ran = Arc::new(AtomicU64::new(0));
+                        let r = Arc::clone(&ran);
+                        e.add_action(Box::new(move || {
+                            r.fetch_add(1, AO::SeqCst);
+                        }));
+                        if i % 2 == 0 {
+                            if e.cancel() {
+                                assert!(e.is_cancelled() && !e.is_expired());
+                                assert!(!e.wait(Some(Duration::ZERO)));
+                                assert_eq!(ran.load(AO::SeqCst), 0, "cancelled, yet ran");
+                            } else {
+                                assert!(e.is_expired() && !e.is_cancelled() && e.is_closed());
+                                wait_for_count(&ran, 1);
+                            }
+                        } else {
                             assert!(e.wait(Some(Duration::from_secs(20))));
+                            assert!(e.is_expired());
+                            wait_for_count(&ran, 1);
                         }
                     }
-                    fired
                 })
             })
             .collect();
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    /// Wait (bounded) for an action counter to reach `n`, then check it stays
+    /// there: actions run on the timer thread, after the entry's flag flips.
+    fn wait_for_count(count: &AtomicU64, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count.load(AO::SeqCst) < n && Instant::now() < deadline {
+            thread::yield_now();
+        }
+        assert_eq!(count.load(AO::SeqCst), n);
     }
 
     #[test]

@@ -51,7 +51,7 @@ class Mutation:
 
 
 EXECUTOR = "python/taut/executor.py"
-GATHER = "python/taut/gather.py"
+GATHER = "python/taut/gather/run.py"
 DEADLINE = "python/taut/deadline.py"
 CLI = "python/taut/cli.py"
 BENCH = "python/taut/_bench/__init__.py"
@@ -82,8 +82,8 @@ MUTATIONS = [
     Mutation(
         "cancel-queued-no-wakeup",
         EXECUTOR,
-        "# waiters of wait()/as_completed() here.\n            self.set_running_or_notify_cancel()",
-        "# waiters of wait()/as_completed() here.\n            pass",
+        "# behind it their new positions.\n                self.set_running_or_notify_cancel()",
+        "# behind it their new positions.\n                pass",
         (f"{WAKEUPS}::test_cancelling_a_queued_future_wakes_wait_and_as_completed",),
     ),
     Mutation(
@@ -122,8 +122,8 @@ MUTATIONS = [
         "journal-replay-disabled",
         GATHER,
         "            if e.outcome is not None:\n"
-        "                continue  # a cached outcome wins over the journal's copy",
-        "            if True:\n                continue",
+        "                continue\n            e.outcome = Outcome(",
+        "            if True:\n                continue\n            e.outcome = Outcome(",
         ("tests/test_durable_gather.py",),
     ),
     Mutation(
@@ -168,6 +168,13 @@ MUTATIONS = [
         BENCH,
         "met=None if met is None else met(taut_med, base_med)",
         "met=True if met is None else met(taut_med, base_med)",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-ratio-of-unpaired-medians",
+        BENCH,
+        "        if self.ratios:\n            return statistics.median(self.ratios)\n",
+        "",
         ("tests/test_bench_output.py",),
     ),
     Mutation(

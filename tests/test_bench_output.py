@@ -84,7 +84,7 @@ def test_paired_row_without_target_is_informational() -> None:
         taut=[1.0, 1.0, 1.0],
         unit="s",
         target="<= 0.6x",
-        met=lambda taut, base: taut <= 0.6 * base,
+        met=lambda r: r.ratio <= 0.6,
     )
     assert (checked.baseline, checked.taut, checked.met, checked.status) == (2.0, 1.0, True, "yes")
     assert checked.ratios == (1.0, 0.5, 1 / 3)
@@ -99,6 +99,24 @@ def test_paired_row_without_target_is_informational() -> None:
             target="t",
             met=None,
         )
+
+
+def test_ratio_is_the_median_of_the_paired_rounds() -> None:
+    # The medians of the two sides come from different rounds (10 / 1 = 10x);
+    # the paired rounds say 1x, 10x, 1x: the ratio shown is 1x, inside its spread.
+    r = paired_row(
+        key="x.y",
+        case="c",
+        baseline_name="b",
+        baseline=[1.0, 1.0, 10.0],
+        taut=[1.0, 10.0, 10.0],
+        unit="s",
+        target="<= 2x",
+        met=lambda r: r.ratio <= 2.0,
+    )
+    assert (r.taut, r.baseline, r.ratio, r.met) == (10.0, 1.0, 1.0, True)
+    assert r.spread is not None and r.spread[0] <= r.ratio <= r.spread[1]
+    assert row(ratios=()).ratio == 0.5  # unpaired: the medians' ratio
 
 
 def test_summary_counts_only_checked_targets() -> None:

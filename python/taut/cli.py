@@ -96,7 +96,8 @@ def _table(rows: Sequence[Row]) -> str:
 
 
 _LEGEND = (
-    "ratio = taut / baseline of the medians (below 1 is better where lower is better); "
+    "ratio = median of the per-round taut / baseline ratios "
+    "(below 1 is better where lower is better); "
     "spread = interquartile range of the per-round ratios (n/a: fewer than 2 paired rounds); "
     "'inconclusive' = the spread straddles 1.0, the rounds disagree on which side is better; "
     "met = target checked (yes/NO) or info (no target, not counted)."

@@ -49,7 +49,11 @@ class Row:
 
     @property
     def ratio(self) -> float:
-        """taut / baseline: below 1 is better for "lower" rows, above 1 for "higher"."""
+        """taut / baseline: below 1 is better for "lower" rows, above 1 for
+        "higher". The median of the per-round ratios when the rounds are
+        paired (so it always lies inside the spread), else of the medians."""
+        if self.ratios:
+            return statistics.median(self.ratios)
         return self.taut / self.baseline if self.baseline else float("inf")
 
     @property
@@ -107,17 +111,17 @@ def paired_row(
     taut: Sequence[float],
     unit: str,
     target: str,
-    met: Callable[[float, float], bool] | None,
+    met: Callable[[Row], bool] | None,
     better: str = "lower",
     note: str = "",
 ) -> Row:
-    """A row from per-round samples (paired by round); ``met(taut, baseline)``
-    judges the medians against the target, None for an informational row."""
+    """A row from per-round samples (paired by round); ``met(row)`` judges
+    the row (its ``ratio``, ``taut``, ``baseline``) against the target, None
+    for an informational row."""
     if len(baseline) != len(taut) or not baseline:
         raise ValueError(f"{key}: need paired samples, got {len(baseline)} and {len(taut)}")
     base_med, taut_med = statistics.median(baseline), statistics.median(taut)
-    ratios = ratios_of(taut, baseline)
-    return Row(
+    row = Row(
         key=key,
         case=case,
         baseline_name=baseline_name,
@@ -126,10 +130,11 @@ def paired_row(
         unit=unit,
         better=better,
         target=target if met is not None else INFO,
-        met=None if met is None else met(taut_med, base_med),
+        met=None,
         note=note,
-        ratios=ratios,
+        ratios=ratios_of(taut, baseline),
     )
+    return row if met is None else dataclasses.replace(row, met=met(row))
 
 
 def ratios_of(taut: Sequence[float], baseline: Sequence[float]) -> tuple[float, ...]:

@@ -130,7 +130,7 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
                 taut=taut,
                 unit="s",
                 target="<=1 µs and >=4x cheaper",
-                met=lambda t, base: t <= 1e-6 and base / t >= 4,
+                met=lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
             )
         )
         rows.append(
@@ -155,7 +155,7 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
             taut=taut,
             unit="s",
             target="cheaper",
-            met=lambda t, base: t < base,
+            met=lambda r: r.ratio < 1.0,
         )
     )
     rows.append(
@@ -167,7 +167,7 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
             taut=taut,
             unit="s",
             target=">=100x cheaper",
-            met=lambda t, base: base / t >= 100,
+            met=lambda r: r.ratio <= 0.01,
         )
     )
     return rows
@@ -425,7 +425,7 @@ def bench_pending(quick: bool) -> list[Row]:
         taut=samples("taut", "rss"),
         unit="B",
         target="<= half",
-        met=lambda t, loop: t <= loop / 2,
+        met=lambda r: r.ratio <= 0.5,
     )
     return [
         paired_row(
@@ -436,7 +436,7 @@ def bench_pending(quick: bool) -> list[Row]:
             taut=samples("taut", "time"),
             unit="s",
             target=">=2x faster",
-            met=lambda t, loop: loop / t >= 2,
+            met=lambda r: r.ratio <= 0.5,
         ),
         dataclasses.replace(
             rss, note=f"{rss.taut / n:.0f} vs {rss.baseline / n:.0f} B per deadline"

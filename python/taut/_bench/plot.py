@@ -29,6 +29,7 @@ class Bar(NamedTuple):
     high: float
     colour: str
     status: str  # the target check: "yes", "NO" or "info"
+    inconclusive: bool
 
 
 def _advantage(row: Row, ratio: float) -> float:
@@ -62,7 +63,17 @@ def bars(rows: Sequence[Row]) -> list[Bar]:
         else:
             ends = sorted(_advantage(row, r) for r in spread)
             low, high = ends[0], ends[1]
-        out.append(Bar(label, advantage, low, high, COLOURS[row.verdict], row.status))
+        out.append(
+            Bar(
+                label,
+                advantage,
+                low,
+                high,
+                COLOURS[row.verdict],
+                row.status,
+                row.inconclusive,
+            )
+        )
     return out
 
 
@@ -94,7 +105,8 @@ def plot_rows(rows: Sequence[Row], path: str, title: str = "") -> None:
     ax.set_yticks(y, [b.label for b in specs], fontsize=8)
     for yi, b in zip(y, specs):
         ax.annotate(
-            f" {_phrase(b.advantage)}, target: {b.status}",
+            f" {_phrase(b.advantage)}{' (inconclusive)' if b.inconclusive else ''}, "
+            f"target: {b.status}",
             (max(b.advantage, b.high, 1.0), yi),
             va="center",
             fontsize=7,
@@ -103,14 +115,13 @@ def plot_rows(rows: Sequence[Row], path: str, title: str = "") -> None:
     ax.set_xscale("log")
     ax.set_xlabel("taut's advantage over the baseline (x, log scale; > 1 = taut better, 1 = equal)")
     ax.invert_yaxis()
-    ax.legend(
+    fig.legend(
         handles=[
             Patch(color=COLOURS["better"], label="taut better"),
             Patch(color=COLOURS["worse"], label="taut worse"),
             Patch(color=COLOURS["inconclusive"], label="inconclusive (spread straddles 1)"),
         ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.5 / (len(specs) * 0.42 + 2.2) - 0.08),
+        loc="lower center",
         ncol=3,
         fontsize=8,
     )
@@ -119,6 +130,7 @@ def plot_rows(rows: Sequence[Row], path: str, title: str = "") -> None:
     low = min([b.low for b in specs] + [1.0])
     high = max([b.high for b in specs] + [1.0])
     ax.set_xlim(low / 2, high * 8)
-    fig.tight_layout()
+    # Leave a strip at the bottom for the legend.
+    fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

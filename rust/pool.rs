@@ -820,4 +820,31 @@ mod tests {
         assert_eq!(pool.stats().completed, u64::from(total));
         assert_eq!(pool.stats().workers, 0);
     }
+
+    #[test]
+    fn spin_until_spins_until_done_or_the_limit() {
+        // Done only after many turns: the spin must not give up after the
+        // first clock check (every 32 turns) while the limit is far.
+        let mut turns = 0;
+        assert!(spin_until(Duration::from_secs(30), || {
+            turns += 1;
+            turns >= 1_000
+        }));
+        assert_eq!(turns, 1_000);
+        assert!(!spin_until(Duration::from_millis(1), || false));
+    }
+
+    #[test]
+    fn released_counts_each_return_for_work_and_max_queue_reads_back() {
+        let pool = Pool::new(1, 3);
+        assert_eq!(pool.max_queue(), 3);
+        assert_eq!(Pool::<u32>::new(1, 0).max_queue(), 0);
+        pool.submit(1, false).unwrap();
+        pool.submit(2, false).unwrap();
+        assert_eq!(pool.released(), 0);
+        assert_eq!(job(pool.wait_take(None)), Some(1));
+        assert_eq!(pool.released(), 1);
+        assert_eq!(job(pool.wait_take(None)), Some(2));
+        assert_eq!(pool.released(), 2);
+    }
 }

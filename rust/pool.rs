@@ -847,4 +847,71 @@ mod tests {
         assert_eq!(job(pool.wait_take(None)), Some(2));
         assert_eq!(pool.released(), 2);
     }
+
+    #[test]
+    fn every_tracked_job_behind_a_removed_one_moves_up() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        let a = pool.submit(1, true).unwrap();
+        let b = pool.submit(2, true).unwrap();
+        let c = pool.submit(3, true).unwrap();
+        assert_eq!(
+            [a.waiting_at, b.waiting_at, c.waiting_at],
+            [Some(1), Some(2), Some(3)]
+        );
+        let (_, updates) = pool.remove(a.seq).unwrap();
+        assert_eq!(updates, vec![(b.seq, 1), (c.seq, 2)]);
+        assert_eq!(pool.position(c.seq), Some(2));
+    }
+
+    #[test]
+    fn outcomes_are_counted_where_they_happen() {
+        let pool = Pool::new(2, 0);
+        for i in 0..4 {
+            pool.submit(i, false).unwrap();
+        }
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        // Job 0 raised; its worker takes job 2 at once.
+        assert_eq!(job(pool.done_and_try_take(false)), Some(2));
+        // Job 2's future was cancelled before it could start.
+        pool.skipped_cancelled();
+        // The worker on job 1 is abandoned (job 3 waits: a replacement
+        // starts), and its call returns normally later.
+        assert!(pool.abandon_worker());
+        pool.done_abandoned(true);
+        let s = pool.stats();
+        assert_eq!(
+            (s.completed, s.failed, s.cancelled, s.abandoned),
+            (1, 1, 1, 1)
+        );
+        assert_eq!((s.running, s.queued, s.workers), (0, 1, 2));
+        pool.done_abandoned(false);
+        assert_eq!(pool.stats().failed, 2);
+    }
+
+    #[test]
+    fn a_parked_worker_waits_out_its_idle_timeout() {
+        let pool = Arc::new(Pool::<u32>::new(1, 0));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.wait_take(Some(Duration::from_secs(600))));
+        while pool.stats().idle == 0 {
+            thread::yield_now();
+        }
+        // Far past the worker's 50 µs spin, far before its 600 s idle timeout.
+        let until = Instant::now() + Duration::from_millis(200);
+        while !worker.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !worker.is_finished(),
+            "retired long before its idle timeout"
+        );
+        pool.submit(7, false).unwrap();
+        assert_eq!(job(worker.join().unwrap()), Some(7));
+    }
 }

@@ -914,4 +914,47 @@ mod tests {
         pool.submit(7, false).unwrap();
         assert_eq!(job(worker.join().unwrap()), Some(7));
     }
+
+    /// Start a worker thread that takes one job and wait until it has
+    /// spun out and parked (far past the 50 µs spin; nothing observable
+    /// tells "parked" from "spinning" without the lock).
+    fn parked_worker(pool: &Arc<Pool<u32>>) -> thread::JoinHandle<Take<u32>> {
+        let p = Arc::clone(pool);
+        let worker = thread::spawn(move || p.wait_take(None));
+        while pool.stats().idle == 0 {
+            thread::yield_now();
+        }
+        thread::sleep(Duration::from_millis(200));
+        worker
+    }
+
+    /// Join `worker` if it finishes within a generous bound; else shut the
+    /// pool down (which releases it) and fail instead of hanging.
+    fn join_or_fail(pool: &Pool<u32>, worker: thread::JoinHandle<Take<u32>>) -> Take<u32> {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !worker.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let finished = worker.is_finished();
+        pool.shutdown();
+        let take = worker.join().unwrap();
+        assert!(finished, "the parked worker was never woken");
+        take
+    }
+
+    #[test]
+    fn a_submission_wakes_a_parked_worker_at_the_ceiling() {
+        let pool = Arc::new(Pool::<u32>::new(1, 0));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let worker = parked_worker(&pool);
+        let s = pool.submit(5, false).unwrap();
+        assert!(
+            !s.spawn,
+            "at the ceiling: wake the parked worker, start none"
+        );
+        assert_eq!(s.waiting_at, None, "a woken worker is on its way");
+        assert_eq!(job(join_or_fail(&pool, worker)), Some(5));
+    }
 }

@@ -957,4 +957,96 @@ mod tests {
         assert_eq!(s.waiting_at, None, "a woken worker is on its way");
         assert_eq!(job(join_or_fail(&pool, worker)), Some(5));
     }
+
+    #[test]
+    fn abandoning_without_waiting_work_starts_nobody() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        assert!(!pool.abandon_worker());
+        let s = pool.stats();
+        assert_eq!(
+            (s.max_workers, s.workers, s.running, s.abandoned),
+            (1, 0, 0, 1)
+        );
+    }
+
+    #[test]
+    fn shrinking_wakes_a_parked_worker_to_retire() {
+        let pool = Arc::new(Pool::<u32>::new(2, 0));
+        for i in 0..2 {
+            pool.submit(i, false).unwrap();
+        }
+        for _ in 0..2 {
+            assert!(job(pool.first_take(None)).is_some());
+            pool.done(true);
+        }
+        let one = parked_worker(&pool);
+        let two = parked_worker(&pool);
+        assert_eq!(pool.resize(1), 0);
+        let until = Instant::now() + Duration::from_secs(30);
+        while !one.is_finished() && !two.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let retired = one.is_finished() || two.is_finished();
+        pool.shutdown();
+        assert!(retired, "no parked worker woke up to retire");
+        assert_eq!(one.join().unwrap(), Take::Exit);
+        assert_eq!(two.join().unwrap(), Take::Exit);
+        assert_eq!(pool.stats().max_workers, 1);
+    }
+
+    #[test]
+    fn drain_hands_back_queued_jobs_in_order_and_counts_them() {
+        let pool = Pool::new(1, 0);
+        for i in 0..4 {
+            pool.submit(i, i % 2 == 0).unwrap();
+        }
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(pool.drain(), vec![1, 2, 3]);
+        let s = pool.stats();
+        assert_eq!((s.queued, s.cancelled, s.running), (0, 3, 1));
+        pool.submit(4, false).unwrap();
+        pool.submit(5, false).unwrap();
+        assert_eq!(pool.try_drain(), Some(vec![4, 5]));
+        assert_eq!(pool.try_drain(), Some(vec![]));
+    }
+
+    #[test]
+    fn wait_for_room_waits_while_full_and_wakes_on_room_or_shutdown() {
+        let pool = Arc::new(Pool::new(1, 1));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.submit(1, false).unwrap(); // the queue is full now
+        assert!(
+            !pool.wait_for_room(Duration::from_millis(10)),
+            "full: times out"
+        );
+        let p = Arc::clone(&pool);
+        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(30)));
+        assert_eq!(job(pool.done_and_try_take(true)), Some(1));
+        assert!(waiter.join().unwrap(), "room made: the waiter wakes");
+        assert!(
+            pool.wait_for_room(Duration::from_secs(600)),
+            "not full: at once"
+        );
+        pool.submit(2, false).unwrap();
+        let p = Arc::clone(&pool);
+        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(30)));
+        pool.shutdown();
+        assert!(waiter.join().unwrap(), "shutdown wakes the waiter");
+    }
+
+    #[test]
+    fn a_worker_that_never_started_gives_back_its_place() {
+        let pool = Pool::new(1, 0);
+        assert!(pool.submit(0, false).unwrap().spawn);
+        assert!(!pool.submit(1, false).unwrap().spawn);
+        pool.worker_gone();
+        assert_eq!(pool.stats().workers, 0);
+        assert!(
+            pool.submit(2, false).unwrap().spawn,
+            "its place is free again"
+        );
+    }
 }

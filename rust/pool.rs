@@ -1023,9 +1023,21 @@ mod tests {
             "full: times out"
         );
         let p = Arc::clone(&pool);
-        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(30)));
+        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(600)));
+        // Far past the time to block; then making room must wake it, long
+        // before its own timeout would end the wait anyway.
+        thread::sleep(Duration::from_millis(200));
         assert_eq!(job(pool.done_and_try_take(true)), Some(1));
-        assert!(waiter.join().unwrap(), "room made: the waiter wakes");
+        let until = Instant::now() + Duration::from_secs(30);
+        while !waiter.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let woken = waiter.is_finished();
+        if !woken {
+            pool.shutdown(); // releases it, so the failure does not hang
+        }
+        assert!(waiter.join().unwrap());
+        assert!(woken, "making room did not wake the waiter");
         assert!(
             pool.wait_for_room(Duration::from_secs(600)),
             "not full: at once"

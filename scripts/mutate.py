@@ -166,8 +166,8 @@ MUTATIONS = [
     Mutation(
         "bench-unchecked-row-marked-met",
         BENCH,
-        "met=None if met is None else met(taut_med, base_med)",
-        "met=True if met is None else met(taut_med, base_med)",
+        "return row if met is None else dataclasses.replace(row, met=met(row))",
+        "return dataclasses.replace(row, met=True if met is None else met(row))",
         ("tests/test_bench_output.py",),
     ),
     Mutation(

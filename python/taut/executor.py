@@ -17,16 +17,18 @@ import contextvars
 import itertools
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from taut._core import PoolCore, WorkerSlot, clamp_timeout
+from taut._stdlib_views import IdleSemaphore, WorkQueue
 
 __all__ = [
     "Future",
@@ -70,6 +72,13 @@ class PoolStats(NamedTuple):
     failed: int
     cancelled: int
     abandoned: int
+
+
+def _running_loop() -> Any:
+    """The event loop running on this thread, if any (without importing
+    asyncio: if nothing imported it, no loop can be running)."""
+    asyncio = sys.modules.get("asyncio")
+    return None if asyncio is None else asyncio._get_running_loop()
 
 
 def _wait_seconds(timeout: float | None) -> float | None:
@@ -181,6 +190,9 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 # behind it their new positions.
                 self.set_running_or_notify_cancel()
                 _deliver_notices(removed[0])
+        elif self._seq == -1 and self._state == _CANCELLED:
+            # Taken out of the queue by hand (_work_queue.get()): likewise.
+            self.set_running_or_notify_cancel()
         return True
 
     def add_done_callback(self, fn: Callable[[_cf.Future[Any]], object]) -> None:
@@ -319,6 +331,25 @@ def _python_exit() -> None:
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
 
 
+def _settle_on_its_loop(waiter: Any, error: BaseException | None) -> None:
+    """An ``executor.run`` call drained from the queue: its awaiting task
+    learns it will not run (cancelled, or ``error``), on its own loop (asyncio
+    futures are not thread-safe)."""
+
+    def settle() -> None:
+        if waiter.done():
+            return
+        if error is None:
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+
+    try:
+        waiter.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass  # its loop is closed: nobody awaits it any more
+
+
 def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
     """Tell queued tracked calls their new positions."""
     for tracker, position in notices:
@@ -328,13 +359,18 @@ def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
 # The kinds of slow steps a WorkerSlot hands out (see _work).
 _STEP_START = 0
 _STEP_FINISH = 1
+_STEP_SKIP = 2
 
 
 def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
     """The worker-loop steps that need Python: starting a call whose future
     has waiters, notices or a cancellation; completing one that has
-    waiters or done callbacks. Returns the next step."""
-    if step[0] == _STEP_FINISH:
+    waiters or done callbacks; skipping an asyncio call whose awaiting task
+    was cancelled. Returns the next step."""
+    kind = step[0]
+    if kind == _STEP_SKIP:
+        return slot.skip()  # the call's objects go away with `step`, here
+    if kind == _STEP_FINISH:
         _, future, ok, value = step
         try:
             if ok:
@@ -347,13 +383,13 @@ def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
             if future._state == _CANCELLED:
                 future.set_running_or_notify_cancel()
         return slot.done(ok)
-    _, notices, future, fn, args, kwargs, tracker = step
+    _, notices, call, tracker, start = step
     _deliver_notices(notices)
-    if not future.set_running_or_notify_cancel():
+    if start is not None and not start():  # the future's set_running_or_notify_cancel
         return slot.skip()
     if tracker is not None:
         tracker.start()
-    return (future, fn, args, kwargs)  # run by _work like any other call
+    return call  # (future, fn, args, kwargs): run by _work like any other call
 
 
 def _work(slot: WorkerSlot) -> None:
@@ -385,7 +421,6 @@ def _work(slot: WorkerSlot) -> None:
             # lands just before or after it in this loop: either way it is
             # that call's outcome (fail() re-raises if no call is running).
             step = slot.fail(exc)
-            del exc
 
 
 def _worker_main(
@@ -495,6 +530,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
+        # The standard library's privates that real clients read, as views.
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         # A dropped executor lets its workers finish the queue and exit.
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         _live_executors.add(self)
@@ -536,6 +574,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             except QueueFull:
                 if not block:
                     raise
+                if _running_loop() is not None:
+                    # Waiting here would stall the event loop (and every
+                    # request it serves): refuse at once instead.
+                    raise QueueFull(
+                        f"the queue is full: max_queue={self._max_queue} calls waiting; "
+                        "submit() on an event loop's thread does not wait for room: "
+                        "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
+                    ) from None
                 core.wait_for_room()
             except RuntimeError:
                 self._check_open()
@@ -550,6 +596,19 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
         (GIL released, Ctrl-C honoured) until there is room."""
         return self._submit(fn, args, kwargs, block=True)
+
+    def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
+        """``await executor.run(fn, *args, **kwargs)``: ``fn`` runs on a worker,
+        on the asyncio-native path (no ``concurrent.futures`` future, no
+        ``call_soon_threadsafe`` per call). With a full bounded queue it waits
+        for room without blocking the loop, in FIFO order with other waiting
+        coroutines. Cancelling the awaiting task removes a call that has not
+        started; a running call finishes on its worker and its outcome is
+        dropped. (A plain function returning the coroutine: one coroutine
+        frame less per call.)"""
+        from taut._asyncio import run_in  # asyncio loads on first use only
+
+        return run_in(self, fn, args, kwargs)
 
     def try_submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
         """Like ``submit``, but raise :class:`QueueFull` instead of waiting
@@ -676,6 +735,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _fail_queued(self, error: BaseException) -> None:
         for future, *_ in self._core.drain():
+            if not isinstance(future, Future):
+                _settle_on_its_loop(future, error)
+                continue
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
@@ -779,6 +841,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
                 for future, *_ in self._core.drain(waiting_only=True):
+                    if not isinstance(future, Future):
+                        _settle_on_its_loop(future, None)
+                        continue
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
@@ -800,11 +865,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._slots = {}
         self._exited = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()
         old.orphan()
         for future, *_ in queued or ():
+            if not isinstance(future, Future):
+                continue  # the parent's event loop does not run in the child
             if future.cancel():
                 future.set_running_or_notify_cancel()
 

@@ -31,6 +31,7 @@ BENCH_AREAS = [
     "taut._bench.deadlines",
     "taut._bench.bounded",
     "taut._bench.config",
+    "taut._bench.gateway",
 ]
 
 

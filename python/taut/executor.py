@@ -331,6 +331,25 @@ def _python_exit() -> None:
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
 
 
+def _settle_on_its_loop(waiter: Any, error: BaseException | None) -> None:
+    """An ``executor.run`` call drained from the queue: its awaiting task
+    learns it will not run (cancelled, or ``error``), on its own loop (asyncio
+    futures are not thread-safe)."""
+
+    def settle() -> None:
+        if waiter.done():
+            return
+        if error is None:
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+
+    try:
+        waiter.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass  # its loop is closed: nobody awaits it any more
+
+
 def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
     """Tell queued tracked calls their new positions."""
     for tracker, position in notices:
@@ -402,7 +421,6 @@ def _work(slot: WorkerSlot) -> None:
             # lands just before or after it in this loop: either way it is
             # that call's outcome (fail() re-raises if no call is running).
             step = slot.fail(exc)
-            del exc
 
 
 def _worker_main(
@@ -717,6 +735,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _fail_queued(self, error: BaseException) -> None:
         for future, *_ in self._core.drain():
+            if not isinstance(future, Future):
+                _settle_on_its_loop(future, error)
+                continue
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
@@ -820,6 +841,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
                 for future, *_ in self._core.drain(waiting_only=True):
+                    if not isinstance(future, Future):
+                        _settle_on_its_loop(future, None)
+                        continue
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
@@ -848,6 +872,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         queued = old.drain_after_fork()
         old.orphan()
         for future, *_ in queued or ():
+            if not isinstance(future, Future):
+                continue  # the parent's event loop does not run in the child
             if future.cancel():
                 future.set_running_or_notify_cancel()
 

@@ -31,6 +31,7 @@ BENCH_AREAS = {
     "deadlines": "taut._bench.deadlines",
     "bounded": "taut._bench.bounded",
     "config": "taut._bench.config",
+    "gateway": "taut._bench.gateway",
 }
 
 

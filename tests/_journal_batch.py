@@ -1,10 +1,14 @@
-"""A journaled batch for the crash test in test_journal.py (run as a subprocess).
+"""A journaled batch for the crash tests of the journal contract suite (run as
+a subprocess).
 
-Usage: python _journal_batch.py DB COUNTER_DIR N GATED_FROM GATE_FILE
+Usage: python _journal_batch.py SPEC COUNTER_DIR N GATED_FROM GATE_FILE LEASE
 
+SPEC is ``sqlite:RUN:PATH`` or ``postgres:RUN:`` (DSN from TAUT_TEST_POSTGRES_DSN).
 Calls ``i < GATED_FROM`` run at once; calls ``i >= GATED_FROM`` wait until
 GATE_FILE exists, so the test can SIGKILL the process at a known point. Every
 execution of a call leaves one file in COUNTER_DIR before the call returns.
+A run whose lease is held by a live (or not yet expired) runner prints
+``busy`` and exits with code 3.
 """
 
 from __future__ import annotations
@@ -14,18 +18,33 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from taut.journal import SqliteJournal
+from taut.journal import JournalBusy, PostgresJournal, SqliteJournal
+
+
+def open_journal(spec: str, lease: float) -> Any:
+    kind, run, path = spec.split(":", 2)
+    if kind == "sqlite":
+        return SqliteJournal(path, run=run, lease=lease)
+    return PostgresJournal(os.environ["TAUT_TEST_POSTGRES_DSN"], run=run, lease=lease)
 
 
 def main() -> None:
-    db, counter_dir, n_text, gated_text, gate = sys.argv[1:6]
+    spec, counter_dir, n_text, gated_text, gate, lease = sys.argv[1:7]
     n, gated_from = int(n_text), int(gated_text)
-    journal = SqliteJournal(db)
+    journal = open_journal(spec, float(lease))
     ids = [f"call-{i}" for i in range(n)]
     # Two reservations: the journal's cursor carries on from the first.
     half = n // 2
-    records = journal.reserve(ids[:half]) + journal.reserve(ids[half:])
+    try:
+        first = journal.reserve(ids[:half])
+    except JournalBusy as exc:
+        print(f"busy {exc}", flush=True)
+        sys.exit(3)
+    second = journal.reserve(ids[half:])
+    assert (first.start, second.start) == (0, half)
+    records = first + second
 
     def call(i: int) -> dict[str, int]:
         name = f"{ids[i]}.{os.getpid()}.{uuid.uuid4().hex}"

@@ -778,6 +778,13 @@ class _Run:
             raise RuntimeError(
                 f"journal.reserve returned {len(records)} records for {len(self.entries)} call ids"
             )
+        # A taut journal says which slots it reserved (a Reservation's start),
+        # decided atomically with the reservation: a concurrent gather on the same
+        # journal object cannot shift them. The cursor read above is the fallback
+        # for third-party journals that return a plain list.
+        start = getattr(records, "start", None)
+        if isinstance(start, int) and not isinstance(start, bool):
+            base = start
         _advance_cursor(self.journal, base, len(self.entries))
         for e, rec in zip(self.entries, records):
             e.position = rec.position if rec is not None else base + e.index

@@ -66,9 +66,10 @@ start() {
     as_server_user "$bin/initdb" -D "$dir/data" -U taut --auth=trust -E UTF8 \
         --no-instructions >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; return 1; }
-    # fsync off: a throw-away test server; durability is PostgreSQL's business.
+    # fsync off by default: a throw-away test server (TAUT_PG_FSYNC=on for
+    # benchmarks that should pay for durability like a real server).
     as_server_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses='' -c unix_socket_directories=$dir -c fsync=off -c max_connections=200" \
+        -o "-c listen_addresses='' -c unix_socket_directories=$dir -c fsync=${TAUT_PG_FSYNC:-off} -c max_connections=200" \
         start >/dev/null \
         || { cat "$dir/server.log" >&2; rm -rf "$dir"; return 1; }
     echo "export TAUT_TEST_POSTGRES_DSN='host=$dir user=taut dbname=postgres'"

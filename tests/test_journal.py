@@ -207,7 +207,7 @@ def test_open_gives_up_when_the_timeout_runs_out(
         sqlite3, "connect", lambda *a, **kw: _LockedAtFirst(real_connect(*a, **kw), [10**9])
     )
     began = time.monotonic()
-    with pytest.raises(JournalError, match="cannot open journal .* database is locked"):
+    with pytest.raises(JournalError, match=r"cannot open journal .* database is locked"):
         SqliteJournal(tmp_path / "j.db", timeout=0.2)
     assert time.monotonic() - began >= 0.2
 

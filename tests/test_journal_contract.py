@@ -131,7 +131,12 @@ def test_concurrent_reservations_get_their_own_slots(store: Store) -> None:
             got: dict[int, Reservation] = {}
             barrier = threading.Barrier(4)
 
-            def grab(k: int, trial: int = trial, barrier: threading.Barrier = barrier) -> None:
+            def grab(
+                k: int,
+                trial: int = trial,
+                barrier: threading.Barrier = barrier,
+                got: dict[int, Reservation] = got,
+            ) -> None:
                 barrier.wait()
                 got[k] = journal.reserve([f"t{trial}-{k}-{i}" for i in range(3)])
 
@@ -173,7 +178,9 @@ def test_concurrent_gathers_on_one_journal_stress(store: Store) -> None:
             for trial in range(trials):
                 barrier = threading.Barrier(2)
 
-                def batch(side: str, trial: int = trial, barrier: threading.Barrier = barrier) -> None:
+                def batch(
+                    side: str, trial: int = trial, barrier: threading.Barrier = barrier
+                ) -> None:
                     ids = [f"{trial}-{side}-{i}" for i in range(2)]
                     handles = [taut.call(work, cid, call_id=cid) for cid in ids]
                     barrier.wait()

@@ -220,8 +220,9 @@ class InMemoryJournal:
             raise JournalError(lease.lost)
         if lease.token is None:
             if run.owner is not None and run.owner != lease.owner and run.expires > now:
-                raise JournalBusy(busy_message("default", "an in-memory journal",
-                                               run.owner, run.expires - now))
+                raise JournalBusy(
+                    busy_message("default", "an in-memory journal", run.owner, run.expires - now)
+                )
             run.token += 1
             lease.token = run.token
             _leases.keep_renewing(self)

@@ -302,8 +302,7 @@ class SqliteJournal:
             def attempt() -> None:
                 conn = self._connection()
                 conn.execute(
-                    "UPDATE taut_runs SET owner = NULL, expires_at = 0 "
-                    "WHERE run = ? AND token = ?",
+                    "UPDATE taut_runs SET owner = NULL, expires_at = 0 WHERE run = ? AND token = ?",
                     (self._run, lease.token),
                 )
 
@@ -391,11 +390,15 @@ class SqliteJournal:
         """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""
 
         def attempt() -> list[Any]:
-            return self._connection().execute(
-                "SELECT position, call_id, status FROM taut_journal WHERE run = ? "
-                "ORDER BY position",
-                (self._run,),
-            ).fetchall()
+            return (
+                self._connection()
+                .execute(
+                    "SELECT position, call_id, status FROM taut_journal WHERE run = ? "
+                    "ORDER BY position",
+                    (self._run,),
+                )
+                .fetchall()
+            )
 
         with self._lock:
             rows = self._retry_busy("read journal", attempt)

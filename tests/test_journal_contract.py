@@ -267,10 +267,60 @@ def test_lease_is_validated(store: Store) -> None:
         store.open(lease=True)
 
 
-# --------------------------------------------------------------------------- crash
 BATCH = Path(__file__).with_name("_journal_batch.py")
+RACE = """
+import os, sys, time
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from _journal_batch import open_journal
+from taut.journal import JournalBusy
+journal = open_journal(sys.argv[1], 30.0)
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.001)
+try:
+    journal.reserve(["a"])
+except JournalBusy:
+    print("busy", flush=True)
+    sys.exit(0)
+print("owner", flush=True)
+sys.stdin.read()  # hold the lease until the test is done
+"""
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_processes_racing_for_one_run_exactly_one_wins(kind: str, tmp_path: Path) -> None:
+    # Before leases, two processes on one SQLite run silently kept only some
+    # outcomes; now exactly one of them owns the run, the others hear so at once.
+    for store in store_fixture(kind, tmp_path):
+        gate = tmp_path / "gate"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACE, store.spec(), str(BATCH), str(gate)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        try:
+            gate.touch()
+            outs = [p.stdout.readline().strip() for p in procs if p.stdout is not None]
+            assert sorted(outs) == ["busy", "busy", "busy", "owner"]
+        finally:
+            for p in procs:
+                p.communicate(timeout=60)
+
+
+def test_a_gather_on_a_busy_run_runs_nothing(store: Store) -> None:
+    owner = store.open()
+    owner.reserve(["x"])
+    ran: list[int] = []
+    with pytest.raises(JournalBusy):
+        taut.gather([taut.call(ran.append, 1)], journal=store.open())
+    assert ran == []
+
+
+# --------------------------------------------------------------------------- crash
 def executions(counter_dir: Path) -> collections.Counter[str]:
     return collections.Counter(name.split(".")[0] for name in os.listdir(counter_dir))
 

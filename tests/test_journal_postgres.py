@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -59,4 +60,29 @@ def test_forked_child_uses_its_own_connection_and_the_parents_survives() -> None
         ]
         again.close()
     finally:
+        drop_run(dsn, run)
+
+
+def test_timeout_is_validated_and_bounds_a_lock_wait() -> None:
+    dsn, run = postgres_dsn(), f"lock-{uuid.uuid4().hex[:8]}"
+    for bad, error in ((float("nan"), ValueError), (True, TypeError), ("5", TypeError)):
+        with pytest.raises(error, match="timeout must"):
+            PostgresJournal(dsn, run=run, timeout=bad)  # type: ignore[arg-type]
+    huge = PostgresJournal(dsn, run=run, timeout=10**400)  # clamped, not an OverflowError
+    huge.close()
+    import psycopg
+
+    journal = PostgresJournal(dsn, run=run, timeout=0.5)
+    try:
+        journal.reserve(["a"])
+        with psycopg.connect(dsn) as blocker:  # a transaction left open on the run's row
+            blocker.execute("SELECT * FROM taut_runs WHERE run = %s FOR UPDATE", (run,))
+            began = time.monotonic()
+            with pytest.raises(JournalError, match="(statement|lock) timeout"):
+                journal.complete(0, "a", "ok", 1, None)
+            assert time.monotonic() - began < 20  # bounded by the timeout, not hanging
+        journal.complete(0, "a", "ok", 1, None)  # the lock is gone: the write goes through
+        assert journal.records() == [(0, "a", "ok")]
+    finally:
+        journal.close()
         drop_run(dsn, run)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
 from taut.journal import lease as _leases
 from taut.journal.lease import Lease, check_lease_seconds
@@ -38,7 +38,7 @@ class JournalRecord(NamedTuple):
     error: BaseException | None
 
 
-class Reservation(list):  # type: ignore[type-arg]
+class Reservation(list[Optional[JournalRecord]]):  # Optional: a runtime base on 3.9
     """What :meth:`Journal.reserve` returns: one entry per call id, in order
     (a :class:`JournalRecord` to replay, or None to run), and ``start``, the
     position of the first slot reserved. The slots are ``positions``:

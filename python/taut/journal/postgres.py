@@ -6,6 +6,7 @@ taut`` never needs it (install it with the ``postgres`` extra).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
+from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.journal import lease as _leases
 from taut.journal.base import (
     PENDING,
@@ -63,6 +65,23 @@ _SCHEMA_LOCK = 0x74617574
 
 _EXPIRES_IN = "EXTRACT(EPOCH FROM expires_at - clock_timestamp())::float8"
 
+_RENEW = (
+    "UPDATE taut_runs SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s),"
+    " owner = %(owner)s WHERE run = %(run)s AND token = %(token)s"
+)
+_SET_OUTCOME = (
+    "UPDATE taut_journal SET status = %(status)s, codec = %(codec)s, value = %(value)s,"
+    " error = %(error)s WHERE run = %(run)s AND position = %(position)s"
+    " AND call_id = %(call_id)s AND status = %(pending)s"
+)
+# The usual outcome write in ONE statement (one round trip, atomic on its own in
+# autocommit mode): the fence renews the lease only while the run still carries
+# our token, and the outcome is written only if the fence matched. A concurrent
+# takeover locks the same taut_runs row, so the two are ordered either way.
+_FENCED_OUTCOME = (
+    f"WITH fence AS ({_RENEW} RETURNING 1) {_SET_OUTCOME} AND EXISTS (SELECT 1 FROM fence)"
+)
+
 _live: weakref.WeakSet[PostgresJournal] = weakref.WeakSet()
 
 
@@ -90,6 +109,11 @@ class PostgresJournal:
     opt in only when everyone who can write the database is trusted (see
     :mod:`taut.journal.codec`).
 
+    ``timeout`` bounds each database operation: connecting, waiting for a
+    lock, running a statement, and (over TCP) a server or network that stops
+    answering; past it the operation raises :class:`JournalError`. ``None``
+    means ``taut.MAX_TIMEOUT``.
+
     One connection per journal object, shared by its threads behind a lock;
     a forked child opens its own connection and writes as the same runner.
     """
@@ -101,10 +125,13 @@ class PostgresJournal:
         run: str = "default",
         lease: float = 30.0,
         codec: str = "json",
+        timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a connection string, got {type(dsn).__name__}")
         self._run = check_run(run)
+        clamped = clamp_timeout(timeout, name="timeout")
+        self._timeout = MAX_TIMEOUT if clamped is None else max(clamped, 0.001)
         self._lease = Lease(check_lease_seconds(lease))
         self._codec = Codec(check_codec(codec))
         self._psycopg = _import_psycopg()
@@ -134,11 +161,28 @@ class PostgresJournal:
     # -- connection ----------------------------------------------------
     def _connect(self) -> Any:
         psycopg = self._psycopg
+        given = psycopg.conninfo.conninfo_to_dict(self._dsn)
+        limits = {
+            # Without these a dead server or network makes a write hang for hours
+            # (TCP's own retries); the DSN's own settings win.
+            "connect_timeout": max(1, math.ceil(self._timeout)),
+            "keepalives_idle": max(1, math.ceil(self._timeout / 3)),
+            "keepalives_interval": max(1, math.ceil(self._timeout / 9)),
+            "keepalives_count": 3,
+            "tcp_user_timeout": math.ceil(self._timeout * 1000),
+        }
+        extra = {k: v for k, v in limits.items() if k not in given}
         try:
-            conn = psycopg.connect(self._dsn, autocommit=True)
+            conn = psycopg.connect(self._dsn, autocommit=True, **extra)
         except psycopg.Error as exc:
             raise JournalError(f"cannot open {self._where}: {exc}") from exc
         try:
+            millis = str(math.ceil(self._timeout * 1000))
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, false),"
+                " set_config('lock_timeout', %s, false)",
+                (millis, millis),
+            )
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 for statement in _SCHEMA:
@@ -228,11 +272,7 @@ class PostgresJournal:
         if lease.lost is not None:
             raise JournalError(lease.lost)
         if lease.token is not None:
-            cur = conn.execute(
-                "UPDATE taut_runs SET expires_at = clock_timestamp() + make_interval(secs => %s),"
-                " owner = %s WHERE run = %s AND token = %s",
-                (lease.seconds, lease.owner, run, lease.token),
-            )
+            cur = conn.execute(_RENEW, self._lease_params())
             if cur.rowcount != 1:
                 lease.lost = stale_message(run, self._where, lease)
                 raise JournalError(lease.lost)
@@ -255,6 +295,15 @@ class PostgresJournal:
         ).fetchone()
         lease.token = int(token)
         _leases.keep_renewing(self)
+
+    def _lease_params(self) -> dict[str, Any]:
+        lease = self._lease
+        return {
+            "lease": lease.seconds,
+            "owner": lease.owner,
+            "run": self._run,
+            "token": lease.token,
+        }
 
     def _renew_lease(self) -> None:
         with self._lock:
@@ -332,17 +381,29 @@ class PostgresJournal:
         error: BaseException | None,
     ) -> None:
         check_outcome(status, error)
-        value_blob = self._codec.dump_value(position, call_id, value)
-        error_blob = self._codec.dump_error(error)
-        run, codec = self._run, self._codec.name
+        run = self._run
+        outcome = {
+            "status": status,
+            "codec": self._codec.name,
+            "value": self._codec.dump_value(position, call_id, value),
+            "error": self._codec.dump_error(error),
+            "run": run,
+            "position": position,
+            "call_id": call_id,
+            "pending": PENDING,
+        }
+        with self._lock:
+            if (
+                self._lease.token is not None
+                and self._lease.lost is None
+                and self._fast_write(outcome)
+            ):
+                return
 
         def body(conn: Any) -> None:
-            cur = conn.execute(
-                "UPDATE taut_journal SET status = %s, codec = %s, value = %s, error = %s"
-                " WHERE run = %s AND position = %s AND call_id = %s AND status = %s",
-                (status, codec, value_blob, error_blob, run, position, call_id, PENDING),
-            )
-            if cur.rowcount == 1:
+            # The first write (it takes the lease), or the fast write did not
+            # match: this finds out why, in one transaction, or writes after all.
+            if conn.execute(_SET_OUTCOME, outcome).rowcount == 1:
                 return
             row = conn.execute(
                 "SELECT call_id, status FROM taut_journal WHERE run = %s AND position = %s",
@@ -357,6 +418,17 @@ class PostgresJournal:
             )
 
         self._execute("record an outcome", body)
+
+    def _fast_write(self, outcome: dict[str, Any]) -> bool:
+        psycopg = self._psycopg
+        conn = self._connection()
+        try:
+            cur = conn.execute(_FENCED_OUTCOME, {**outcome, **self._lease_params()})
+        except psycopg.Error as exc:
+            if conn.broken:
+                self._conn = None  # the next call reconnects
+            raise JournalError(f"cannot record an outcome in {self._where}: {exc}") from exc
+        return bool(cur.rowcount == 1)
 
     def records(self) -> list[tuple[int, str, str]]:
         """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""

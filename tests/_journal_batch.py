@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,14 @@ def main() -> None:
             raise ValueError(f"boom {i}")
         return {"i": i, "square": i * i}
 
+    say_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        # One line at a time: print() writes text and newline separately, and
+        # lines of worker threads would interleave ("done 4done 5").
+        with say_lock:
+            print(line, flush=True)
+
     def run(i: int) -> None:
         try:
             value = call(i)
@@ -65,7 +74,7 @@ def main() -> None:
             journal.complete(i, ids[i], "error", None, exc)
         else:
             journal.complete(i, ids[i], "ok", value, None)
-        print(f"done {i}", flush=True)
+        say(f"done {i}")
 
     with ThreadPoolExecutor(4) as pool:
         futures = []
@@ -73,7 +82,7 @@ def main() -> None:
             if record is None:
                 futures.append(pool.submit(run, i))
             else:
-                print(f"replay {i} {record.status}", flush=True)
+                say(f"replay {i} {record.status}")
         for future in futures:
             future.result()  # a journal write failure must fail the batch
     print("finished", flush=True)

@@ -78,7 +78,7 @@ def test_timeout_is_validated_and_bounds_a_lock_wait() -> None:
         with psycopg.connect(dsn) as blocker:  # a transaction left open on the run's row
             blocker.execute("SELECT * FROM taut_runs WHERE run = %s FOR UPDATE", (run,))
             began = time.monotonic()
-            with pytest.raises(JournalError, match="(statement|lock) timeout"):
+            with pytest.raises(JournalError, match=r"(statement|lock) timeout"):
                 journal.complete(0, "a", "ok", 1, None)
             assert time.monotonic() - began < 20  # bounded by the timeout, not hanging
         journal.complete(0, "a", "ok", 1, None)  # the lock is gone: the write goes through

@@ -9,6 +9,7 @@ where a missing server is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -102,6 +103,9 @@ def store_fixture(kind: str, tmp_path: Path, codec: str | None = None) -> Iterat
         yield store
     finally:
         store.cleanup()
+
+
+journal_store = contextlib.contextmanager(store_fixture)
 
 
 Opener = Callable[..., Any]

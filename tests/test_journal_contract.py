@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _journals import KINDS, Store, store_fixture
+from _journals import KINDS, Store, journal_store, store_fixture
 from _waiting import LONG, wait_until
 
 import taut
@@ -259,6 +259,17 @@ def _takes_lease(journal: Any) -> bool:
     return True
 
 
+def test_a_failed_first_write_does_not_leave_a_phantom_lease(store: Store) -> None:
+    first = store.open()
+    first.reserve(["a"])
+    first.complete(0, "a", "ok", 1, None)
+    again = store.rerun(first)
+    with pytest.raises(JournalError, match="not reserved"):
+        again.complete(5, "zz", "ok", 1, None)  # takes the lease, fails, rolls back
+    got = again.reserve(["a"])  # neither "taken over" nor busy
+    assert got[0] is not None and got[0].value == 1
+
+
 def test_lease_is_validated(store: Store) -> None:
     for bad in (0, -1, float("nan"), None, float("inf")):
         with pytest.raises(ValueError, match="lease must"):
@@ -291,7 +302,7 @@ sys.stdin.read()  # hold the lease until the test is done
 def test_processes_racing_for_one_run_exactly_one_wins(kind: str, tmp_path: Path) -> None:
     # Before leases, two processes on one SQLite run silently kept only some
     # outcomes; now exactly one of them owns the run, the others hear so at once.
-    for store in store_fixture(kind, tmp_path):
+    with journal_store(kind, tmp_path) as store:
         gate = tmp_path / "gate"
         procs = [
             subprocess.Popen(
@@ -309,6 +320,89 @@ def test_processes_racing_for_one_run_exactly_one_wins(kind: str, tmp_path: Path
         finally:
             for p in procs:
                 p.communicate(timeout=60)
+
+
+EXIT_WITHOUT_CLOSE = """
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from _journal_batch import open_journal
+import taut
+journal = open_journal(sys.argv[1], 30.0)
+outs = taut.gather([taut.call(int, "7", call_id="seven")], journal=journal)
+print(outs[0].value, flush=True)
+# no close(): interpreter exit releases the lease
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_runner_that_exits_without_close_releases_its_lease(kind: str, tmp_path: Path) -> None:
+    with journal_store(kind, tmp_path) as store:
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_WITHOUT_CLOSE, store.spec(), str(BATCH)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, "7\n", "")
+        # The 30 s lease was released at exit: the next runner starts at once.
+        [record] = store.open().reserve(["seven"])
+        assert record is not None and record.value == 7
+
+
+FROZEN = """
+import os, signal, sys
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from _journal_batch import open_journal
+from taut.journal import JournalError
+journal = open_journal(sys.argv[1], 1.0)
+journal.reserve(["a", "b"])
+print("owner", flush=True)
+# Freeze here (a GC pause, a stopped VM), outside any transaction: a process
+# frozen inside one would hold SQLite's write lock (docs/SCALE.md).
+os.kill(os.getpid(), signal.SIGSTOP)
+sys.stdin.readline()
+try:
+    journal.complete(1, "b", "ok", "from the frozen runner", None)
+    print("written", flush=True)
+except JournalError as exc:
+    print("refused", exc, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs SIGSTOP and /proc (Linux)")
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_frozen_process_loses_its_run_and_its_late_write_is_refused(
+    kind: str, tmp_path: Path
+) -> None:
+    with journal_store(kind, tmp_path) as store:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FROZEN, store.spec(), str(BATCH)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == "owner\n"
+            wait_until(lambda: _process_state(proc.pid) == "T")
+            fresh = store.open()
+            wait_until(lambda: _takes_lease(fresh))  # its 1 s lease ran out
+            fresh.complete(0, "a", "ok", "A", None)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        out, _ = proc.communicate("go\n", timeout=60)
+        assert out.startswith("refused") and "taken over" in out
+        fresh.complete(1, "b", "ok", "B", None)
+        assert fresh.records() == [(0, "a", "ok"), (1, "b", "ok")]
+        last = store.rerun(fresh).reserve(["a", "b"])
+        assert [r.value for r in last if r is not None] == ["A", "B"]
+
+
+def _process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_gather_on_a_busy_run_runs_nothing(store: Store) -> None:
@@ -340,7 +434,11 @@ def run_batch(
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_sigkill_halfway_then_rerun(kind: str, tmp_path: Path) -> None:
-    store = next(store_fixture(kind, tmp_path))
+    with journal_store(kind, tmp_path) as store:
+        _sigkill_halfway_then_rerun(store, tmp_path)
+
+
+def _sigkill_halfway_then_rerun(store: Store, tmp_path: Path) -> None:
     counter, gate = tmp_path / "counter", tmp_path / "gate"
     counter.mkdir()
     n, gated_from, lease = 40, 20, 2.0
@@ -412,4 +510,3 @@ def test_sigkill_halfway_then_rerun(kind: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, (out, err)
     assert executions(counter) == after
     assert sum(line.startswith("replay") for line in out.splitlines()) == n
-    store.cleanup()

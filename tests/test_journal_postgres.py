@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from _journals import drop_run, postgres_dsn
+from _waiting import wait_until
 
 from taut.journal import JournalError, PostgresJournal
 
@@ -83,6 +84,34 @@ def test_timeout_is_validated_and_bounds_a_lock_wait() -> None:
             assert time.monotonic() - began < 20  # bounded by the timeout, not hanging
         journal.complete(0, "a", "ok", 1, None)  # the lock is gone: the write goes through
         assert journal.records() == [(0, "a", "ok")]
+    finally:
+        journal.close()
+        drop_run(dsn, run)
+
+
+def test_a_dropped_connection_fails_one_write_and_the_next_reconnects() -> None:
+    dsn, run = postgres_dsn(), f"drop-{uuid.uuid4().hex[:8]}"
+    import psycopg
+
+    journal = PostgresJournal(dsn, run=run)
+    try:
+        journal.reserve(["a", "b"])
+        pid = journal._conn.info.backend_pid
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            wait_until(
+                lambda: (
+                    admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+                    ).fetchone()
+                    == (0,)
+                )
+            )
+        with pytest.raises(JournalError, match="cannot record an outcome"):
+            journal.complete(0, "a", "ok", 1, None)  # the failure reaches the caller
+        journal.complete(0, "a", "ok", 1, None)  # a new session, the same runner
+        journal.complete(1, "b", "ok", 2, None)
+        assert journal.records() == [(0, "a", "ok"), (1, "b", "ok")]
     finally:
         journal.close()
         drop_run(dsn, run)

@@ -231,11 +231,13 @@ class InMemoryJournal:
             raise JournalError(lease.lost)
         run.owner = lease.owner
         run.expires = now + lease.seconds
+        lease.held()
 
     def _renew_lease(self) -> None:
         with self._run.lock:
             if self._lease.token is not None and self._run.token == self._lease.token:
                 self._run.expires = time.monotonic() + self._lease.seconds
+                self._lease.held()
 
     def _release_lease(self) -> None:
         with self._run.lock:

@@ -10,12 +10,13 @@ pushes the expiry ahead): a runner whose lease ran out and was taken over
 holds a stale token, and its writes are refused instead of clobbering the new
 owner's slots.
 
-While the runner lives, one daemon thread per process renews the leases of
-all open journal objects every third of their lease, whether or not calls
-are running (an agent that thinks for a minute between two gathers keeps its
-run). ``close()`` and interpreter exit release the lease, so the next run
-starts at once; a runner that dies without that (SIGKILL, power loss, a
-frozen VM) holds the run until its lease expires.
+Every write extends the lease. While the runner lives, one daemon thread per
+process renews the lease of each open journal object that has not written
+for a third of its lease, whether or not calls are running (an agent that
+thinks for a minute between two gathers keeps its run). ``close()`` and
+interpreter exit release the lease, so the next run starts at once; a runner
+that dies without that (SIGKILL, power loss, a frozen VM) holds the run until
+its lease expires.
 
 Expiry is read from the storage's clock: PostgreSQL's ``clock_timestamp()``
 (one clock for every host), the local wall clock for SQLite (one host),
@@ -29,6 +30,7 @@ import math
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from typing import Protocol
@@ -49,14 +51,25 @@ def check_lease_seconds(lease: object) -> float:
 class Lease:
     """The lease state of one journal object."""
 
-    __slots__ = ("lost", "owner", "pid", "seconds", "token")
+    __slots__ = ("lost", "owner", "pid", "renewed", "seconds", "token")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.renewed = 0.0  # time.monotonic() of the last write or renewal that held it
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.token: int | None = None  # None until the first write takes the lease
         self.pid = os.getpid()  # only the process that took the lease releases it
         self.lost: str | None = None  # why this runner may no longer write
+
+    def held(self) -> None:
+        """A write or renewal just proved (and extended) the lease."""
+        self.renewed = time.monotonic()
+
+    def due(self) -> float:
+        # A third of the lease after it was last extended: two renewals may fail
+        # (a slow database, a busy lock) before the lease can run out under a
+        # live runner. A runner that writes often never needs the thread.
+        return self.renewed + self.seconds / 3
 
     def describe(self) -> str:
         return f"owner {self.owner}, token {self.token}"
@@ -104,22 +117,23 @@ def _renew_forever() -> None:
                 return
             journals = list(_journals)
         held = [j for j in journals if j._lease.token is not None and j._lease.lost is None]
-        interval = min((j._lease.seconds for j in held), default=None)
         del journals
-        # A third of the lease: two renewals may fail (a slow database, a busy
-        # lock) before the lease can run out under a live runner.
-        _wake.wait(None if interval is None else interval / 3)
-        _wake.clear()
+        now = time.monotonic()
         for journal in held:
             if _exiting:
                 return
-            try:
-                journal._renew_lease()
-            except Exception:
-                # The next write reports the problem to the caller; a renewal
-                # that failed for a passing reason is retried a third later.
-                pass
+            if journal._lease.due() <= now:
+                try:
+                    journal._renew_lease()
+                except Exception:
+                    # The next write reports the problem to the caller; a renewal
+                    # that failed for a passing reason is retried soon.
+                    journal._lease.renewed = now - journal._lease.seconds / 6
+        due = min((j._lease.due() for j in held), default=None)
         del held
+        # Woken early when a journal takes a new lease (it may be due sooner).
+        _wake.wait(None if due is None else max(due - time.monotonic(), 0.001))
+        _wake.clear()
 
 
 def _release_all_at_exit() -> None:

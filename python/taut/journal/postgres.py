@@ -178,10 +178,13 @@ class PostgresJournal:
             raise JournalError(f"cannot open {self._where}: {exc}") from exc
         try:
             millis = str(math.ceil(self._timeout * 1000))
+            # idle_in_transaction: a runner frozen inside a transaction (a
+            # stopped VM) must not hold the run's row lock, and so the run, for ever.
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false),"
-                " set_config('lock_timeout', %s, false)",
-                (millis, millis),
+                " set_config('lock_timeout', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                (millis, millis, millis),
             )
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -256,12 +259,20 @@ class PostgresJournal:
         psycopg = self._psycopg
         with self._lock:
             conn = self._connection()
+            had_lease = self._lease.token is not None
             try:
                 with conn.transaction():
                     if fenced:
                         self._fence(conn)
-                    return body(conn)
-            except psycopg.Error as exc:
+                    result = body(conn)
+                if fenced:
+                    self._lease.held()  # only a committed write extended the lease
+                return result
+            except BaseException as exc:
+                if fenced and not had_lease:
+                    self._lease.token = None  # the lease taken here was rolled back
+                if not isinstance(exc, psycopg.Error):
+                    raise
                 if conn.broken:
                     self._conn = None  # the next call reconnects
                 raise JournalError(f"cannot {action} in {self._where}: {exc}") from exc
@@ -294,6 +305,7 @@ class PostgresJournal:
             (lease.owner, lease.seconds, run),
         ).fetchone()
         lease.token = int(token)
+        lease.held()
         _leases.keep_renewing(self)
 
     def _lease_params(self) -> dict[str, Any]:
@@ -428,7 +440,10 @@ class PostgresJournal:
             if conn.broken:
                 self._conn = None  # the next call reconnects
             raise JournalError(f"cannot record an outcome in {self._where}: {exc}") from exc
-        return bool(cur.rowcount == 1)
+        if cur.rowcount == 1:
+            self._lease.held()
+            return True
+        return False
 
     def records(self) -> list[tuple[int, str, str]]:
         """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""

@@ -239,16 +239,20 @@ class SqliteJournal:
         def attempt() -> T:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
+            had_lease = self._lease.token is not None
             try:
                 self._fence(conn)
                 result = body(conn)
                 conn.execute("COMMIT")
+                self._lease.held()  # only a committed write extended the lease
             except BaseException:
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
                     except sqlite3.Error:
                         pass
+                if not had_lease:
+                    self._lease.token = None  # the lease taken here was rolled back
                 raise
             return result
 
@@ -281,6 +285,7 @@ class SqliteJournal:
             (run, lease.owner, token, now + lease.seconds),
         )
         lease.token = token
+        lease.held()
         _leases.keep_renewing(self)
 
     def _renew_lease(self) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _journals import Store, store_fixture
@@ -154,3 +155,28 @@ def test_pickle_risk_is_documented() -> None:
     assert "trusted" in (PostgresJournal.__doc__ or "")
     assert pickle.loads(pickle.dumps(JournaledError("a.B", "m"))).original_type == "a.B"
     assert taut.JournaledError is JournaledError
+
+
+def test_json_refuses_a_value_that_contains_itself_without_hanging(tmp_path: Path) -> None:
+    loop: list[object] = [1]
+    loop.append(loop)
+    journal = SqliteJournal(tmp_path / "j.db", codec="json")
+    journal.reserve(["a", "b"])
+    with pytest.raises(JournalError, match=r"call 'a'.*nested more than 200 levels"):
+        journal.complete(0, "a", "ok", loop, None)
+    big = {"rows": [{"i": i, "name": str(i)} for i in range(100_000)]}
+    journal.complete(1, "b", "ok", big, None)  # large but plain: stored
+    journal.close()
+    assert SqliteJournal(tmp_path / "j.db", codec="json").reserve(["a", "b"])[1].value == big
+
+
+class Unserializable(BaseModel):
+    model_config = {"arbitrary_types_allowed": True}
+    lock: Any
+
+
+def test_json_model_that_cannot_dump_is_refused_naming_the_call(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db", codec="json")
+    journal.reserve(["a"])
+    with pytest.raises(JournalError, match=r"call 'a' .*model_dump"):
+        journal.complete(0, "a", "ok", Unserializable(lock=object()), None)

@@ -26,7 +26,7 @@ import json
 import pickle
 import sys
 import traceback
-from typing import Any
+from typing import Any, cast
 
 from taut.journal.base import JournaledError, JournalError
 
@@ -47,23 +47,54 @@ def _type_name(obj: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+_SCALARS = (str, int, float, bool)
+_MAX_DEPTH = 200  # deeper is almost surely a structure that refers to itself
+
+
 def _json_problem(value: object, where: str) -> str | None:
-    """Where ``value`` stops being JSON data, or None when it is JSON data."""
-    stack: list[tuple[object, str]] = [(value, where)]
+    """Where ``value`` stops being JSON data, or None when it is JSON data.
+
+    A quick walk without paths first (values are usually fine and sometimes
+    large); the path to the problem is worked out only when there is one."""
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
-        item, path = stack.pop()
-        if item is None or type(item) in (str, int, float, bool):
+        item, depth = stack.pop()
+        kind = type(item)
+        if item is None or kind in _SCALARS:
             continue
-        if type(item) is list:
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
-        elif type(item) is dict:
-            for key, v in item.items():
-                if type(key) is not str:
-                    return f"{path} has a {type(key).__name__} key {key!r}"
-                stack.append((v, f"{path}[{key!r}]"))
+        if depth < _MAX_DEPTH and kind is list:
+            stack.extend((v, depth + 1) for v in cast("list[Any]", item))
+        elif depth < _MAX_DEPTH and kind is dict:
+            mapping = cast("dict[Any, Any]", item)
+            if not all(type(k) is str for k in mapping):
+                return _locate(value, where, 0)
+            stack.extend((v, depth + 1) for v in mapping.values())
         else:
-            return f"{path} is a {_type_name(item)}"
+            return _locate(value, where, 0)
     return None
+
+
+def _locate(item: object, path: str, depth: int) -> str | None:
+    kind = type(item)
+    if item is None or kind in _SCALARS:
+        return None
+    if depth >= _MAX_DEPTH:
+        return f"{path} is nested more than {_MAX_DEPTH} levels deep (does it contain itself?)"
+    if kind is list:
+        for i, v in enumerate(cast("list[Any]", item)):
+            found = _locate(v, f"{path}[{i}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if kind is dict:
+        for key, v in cast("dict[Any, Any]", item).items():
+            if type(key) is not str:
+                return f"{path} has a {type(key).__name__} key {key!r}"
+            found = _locate(v, f"{path}[{key!r}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return f"{path} is a {_type_name(item)}"
 
 
 def _pydantic_model_type(value: object) -> type[Any] | None:
@@ -92,9 +123,17 @@ class Codec:
                 ) from exc
         model = _pydantic_model_type(value)
         if model is not None:
+            try:
+                data = value.model_dump(mode="json")  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise JournalError(
+                    f"cannot journal the value of call {call_id!r} at position {position} "
+                    f"with the json codec: {model.__qualname__}.model_dump(mode='json') "
+                    f"failed: {exc}"
+                ) from exc
             doc: dict[str, Any] = {
                 "model": f"{model.__module__}:{model.__qualname__}",
-                "data": value.model_dump(mode="json"),  # type: ignore[attr-defined]
+                "data": data,
             }
         else:
             problem = _json_problem(value, "the value")

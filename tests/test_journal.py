@@ -308,3 +308,33 @@ def test_journal_file_is_pickle_trusted_state_documented() -> None:
     assert "trusted local state" in (SqliteJournal.__doc__ or "")
     error = pickle.loads(pickle.dumps(JournaledError("x.Y", "m", "Traceback ...")))
     assert (error.message, error.traceback_text) == ("m", "Traceback ...")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_fork_while_another_thread_holds_the_journal_lock(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with journal._lock:  # a write in progress on another thread at fork time
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 0
+        try:
+            journal.complete(0, "a", "ok", "from child", None)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # the child did not deadlock
+    assert journal.records() == [(0, "a", "ok")]

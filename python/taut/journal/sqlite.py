@@ -6,6 +6,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Callable, TypeVar
@@ -54,6 +55,20 @@ _SCHEMA = (
     ) WITHOUT ROWID
     """,
 )
+
+
+_live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held a journal's lock at the fork;
+    # in the child nobody would ever release it.
+    for journal in list(_live):
+        journal._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -128,6 +143,7 @@ class SqliteJournal:
         self._conn: sqlite3.Connection | None = None
         with self._lock:
             self._connect()
+        _live.add(self)
 
     @property
     def path(self) -> str:

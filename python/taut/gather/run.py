@@ -30,6 +30,7 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
+from taut.gather.remote import DaskStarts, dask_client
 from taut.gather.slots import reserve_slots
 from taut.gather.tasks import (
     Batch,
@@ -175,11 +176,13 @@ class Run:
         self.handles: list[Any] = list(handles)
         self._validate()
         self.batch = Batch(self.executor, self.journal, self.handles)
+        self.batch.interrupt = interrupt
         self.entries = [
             Entry(i, h, h._call_id or f"{default_id(h._fn)}#{i}")
             for i, h in enumerate(self.handles)
         ]
         self.deadline: float | None = None
+        self._remote_fence_up = False
 
     # -- validation ------------------------------------------------------
 
@@ -317,6 +320,9 @@ class Run:
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
             self.batch.deadline = self.deadline
+            client = dask_client(self.executor)
+            if client is not None:
+                self.batch.dask = DaskStarts(client)
         return [e for e in self.entries if e.outcome is None]
 
     def results(self) -> list[Outcome]:
@@ -396,7 +402,7 @@ class Run:
             or self.batch.local
         )
         if not started and not observable:
-            started = True  # cannot see starts in other processes: assume the worst
+            started = self._started_elsewhere(task)
         if started:
             if future is not None:
                 _stop_started(self.executor, future, self.interrupt)
@@ -411,6 +417,33 @@ class Run:
             if e.afuture is not None:
                 e.afuture.cancel()
             self.finish(e, Outcome(e.call_id, "not_started"))
+
+    def _started_elsewhere(self, task: Task) -> bool:
+        """Whether a call in another process may have begun: only a Dask call
+        that had not announced its start once the fence was up surely did not
+        (taut.gather.remote); anything else counts as started."""
+        dask = self.batch.dask
+        if dask is None or task.remote_start is None or not self._remote_fence_up:
+            return True
+        try:
+            return dask.started(task.remote_start)
+        except Exception:  # the scheduler cannot say: assume the worst
+            return True
+
+    def _raise_fences(self) -> None:
+        """Fence the batch here and, on Dask, in every other process."""
+        self.batch.raise_fence()
+        dask = self.batch.dask
+        if dask is not None and not self.batch.local:
+            try:
+                dask.raise_fence()
+                self._remote_fence_up = True
+            except Exception:  # unreachable scheduler: every remote call counts as started
+                self._remote_fence_up = False
+
+    def _clean_up_remote(self) -> None:
+        if self.batch.dask is not None:
+            self.batch.dask.cleanup(fenced=self._remote_fence_up)
 
     def abort(self, unfinished: Iterable[Entry]) -> None:
         """A BaseException is propagating: fence, cancel, keep finished work."""
@@ -482,7 +515,7 @@ class Run:
                 return
             # Fence first: a worker that picks a queued call up from now on
             # finds the fence and returns without running it.
-            self.batch.raise_fence()
+            self._raise_fences()
             now = time.monotonic()
             for e in in_flight.values():
                 self.expire(e, now)
@@ -530,7 +563,10 @@ class Run:
         todo = self.begin()
         if todo:
             start = self._start_inline if in_worker_of(self.executor) else self._start_pooled
-            next(self._steps(todo, start, _wait_for_futures), None)
+            try:
+                next(self._steps(todo, start, _wait_for_futures), None)
+            finally:
+                self._clean_up_remote()
         return self.results()
 
     async def run_async(self) -> list[Outcome]:
@@ -565,4 +601,6 @@ class Run:
                         wait = steps.send(done)
             except StopIteration:
                 pass
+            finally:
+                self._clean_up_remote()
         return self.results()

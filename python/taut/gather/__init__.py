@@ -168,6 +168,8 @@ class Scheduler:
         journal: Journal | None = None,
         interrupt: bool | None = None,
         submit: Submit | None = None,
+        limiter: Any = None,
+        on_slot_wait: Callable[[int], object] | None = None,
     ) -> list[Outcome]:
         """Run ``handles`` and return one :class:`Outcome` each, in input order.
 
@@ -176,11 +178,16 @@ class Scheduler:
         :class:`concurrent.futures.Executor` (default: this scheduler's, else
         taut's shared pool); ``journal`` makes the calls durable;
         ``interrupt=True`` also raises :class:`TimeoutError` in a taut worker
-        whose call timed out. ``submit``, for layers built on a gather (a tool
+        whose call timed out. ``limiter`` (anything with ``acquire(timeout=...)``
+        and ``release()``: a ``threading.BoundedSemaphore``, a
+        ``distributed.Semaphore`` shared by a fleet) gives each call a slot
+        before it starts, within the deadline (:mod:`taut.gather.limits`).
+        ``submit``, for layers built on a gather (a tool
         batch tracks queue positions with it), replaces ``executor.submit``:
         it is called as ``submit(executor, submission)`` with a
-        :class:`Submission` and returns the call's future. See the module
-        documentation for the full contract.
+        :class:`Submission` and returns the call's future; ``on_slot_wait(index)``
+        is told once per call that has to wait for a limiter slot. See the
+        module documentation for the full contract.
         """
         run = Run(
             self,
@@ -191,6 +198,8 @@ class Scheduler:
             journal=journal,
             interrupt=self.interrupt if interrupt is None else interrupt,
             submit=submit,
+            limiter=limiter,
+            on_slot_wait=on_slot_wait,
         )
         return run.run_sync()
 
@@ -203,6 +212,7 @@ class Scheduler:
         executor: cf.Executor | None = None,
         journal: Journal | None = None,
         interrupt: bool | None = None,
+        limiter: Any = None,
     ) -> list[Outcome]:
         """The async twin of :meth:`gather`: coroutine functions run as tasks on
         the running loop, sync functions on ``executor``."""
@@ -214,6 +224,7 @@ class Scheduler:
             executor=executor,
             journal=journal,
             interrupt=self.interrupt if interrupt is None else interrupt,
+            limiter=limiter,
         )
         return await run.run_async()
 

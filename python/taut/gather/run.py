@@ -30,6 +30,7 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
+from taut.gather.limits import Slots, check_limiter
 from taut.gather.remote import DaskStarts, dask_client
 from taut.gather.slots import reserve_slots
 from taut.gather.tasks import (
@@ -53,6 +54,8 @@ __all__ = ["Entry", "Run", "Submit", "in_worker_of"]
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
+# How often a batch short of limiter slots asks again while calls are in flight.
+_SLOT_POLL = 0.02
 
 # How a batch hands one call to its executor; the default submits the task's
 # runnable, a tool batch also tracks queue positions.
@@ -160,8 +163,12 @@ class Run:
         interrupt: bool,
         submit: Submit | None = None,
         what: str = "gather",
+        limiter: Any = None,
+        on_slot_wait: Callable[[int], object] | None = None,
     ) -> None:
         self.timeout = check_timeout(timeout)
+        checked = check_limiter(limiter)
+        self.slots = Slots(checked, on_slot_wait) if checked is not None else None
         self.max_parallel = check_max_parallel(max_parallel)
         self.scheduler = scheduler
         self.executor = executor if executor is not None else scheduler.executor
@@ -486,25 +493,43 @@ class Run:
         queue = deque(todo)
         in_flight: dict[Hashable, Entry] = {}
         limit = self.max_parallel or len(todo)
+        slots = self.slots
         try:
             while queue or in_flight:
+                short_of_slots = False
                 while queue and len(in_flight) < limit and not self._past_deadline():
-                    e = queue.popleft()
+                    e = queue[0]
+                    if slots is not None and not slots.take(
+                        e.index, self._slot_wait(wait is not None and not in_flight)
+                    ):
+                        short_of_slots = True
+                        break
+                    queue.popleft()
                     try:
                         key = start(e)
                     except BaseException:
+                        if slots is not None:
+                            slots.release()
                         queue.appendleft(e)  # aborted with the rest
                         raise
                     if key is not None:
                         in_flight[key] = e
+                        if slots is not None:
+                            slots.release_when_done(e.future if e.future is not None else key)
+                    elif slots is not None:
+                        slots.release()  # it ran inline and is done
                 wait_for: float | None = None
                 if self.deadline is not None:
                     wait_for = self.deadline - time.monotonic()
                     if wait_for <= 0:
                         break  # start nothing after the deadline
                     wait_for = min(wait_for, _WAIT_SLICE)
+                if short_of_slots:  # come back soon to ask the limiter again
+                    wait_for = _SLOT_POLL if wait_for is None else min(wait_for, _SLOT_POLL)
                 if not in_flight:
-                    continue  # everything so far ran inline
+                    if short_of_slots and wait is None:
+                        yield _Wait([], wait_for)  # the async driver sleeps
+                    continue  # everything so far ran inline, or ask for a slot again
                 if wait is not None:
                     done = wait(list(in_flight), wait_for)
                 else:
@@ -524,6 +549,15 @@ class Run:
         except BaseException:
             self.abort([*in_flight.values(), *queue])
             raise
+
+    def _slot_wait(self, may_block: bool) -> float:
+        """How long to wait for a slot now: only while nothing else needs
+        watching (the sync driver, nothing in flight), and never past the deadline."""
+        if not may_block:
+            return 0.0
+        if self.deadline is None:
+            return _WAIT_SLICE
+        return min(max(self.deadline - time.monotonic(), 0.0), _WAIT_SLICE)
 
     # -- starting one call ---------------------------------------------------
 
@@ -592,9 +626,15 @@ class Run:
                 wait = next(steps)
                 while True:
                     try:
-                        done, _ = await asyncio.wait(
-                            wait.pending, timeout=wait.timeout, return_when=asyncio.FIRST_COMPLETED
-                        )
+                        if not wait.pending:  # waiting for a limiter slot
+                            await asyncio.sleep(wait.timeout or 0)
+                            done: set[Any] = set()
+                        else:
+                            done, _ = await asyncio.wait(
+                                wait.pending,
+                                timeout=wait.timeout,
+                                return_when=asyncio.FIRST_COMPLETED,
+                            )
                     except BaseException as exc:  # cancelled: the step aborts the batch
                         wait = steps.throw(exc)
                     else:

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 __all__ = ["Slots", "check_limiter"]
+
+# A huge remaining time must never reach an OS wait in one piece.
+_WAIT_SLICE = 3600.0
 
 
 def check_limiter(limiter: object) -> Any:
@@ -46,9 +50,16 @@ class Slots:
         self._on_wait = on_wait
         self._waited: set[int] = set()
 
-    def take(self, index: int, timeout: float) -> bool:
-        """One slot for call ``index``, waiting at most ``timeout`` seconds."""
-        if self.limiter.acquire(timeout=max(timeout, 0.0)):
+    def take(self, index: int, deadline: float | None, *, may_block: bool) -> bool:
+        """One slot for call ``index``. Waits only when the batch has nothing
+        else to watch (``may_block``), and never past ``deadline``
+        (``time.monotonic()``) nor longer than one wait slice."""
+        timeout = 0.0
+        if may_block:
+            timeout = _WAIT_SLICE
+            if deadline is not None:
+                timeout = min(max(deadline - time.monotonic(), 0.0), _WAIT_SLICE)
+        if self.limiter.acquire(timeout=timeout):
             return True
         if index not in self._waited:
             self._waited.add(index)

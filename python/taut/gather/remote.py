@@ -134,6 +134,7 @@ class DaskStarts:
         self.client = client
         self.fence = f"taut-fence-{uuid.uuid4().hex}"
         self._announced: list[str] = []
+        self._fence_up = False  # raised, as far as the scheduler confirmed
 
     def start_name(self, token: str) -> str:
         name = f"taut-start-{token}-{uuid.uuid4().hex[:8]}"
@@ -141,15 +142,26 @@ class DaskStarts:
         return name
 
     def raise_fence(self) -> None:
-        _client_event(self.fence, self.client).set()
+        try:
+            _client_event(self.fence, self.client).set()
+            self._fence_up = True
+        except Exception:  # unreachable scheduler: every remote call counts as started
+            self._fence_up = False
 
     def started(self, name: str) -> bool:
-        return bool(_client_event(name, self.client).is_set())
+        """Whether the call announced its start; True whenever that cannot be
+        known (no fence confirmed, the scheduler does not answer)."""
+        if not self._fence_up:
+            return True
+        try:
+            return bool(_client_event(name, self.client).is_set())
+        except Exception:
+            return True
 
-    def cleanup(self, fenced: bool) -> None:
+    def cleanup(self) -> None:
         """Drop this batch's events on the scheduler, off the caller's path."""
         names, self._announced = self._announced, []
-        client, fence = self.client, self.fence
+        client, fence, fenced = self.client, self.fence, self._fence_up
 
         async def clear(names: list[str]) -> None:
             for name in names:

@@ -189,7 +189,6 @@ class Run:
             for i, h in enumerate(self.handles)
         ]
         self.deadline: float | None = None
-        self._remote_fence_up = False
 
     # -- validation ------------------------------------------------------
 
@@ -426,31 +425,15 @@ class Run:
             self.finish(e, Outcome(e.call_id, "not_started"))
 
     def _started_elsewhere(self, task: Task) -> bool:
-        """Whether a call in another process may have begun: only a Dask call
-        that had not announced its start once the fence was up surely did not
-        (taut.gather.remote); anything else counts as started."""
+        """Whether a call in another process may have begun (taut.gather.remote)."""
         dask = self.batch.dask
-        if dask is None or task.remote_start is None or not self._remote_fence_up:
-            return True
-        try:
-            return dask.started(task.remote_start)
-        except Exception:  # the scheduler cannot say: assume the worst
-            return True
+        return dask is None or task.remote_start is None or dask.started(task.remote_start)
 
     def _raise_fences(self) -> None:
         """Fence the batch here and, on Dask, in every other process."""
         self.batch.raise_fence()
-        dask = self.batch.dask
-        if dask is not None and not self.batch.local:
-            try:
-                dask.raise_fence()
-                self._remote_fence_up = True
-            except Exception:  # unreachable scheduler: every remote call counts as started
-                self._remote_fence_up = False
-
-    def _clean_up_remote(self) -> None:
-        if self.batch.dask is not None:
-            self.batch.dask.cleanup(fenced=self._remote_fence_up)
+        if self.batch.dask is not None and not self.batch.local:
+            self.batch.dask.raise_fence()
 
     def abort(self, unfinished: Iterable[Entry]) -> None:
         """A BaseException is propagating: fence, cancel, keep finished work."""
@@ -500,7 +483,7 @@ class Run:
                 while queue and len(in_flight) < limit and not self._past_deadline():
                     e = queue[0]
                     if slots is not None and not slots.take(
-                        e.index, self._slot_wait(wait is not None and not in_flight)
+                        e.index, self.deadline, may_block=wait is not None and not in_flight
                     ):
                         short_of_slots = True
                         break
@@ -550,15 +533,6 @@ class Run:
             self.abort([*in_flight.values(), *queue])
             raise
 
-    def _slot_wait(self, may_block: bool) -> float:
-        """How long to wait for a slot now: only while nothing else needs
-        watching (the sync driver, nothing in flight), and never past the deadline."""
-        if not may_block:
-            return 0.0
-        if self.deadline is None:
-            return _WAIT_SLICE
-        return min(max(self.deadline - time.monotonic(), 0.0), _WAIT_SLICE)
-
     # -- starting one call ---------------------------------------------------
 
     def _start_pooled(self, e: Entry) -> cf.Future[Any]:
@@ -600,7 +574,8 @@ class Run:
             try:
                 next(self._steps(todo, start, _wait_for_futures), None)
             finally:
-                self._clean_up_remote()
+                if self.batch.dask is not None:
+                    self.batch.dask.cleanup()
         return self.results()
 
     async def run_async(self) -> list[Outcome]:
@@ -642,5 +617,6 @@ class Run:
             except StopIteration:
                 pass
             finally:
-                self._clean_up_remote()
+                if self.batch.dask is not None:
+                    self.batch.dask.cleanup()
         return self.results()

@@ -45,14 +45,27 @@ functions in the same order, independent of object identities, process ids or
 timing. A handle's id is fixed the first time it is gathered (or awaited, which
 uses index 0); pass ``call_id=`` for ids that must survive reordering.
 
-With an executor whose workers live in other processes (e.g. Dask), the gather
-cannot see when a call starts; it then treats every submitted, unfinished call
-as started at the deadline (``timeout``, so a journaled call is not run twice),
-and cancels its remote future. In-process executors (thread pools, an
-in-process Dask cluster) report starts exactly.
+With an executor whose workers live in other processes, a call carries the
+batch's remaining time (never a clock reading) and runs there inside a
+deadline scope (``taut.remaining()`` works, ``interrupt=True`` interrupts it);
+it never begins after its deadline. On Dask each call announces its start
+before it checks the batch's fence, so at the deadline a call is
+``not_started`` only when it provably never began and never will; every other
+submitted, unfinished call is ``timeout`` (so a journaled call is not run
+twice) and its remote future is cancelled. Other multi-process executors count
+every submitted, unfinished call as started. In-process executors (thread
+pools, an in-process Dask cluster) report starts exactly. See
+:mod:`taut.gather.remote`.
+
+``limiter=`` puts a ceiling shared beyond one pool in front of the calls (a
+``threading.BoundedSemaphore``, a fleet's ``distributed.Semaphore``): a call
+takes a slot within the deadline or is ``not_started``
+(:mod:`taut.gather.limits`).
 
 Layout: :mod:`taut.gather.handles` (handles, outcomes, call ids),
 :mod:`taut.gather.tasks` (what travels to an executor),
+:mod:`taut.gather.remote` (deadlines and starts in other processes),
+:mod:`taut.gather.limits` (limiter slots),
 :mod:`taut.gather.run` (one batch from validation to settling) and this
 module (the scheduler and the module-level ``call``/``gather``/``agather``).
 

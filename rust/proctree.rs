@@ -331,13 +331,18 @@ mod sys {
             return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }));
         }
         let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ENOSYS) | Some(libc::EPERM) => {
-                PIDFD_SUPPORTED.store(false, Ordering::Relaxed);
-                Ok(None)
-            }
-            _ => Err(err),
+        if means_no_pidfds(err.raw_os_error()) {
+            PIDFD_SUPPORTED.store(false, Ordering::Relaxed);
+            return Ok(None);
         }
+        Err(err)
+    }
+
+    /// Whether `pidfd_open` failing with `errno` says that the kernel gives us no
+    /// pidfds at all (ENOSYS before 5.3, EPERM from a seccomp filter; it makes
+    /// no permission check of its own), rather than something about one process.
+    pub fn means_no_pidfds(errno: Option<i32>) -> bool {
+        matches!(errno, Some(libc::ENOSYS) | Some(libc::EPERM))
     }
 
     pub fn pidfd_send_signal(fd: &OwnedFd, sig: i32) -> io::Result<()> {
@@ -630,6 +635,17 @@ pub fn deliver(members: &[Member], sig: i32, own: &Own) -> io::Result<(Vec<ProcI
 /// roots included: this is the second round of a graceful kill, whose roots
 /// were members a moment ago.
 pub fn signal_trees(roots: &[ProcId], sig: i32) -> io::Result<Outcome> {
+    signal_trees_scanning(roots, sig, scan)
+}
+
+/// [`signal_trees`] with the scan of `/proc` given, so that its failures can be
+/// tested: a failed first scan is an error, a failed rescan signals what is
+/// already frozen.
+fn signal_trees_scanning(
+    roots: &[ProcId],
+    sig: i32,
+    mut scan: impl FnMut() -> io::Result<Vec<Stat>>,
+) -> io::Result<Outcome> {
     check_signal(sig)?;
     let mut own = Own::current();
     let root_found = roots
@@ -909,7 +925,7 @@ mod tests {
             st(20, 10, 20, 3),  // root, in a group of its own
             st(21, 20, 20, 3),  // child
             st(22, 21, 22, 22), // grandchild in its own session
-            st(23, 1, 22, 22),  // orphan of 22's session, reparented to init
+            st(23, 1, 23, 22),  // orphan of 22's session (own group), reparented to init
             st(24, 21, 10, 3),  // joined our group: skipped, passed through
             st(25, 24, 25, 25), // its child: still the tree's
             st(26, 1, 20, 3),   // orphan of the root's group
@@ -1011,8 +1027,21 @@ mod tests {
     fn wait_stopped_gives_up_on_processes_that_do_not_stop() {
         let child = spawn("exec sleep 30");
         let id = id_of(&child);
+        let started = Instant::now();
         wait_stopped(&[id], Duration::from_millis(20));
+        // A lower bound only: a busy machine can make the wait longer, never
+        // shorter. Giving up early would signal a tree that is not frozen yet.
+        assert!(started.elapsed() >= Duration::from_millis(20));
         assert!(!read_stat(id.pid).unwrap().is_stopped_or_exited());
+        // A pid that names another process now is not waited for (lopsided:
+        // at once, against a limit of a minute).
+        let other = ProcId {
+            start_time: id.start_time + 1,
+            ..id
+        };
+        let started = Instant::now();
+        wait_stopped(&[other], Duration::from_secs(60));
+        assert!(started.elapsed() < Duration::from_secs(30));
         reap(child);
     }
 
@@ -1069,6 +1098,86 @@ mod tests {
         assert!(was_continued(id.pid));
         assert!(is_running(id));
         reap(child);
+    }
+
+    #[test]
+    fn a_failed_scan_is_an_error_first_and_the_end_of_the_freeze_later() {
+        let child = spawn("exec sleep 30");
+        let id = id_of(&child);
+        let no_proc = || Err(io::Error::from_raw_os_error(libc::ENOENT));
+        let err = signal_trees_scanning(&[id], libc::SIGKILL, no_proc).unwrap_err();
+        assert_eq!(
+            errno_of(&err),
+            Some((
+                libc::ENOENT,
+                "No such file or directory (reading /proc)".to_owned()
+            ))
+        );
+        assert!(is_running(id));
+        // The first scan works, the rescan fails: what was frozen is signalled.
+        let mut scans = 0;
+        let once = || {
+            scans += 1;
+            if scans == 1 {
+                scan()
+            } else {
+                no_proc()
+            }
+        };
+        let outcome = signal_trees_scanning(&[id], libc::SIGKILL, once).unwrap();
+        assert_eq!(outcome.signalled, vec![id]);
+        reap(child);
+    }
+
+    #[test]
+    fn rescans_until_a_round_finds_nobody_new() {
+        // b shows up as a's child only from the second scan on, as a process
+        // forked between the first scan and a's stop would: it is frozen in
+        // round 1, so a round 2 must look for what b may have forked.
+        let (a, b) = (spawn("exec sleep 30"), spawn("exec sleep 30"));
+        let (a_id, b_id) = (id_of(&a), id_of(&b));
+        let mut scans = 0;
+        let staged = || {
+            scans += 1;
+            let mut stats = scan()?;
+            stats.retain(|s| s.pid != b_id.pid);
+            if scans > 1 {
+                stats.push(Stat {
+                    ppid: a_id.pid,
+                    ..read_stat(b_id.pid).unwrap()
+                });
+            }
+            Ok(stats)
+        };
+        let outcome = signal_trees_scanning(&[a_id], libc::SIGKILL, staged).unwrap();
+        assert_eq!(outcome.signalled, vec![a_id, b_id]);
+        assert_eq!(scans, 3);
+        // Nothing new after the first round: one rescan, also when nothing was
+        // stopped (SIGCONT freezes nothing).
+        let c = spawn("exec sleep 30");
+        for sig in [libc::SIGCONT, libc::SIGKILL] {
+            let mut scans = 0;
+            let counted = || {
+                scans += 1;
+                scan()
+            };
+            let outcome = signal_trees_scanning(&[id_of(&c)], sig, counted).unwrap();
+            assert_eq!(outcome.signalled, vec![id_of(&c)]);
+            assert_eq!(scans, 2, "signal {sig}");
+        }
+        for child in [a, b, c] {
+            reap(child);
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_enosys_and_eperm_mean_no_pidfds() {
+        assert!(sys::means_no_pidfds(Some(libc::ENOSYS)));
+        assert!(sys::means_no_pidfds(Some(libc::EPERM)));
+        assert!(!sys::means_no_pidfds(Some(libc::ESRCH)));
+        assert!(!sys::means_no_pidfds(Some(libc::EMFILE)));
+        assert!(!sys::means_no_pidfds(None));
     }
 
     #[test]

@@ -1172,6 +1172,23 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    fn uses_pidfds_where_the_kernel_gives_them() {
+        // Asked of the kernel directly, so the test holds on kernels without
+        // pidfds too: there the start-time check is the fallback.
+        // SAFETY: pidfd_open of our own pid; the descriptor is closed at once.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0 as libc::c_uint) };
+        let child = spawn("exec sleep 30");
+        let (member, _) = Member::open(id_of(&child)).unwrap();
+        if fd >= 0 {
+            // SAFETY: the kernel just gave us this descriptor.
+            unsafe { libc::close(fd as i32) };
+            assert!(member.has_pidfd());
+        }
+        reap(child);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
     fn only_enosys_and_eperm_mean_no_pidfds() {
         assert!(sys::means_no_pidfds(Some(libc::ENOSYS)));
         assert!(sys::means_no_pidfds(Some(libc::EPERM)));

@@ -2,11 +2,13 @@
 //! Python module `taut._core`; the logic lives in one file per concern.
 
 pub mod pool;
+mod py_loop;
 mod py_pool;
 
 use pyo3::prelude::*;
 
 pub mod clamp;
+pub mod gil;
 mod py_clamp;
 mod py_timer;
 pub mod timer;
@@ -19,7 +21,12 @@ mod _core {
     use pyo3::prelude::*;
 
     #[pymodule_export]
+    use crate::py_loop::LoopChannel;
+    #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
+
+    #[pymodule_export]
+    use crate::gil::{_close_gil_gate, _gil_gate_after_fork, _gil_gate_closed, _set_main_thread};
 
     #[pymodule_export]
     const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;
@@ -27,8 +34,8 @@ mod _core {
     use crate::py_clamp::clamp_timeout;
     #[pymodule_export]
     use crate::py_timer::{
-        _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_probe, _timer_shutdown,
-        monotonic, Deadline,
+        _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_next_callback,
+        _timer_probe, _timer_shutdown, monotonic, Deadline,
     };
 
     #[pymodule_export]

@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
+use crate::gil;
 use crate::proctree::{self, ProcId};
 use crate::py_timer::Deadline;
 
@@ -138,9 +139,8 @@ pub fn signal_process_tree(
     start_time: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<Signalled>> {
     let (pid, sig, start_time) = (pid_arg(pid)?, sig_arg(sig)?, start_time_arg(start_time)?);
-    let outcome = py
-        .detach(|| proctree::signal_tree(pid, sig, start_time))
-        .map_err(to_py_err)?;
+    let outcome =
+        gil::detach(py, || proctree::signal_tree(pid, sig, start_time)).map_err(to_py_err)?;
     Ok(outcome
         .root_found
         .then(|| (pairs(outcome.signalled), pairs(outcome.skipped))))
@@ -155,9 +155,7 @@ pub fn signal_process_trees(
     sig: &Bound<'_, PyAny>,
 ) -> PyResult<Signalled> {
     let (roots, sig) = (ids_arg(procs)?, sig_arg(sig)?);
-    let outcome = py
-        .detach(|| proctree::signal_trees(&roots, sig))
-        .map_err(to_py_err)?;
+    let outcome = gil::detach(py, || proctree::signal_trees(&roots, sig)).map_err(to_py_err)?;
     Ok((pairs(outcome.signalled), pairs(outcome.skipped)))
 }
 
@@ -165,7 +163,7 @@ pub fn signal_process_trees(
 #[pyfunction]
 pub fn running_processes(py: Python<'_>, procs: &Bound<'_, PyAny>) -> PyResult<Vec<(i32, u64)>> {
     let procs = ids_arg(procs)?;
-    Ok(pairs(py.detach(|| {
+    Ok(pairs(gil::detach(py, || {
         procs
             .into_iter()
             .filter(|p| proctree::is_running(*p))

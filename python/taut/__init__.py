@@ -8,8 +8,9 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
+from taut._asyncio import to_thread
 from taut._core import __version__
-from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
+from taut.bounded import run_bounded_async, run_bounded_sync
 from taut.config import (
     ConfigWarning,
     TautConfig,
@@ -57,6 +58,7 @@ from taut.journal import (
     SqliteJournal,
 )
 from taut.process import ProcessResult, kill_process_tree, run_process
+from taut.stats import TautStats, stats
 from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
 
 __all__ = [
@@ -108,5 +110,6 @@ __all__ = [
     "run_process",
     "sequential_call_timeout",
     "stats",
+    "to_thread",
     "tool_workers",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "check_optional_count",
     "check_timeout",
     "describe",
+    "int_millis",
     "wait_slice",
 ]
 
@@ -150,6 +151,16 @@ def check_optional_count(value: object, name: str, *, minimum: int) -> int | Non
 def check_max_parallel(max_parallel: object) -> int | None:
     """How many calls of a batch may run at once: an int >= 1, or ``None`` for all."""
     return check_optional_count(max_parallel, "max_parallel", minimum=1)
+
+
+INT_MILLIS_MAX = 2**31 - 1
+
+
+def int_millis(seconds: float) -> int:
+    """``seconds`` as the ``int`` of milliseconds that SQLite's busy timeout
+    and PostgreSQL's/libpq's timeouts take, rounded up and capped at their
+    limit (24.8 days); sqlite3 silently turns a larger value into 0."""
+    return min(math.ceil(max(seconds, 0.0) * 1000), INT_MILLIS_MAX)
 
 
 def wait_slice(seconds: float | None) -> float | None:

@@ -523,7 +523,9 @@ def test_async_with_needs_a_task() -> None:
 
 def test_plain_with_interrupt_is_rejected_in_a_task() -> None:
     async def main() -> None:
-        with pytest.raises(ValueError, match="interrupt=True cannot be used inside an asyncio task"):
+        with pytest.raises(
+            ValueError, match="interrupt=True cannot be used inside an asyncio task"
+        ):
             with fail_after(LONG, interrupt=True):
                 pass
         assert taut.remaining() is None

@@ -18,10 +18,12 @@ is to ignore it: a signal that arrives after the user's handler is back does
 no harm, and nothing in the standard library uses it. A ``SIGURG`` that taut
 did not send is passed on to the user's handler.
 
-The handler never raises inside taut's own scope entry/exit code (that code
+The signal is sent again (after 1 ms, backing off to 50 ms) until the
+interrupt has been raised or the scope closed: a signal that lands between
+the GIL's release and the start of the system call interrupts nothing. The
+handler never raises inside taut's own scope entry/exit code (that code
 decides from the clock anyway, and an exception there would leave the scope
-half-closed); it asks for the signal to be sent again instead, so a scope
-still due is interrupted once control is back in the user's code.
+half-closed); the next signal lands once control is back in the user's code.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ _active: list[_Interruptible] = []
 _previous: Any = None
 # True between a pthread_kill of ours and the handler run that consumes it.
 _sent = False
+_RESEND_FIRST_S = 0.001
+_RESEND_MAX_S = 0.05
 # Code objects of scope entry/exit: the handler must not raise in them.
 _protected: set[CodeType] = set()
 
@@ -115,16 +119,20 @@ def _send() -> None:
     signal.pthread_kill(main, SIGNAL)
 
 
-def _send_if_due(scope: _Interruptible) -> None:
+def _send_if_due(scope: _Interruptible, attempt: int = 0) -> None:
     """On the callback thread, GIL held: the main thread cannot close the scope
-    between this check and the signal's arrival."""
+    between this check and the signal's arrival.
+
+    Sent again, 1 ms later and then backing off to every 50 ms, until the
+    interrupt was raised or the scope closed: a signal that arrives after the
+    main thread released the GIL for a blocking call but before the system
+    call itself began interrupts nothing (its C handler ran already), and
+    this thread runs exactly when the GIL is released."""
     if scope in _active and scope._interrupt_due():
         _send()
-
-
-def _send_again() -> None:
-    if any(s._interrupt_due() for s in _active):
-        _send()
+        delay = min(_RESEND_MAX_S, _RESEND_FIRST_S * 2**attempt)
+        retry = _core.Deadline(_core.monotonic() + delay)
+        retry.call_soon(lambda: _send_if_due(scope, attempt + 1))
 
 
 def _in_scope_machinery(frame: FrameType | None) -> bool:
@@ -144,8 +152,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             _forward(signum, frame)
         return
     if _in_scope_machinery(frame):
-        # Through the callback thread, so that it lands after this code.
-        _core.Deadline(_core.monotonic()).call_soon(_send_again)
+        # The scope's repeated signal lands once this code has returned.
         return
     raise due._interrupt_error()
 

@@ -6,21 +6,44 @@ Every scope arms one ``taut._core.Deadline`` on the process's Rust timer
 thread, so expiry is noticed on time without the GIL and without an event
 loop:
 
-- ``with`` scopes: ``scope.expired`` is a cheap flag for cooperative code;
-  with ``interrupt=True`` the timer has ``DeadlineExpired`` raised inside the
-  block's Python code at its next bytecode boundary (not inside a blocking C
-  call, and a bare ``except:`` in the block can swallow it). ``fail_*``
-  scopes raise ``DeadlineExpired`` on exit if the deadline expired.
-- ``async with`` scopes: at expiry the timer thread writes a byte to a
-  socket the running loop watches (no GIL needed to wake it), and the loop
-  cancels the task as ``asyncio.timeout`` does; ``fail_*`` scopes turn that
-  cancellation into ``DeadlineExpired``. This fires even when asyncio's own
-  timers are starved; a loop blocked by synchronous code is
-  ``run_bounded_async``'s concern.
+- ``with`` scopes: ``scope.expired`` is a cheap flag for cooperative code.
+  ``fail_*`` scopes raise ``DeadlineExpired`` on exit if the deadline passed.
+  With ``interrupt=True`` the deadline also interrupts the block:
 
-Scopes keep the effective deadline (the earliest of all enclosing scopes) in a
-``contextvars.ContextVar``, so ``remaining()`` works in nested code and in
-worker threads that run in a copy of the caller's context.
+  * on the main thread (POSIX), the timer's callback thread sends ``SIGURG``
+    to it, so a blocking call (``time.sleep``, ``socket.recv``, ``select``,
+    ``subprocess.wait``, ``lock.acquire``) returns with EINTR and taut's
+    handler raises ``DeadlineExpired`` there; pure-Python code is interrupted
+    the same way. A ``SIGURG`` handler the user had is kept, receives the
+    ``SIGURG`` taut did not send, and is put back when the last such scope
+    closes (see ``taut._signal_interrupt``);
+  * on other threads, and where ``signal.pthread_kill`` is missing (Windows)
+    or a ``SIGURG`` handler was installed from C, the timer has
+    ``DeadlineExpired`` raised at the block's next bytecode boundary: pure
+    Python code only; a blocking C call finishes first.
+
+  Either way a bare ``except:`` in the block can swallow the interrupt (the
+  exit still raises for ``fail_*`` scopes).
+- Inside a running asyncio task, ``async with`` and a plain ``with`` (anyio's
+  form) behave alike: at expiry the timer thread writes a byte to a socket
+  the running loop watches (no GIL needed to wake it), and the loop cancels
+  the task as ``asyncio.timeout`` does; ``fail_*`` scopes turn that
+  cancellation into ``DeadlineExpired`` (a foreign exception raised while the
+  cancellation unwinds gets the ``DeadlineExpired``, caused by the
+  ``CancelledError``, in its ``__context__`` chain, as with
+  ``asyncio.timeout`` on CPython 3.12+). This fires even when asyncio's own
+  timers are starved; a loop blocked by synchronous code is
+  ``run_bounded_async``'s concern. ``interrupt=True`` is refused in a task.
+
+A deadline already past at entry is expired at once: ``expired``, the exit
+decision and the first ``await`` of a task all compare the clock with the
+deadline rather than wait for the timer thread.
+
+Scopes nest: each links to the scope it was entered in, kept in a
+``contextvars.ContextVar``, so ``remaining()`` (the earliest deadline of all
+enclosing scopes) works in nested code and in worker threads that run in a
+copy of the caller's context. Exiting a scope while a scope entered inside it
+is still open raises ``RuntimeError`` (as trio does) and closes the inner one.
 
 Testing without waiting: scopes read time through a module-level clock,
 ``time.monotonic`` by default. ``set_clock(fake)`` swaps it (and returns the
@@ -682,9 +705,11 @@ def fail_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """A scope that raises ``DeadlineExpired`` on exit if ``seconds`` (counted
-    from entry; clamped by ``clamp_timeout``; ``None`` = unbounded) passed.
-    ``interrupt=True`` (``with`` only) raises it inside the block's Python
-    code at expiry."""
+    from entry; clamped by ``clamp_timeout``; ``None`` = unbounded; ``<= 0``
+    = already expired) passed; inside an asyncio task it cancels the task at
+    expiry. ``interrupt=True`` (``with`` outside a task only) raises it inside
+    the block at expiry: on the main thread even inside a blocking call, on
+    other threads at the next bytecode (see the module docstring)."""
     return _scope(clamp_timeout(seconds, name="seconds"), None, True, label, interrupt)
 
 

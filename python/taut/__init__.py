@@ -43,6 +43,7 @@ from taut.gather import (
     Call,
     GatherRejected,
     Outcome,
+    OutcomeStatus,
     Scheduler,
     agather,
     call,
@@ -57,7 +58,7 @@ from taut.journal import (
     SqliteJournal,
 )
 from taut.process import ProcessResult, kill_process_tree, run_process
-from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
+from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -75,6 +76,7 @@ __all__ = [
     "JournalRecord",
     "JournaledError",
     "Outcome",
+    "OutcomeStatus",
     "PlanningConstraints",
     "PoolStats",
     "ProcessResult",
@@ -88,6 +90,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "ToolRunner",
+    "ToolStatus",
     "__version__",
     "agather",
     "call",

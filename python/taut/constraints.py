@@ -207,6 +207,23 @@ class PlanningConstraints(BaseModel):
         description="Hard limits per resource (e.g. {'usd': 2.5, 'tokens': 100000}).",
     )
 
+    if TYPE_CHECKING:
+        # For type checkers only: what the validators accept (pydantic's
+        # generated signature would demand a timedelta and every field).
+        def __init__(
+            self,
+            *,
+            time_budget: timedelta | float | str | None = None,
+            max_agents: int | None = None,
+            weights: Mapping[str, float] = ...,
+            cost_budgets: Mapping[str, float] = ...,
+            timeBudget: timedelta | float | str | None = None,  # the YAML/JSON aliases work too
+            maxAgents: int | None = None,
+            resourceLimit: int | None = None,
+            resource_limit: int | None = None,
+            costBudgets: Mapping[str, float] = ...,
+        ) -> None: ...
+
     @field_validator("time_budget", mode="before")
     @classmethod
     def _budget_before(cls, value: object) -> object:

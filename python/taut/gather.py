@@ -69,12 +69,13 @@ import weakref
 from collections import deque
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generic, Protocol, TypeVar, cast
+from typing import Any, Callable, Generic, Literal, Protocol, TypeVar, cast
 
 __all__ = [
     "Call",
     "GatherRejected",
     "Outcome",
+    "OutcomeStatus",
     "Scheduler",
     "agather",
     "call",
@@ -97,6 +98,10 @@ class GatherRejected(ValueError):
     enclosing gather."""
 
 
+OutcomeStatus = Literal["ok", "error", "timeout", "not_started", "cancelled"]
+"""How a gathered call ended: the values of :attr:`Outcome.status`."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one gathered call.
@@ -112,7 +117,7 @@ class Outcome:
     """
 
     call_id: str
-    status: str
+    status: OutcomeStatus
     value: Any = None
     error: BaseException | None = None
     started: bool = False

@@ -29,12 +29,12 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, _check_timeout, _Run, _Task
 
-__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner"]
+__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
 
 _log = logging.getLogger("taut.tools")
 
@@ -78,6 +78,10 @@ class ToolCall:
             )
 
 
+ToolStatus = Literal["ok", "error", "timeout"]
+"""How a tool call ended: the values of :attr:`ToolResult.status`."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """The result of one tool call, in the shape a model consumes.
@@ -90,7 +94,7 @@ class ToolResult:
 
     call_id: str
     name: str
-    status: str
+    status: ToolStatus
     text: str
     value: Any = None
     error: BaseException | None = None

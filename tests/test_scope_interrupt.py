@@ -40,6 +40,7 @@ def _on_main_thread() -> None:
 
 def _assert_interrupted(block: Callable[[], object]) -> None:
     _on_main_thread()
+    before = signal.getsignal(signal.SIGURG)
     t0 = time.monotonic()
     with pytest.raises(DeadlineExpired) as info:
         with fail_after(BUDGET, "blocking", interrupt=True):
@@ -47,7 +48,7 @@ def _assert_interrupted(block: Callable[[], object]) -> None:
     assert time.monotonic() - t0 < LONG / 3
     assert type(info.value) is DeadlineExpired
     assert info.value.label == "blocking"
-    assert signal.getsignal(signal.SIGURG) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGURG) is before
 
 
 def test_time_sleep_is_interrupted() -> None:
@@ -141,12 +142,13 @@ def _assert_interrupted_keeping(handler: Callable[[int, FrameType | None], objec
 
 
 def test_nested_interrupt_scopes_restore_once_at_the_outermost_exit() -> None:
+    before = signal.getsignal(signal.SIGURG)
     with fail_after(LONG, interrupt=True):
         with move_on_after(BUDGET, interrupt=True) as inner:
             time.sleep(LONG)
         assert inner.expired
         assert signal.getsignal(signal.SIGURG) is _signal_interrupt._handler
-    assert signal.getsignal(signal.SIGURG) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGURG) is before
 
 
 def test_no_signal_after_a_scope_ends_in_time() -> None:
@@ -196,6 +198,7 @@ def test_other_threads_keep_the_asynchronous_exception() -> None:
     """Off the main thread no signal handler can run: a blocking call there
     finishes, and the interrupt lands at the next bytecode after it."""
     outcome: list[tuple[str, float]] = []
+    before = signal.getsignal(signal.SIGURG)
 
     def worker() -> None:
         t0 = time.monotonic()
@@ -214,4 +217,4 @@ def test_other_threads_keep_the_asynchronous_exception() -> None:
     kind, elapsed = outcome[0]
     assert kind == "expired"
     assert elapsed >= BUDGET * 6  # the sleep was not cut short
-    assert signal.getsignal(signal.SIGURG) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGURG) is before  # no handler from another thread

@@ -218,3 +218,16 @@ def test_other_threads_keep_the_asynchronous_exception() -> None:
     assert kind == "expired"
     assert elapsed >= BUDGET * 6  # the sleep was not cut short
     assert signal.getsignal(signal.SIGURG) is before  # no handler from another thread
+
+
+def test_a_handler_installed_inside_the_scope_is_left_alone() -> None:
+    def programs_handler(signum: int, frame: FrameType | None) -> None:
+        pass
+
+    before = signal.getsignal(signal.SIGURG)
+    try:
+        with fail_after(LONG, interrupt=True):
+            signal.signal(signal.SIGURG, programs_handler)
+        assert signal.getsignal(signal.SIGURG) is programs_handler
+    finally:
+        signal.signal(signal.SIGURG, before)

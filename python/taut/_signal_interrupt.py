@@ -105,6 +105,8 @@ def disarm(scope: _Interruptible) -> None:
     if not _active:
         assert SIGNAL is not None
         previous, _previous = _previous, None
+        if signal.getsignal(SIGNAL) is not _handler:
+            return  # replaced meanwhile by the program: its handler stays
         # signal.signal first runs pending handlers: a signal of ours still
         # pending is consumed by _handler here (and ignored, nothing is due).
         signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)

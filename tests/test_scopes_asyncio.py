@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import sys
+import threading
 import time
 from collections.abc import Coroutine
 from types import TracebackType
@@ -521,16 +522,46 @@ def test_async_with_needs_a_task() -> None:
         loop.close()
 
 
-def test_plain_with_interrupt_is_rejected_in_a_task() -> None:
+def test_plain_with_interrupt_in_a_task_interrupts_sync_code_without_cancelling() -> None:
+    """interrupt=True marks a synchronous block (a gather runs a sync call
+    inline this way): it is interrupted on its thread, even while it blocks
+    the loop, and the task is not cancelled."""
+
     async def main() -> None:
-        with pytest.raises(
-            ValueError, match="interrupt=True cannot be used inside an asyncio task"
-        ):
-            with fail_after(LONG, interrupt=True):
-                pass
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExpired):
+            with fail_after(SHORT, interrupt=True):
+                time.sleep(LONG)  # blocks the loop: main thread, so SIGURG ends it
+        assert time.monotonic() - t0 < LONG / 3
         assert taut.remaining() is None
+        await asyncio.sleep(SHORT * 5)  # no stray cancellation
+        task = asyncio.current_task()
+        assert task is not None
+        if sys.version_info >= (3, 11):
+            assert task.cancelling() == 0
 
     run(main)
+
+
+def test_plain_with_interrupt_in_a_task_on_a_worker_thread() -> None:
+    """The gather's inline form: an event loop on a worker thread runs a sync
+    call under ``move_on_at(..., interrupt=True)``; it is stopped on time."""
+
+    async def main() -> bool:
+        with move_on_after(SHORT, interrupt=True) as scope:
+            end = time.monotonic() + LONG
+            while time.monotonic() < end:
+                pass
+        await asyncio.sleep(0)
+        return scope.expired
+
+    results: list[bool] = []
+    worker = threading.Thread(target=lambda: results.append(asyncio.run(main())))
+    t0 = time.monotonic()
+    worker.start()
+    worker.join(LONG * 2)
+    assert results == [True]
+    assert time.monotonic() - t0 < LONG / 3
 
 
 def test_plain_with_outside_a_task_does_not_cancel() -> None:

@@ -33,7 +33,9 @@ loop:
   ``CancelledError``, in its ``__context__`` chain, as with
   ``asyncio.timeout`` on CPython 3.12+). This fires even when asyncio's own
   timers are starved; a loop blocked by synchronous code is
-  ``run_bounded_async``'s concern. ``interrupt=True`` is refused in a task.
+  ``run_bounded_async``'s concern. A plain ``with`` with ``interrupt=True``
+  is for synchronous code and keeps the thread interrupt even in a task
+  (which is then not cancelled): it can rescue a loop blocked by that code.
 
 A deadline already past at entry is expired at once: ``expired``, the exit
 decision and the first ``await`` of a task all compare the clock with the
@@ -257,8 +259,9 @@ class DeadlineScope:
     Inside a running asyncio task, ``with`` and ``async with`` behave alike:
     at expiry the task is cancelled (the cancellation becomes
     ``DeadlineExpired`` for ``fail_*`` scopes and is swallowed by
-    ``move_on_*`` scopes). Elsewhere, ``with`` raises on exit, and with
-    ``interrupt=True`` also inside the block."""
+    ``move_on_*`` scopes). Elsewhere, and with ``interrupt=True`` (synchronous
+    code in the block), ``with`` raises on exit and, with ``interrupt=True``,
+    also inside the block."""
 
     __slots__ = (
         "__weakref__",
@@ -452,12 +455,10 @@ class DeadlineScope:
     # -- with ---------------------------------------------------------------
 
     def __enter__(self) -> DeadlineScope:
-        running = _running_task()
-        if running is not None and self._interrupt:
-            raise ValueError(
-                "interrupt=True cannot be used inside an asyncio task: the scope "
-                "cancels the task at expiry instead"
-            )
+        # interrupt=True says the block is synchronous code (the gather runs a
+        # sync call inline this way, even on an event loop's thread): it is
+        # interrupted on its thread, and the task is not cancelled.
+        running = None if self._interrupt else _running_task()
         self._enter()
         if running is not None:
             self._attach(*running)

@@ -506,15 +506,52 @@ def test_misnesting_three_deep_restores_the_outermost(clock: FakeClock) -> None:
     assert remaining() is None
 
 
-def test_exit_in_another_context_leaves_nothing_stale(clock: FakeClock) -> None:
-    scope = fail_after(5)
-    scope.__enter__()
-    assert remaining() == 5.0
-    # Exited from a copy of the context (e.g. a generator finalised elsewhere).
-    contextvars.copy_context().run(scope.__exit__, None, None, None)
+def test_exit_in_another_context_is_quiet(clock: FakeClock) -> None:
+    def body() -> None:
+        scope = fail_after(5)
+        scope.__enter__()
+        # Exited from a copy of this context (e.g. a generator finalised
+        # elsewhere): no error, and that copy is unbounded again. This context
+        # cannot be changed from there, so it keeps the deadline (as a worker
+        # running in a copy of it would).
+        after: list[float | None] = []
+        contextvars.copy_context().run(
+            lambda: (scope.__exit__(None, None, None), after.append(remaining()))
+        )
+        assert after == [None]
+        assert remaining() == 5.0
+
+    contextvars.copy_context().run(body)  # keeps the test's own context clean
     assert remaining() is None
-    with fail_after(7):
-        assert remaining() == 7.0
+
+
+def test_worker_context_stays_bounded_after_the_callers_scope_closes(clock: FakeClock) -> None:
+    with fail_after(5):
+        worker_context = contextvars.copy_context()
+    # The caller has left its scope; work it started in a copy of its context
+    # (an abandoned worker, say) is still bounded: at the deadline, 0 s left,
+    # never "unbounded".
+    assert remaining() is None
+    assert worker_context.run(remaining) == 5.0
+    clock.advance(6)
+    assert worker_context.run(remaining) == 0.0
+
+    def nested() -> float | None:
+        with fail_after(100):
+            return remaining()
+
+    assert worker_context.run(nested) == 0.0
+
+
+def test_misnested_scopes_do_not_bound_copied_contexts(clock: FakeClock) -> None:
+    outer = fail_after(100)
+    outer.__enter__()
+    inner = fail_after(5)
+    inner.__enter__()
+    copied = contextvars.copy_context()
+    with pytest.raises(RuntimeError):
+        outer.__exit__(None, None, None)
+    assert copied.run(remaining) == 100.0  # the abandoned inner scope is gone
 
 
 # -- repr ------------------------------------------------------------------------------

@@ -44,8 +44,11 @@ deadline rather than wait for the timer thread.
 Scopes nest: each links to the scope it was entered in, kept in a
 ``contextvars.ContextVar``, so ``remaining()`` (the earliest deadline of all
 enclosing scopes) works in nested code and in worker threads that run in a
-copy of the caller's context. Exiting a scope while a scope entered inside it
-is still open raises ``RuntimeError`` (as trio does) and closes the inner one.
+copy of the caller's context; such a worker stays bounded by the caller's
+deadline even after the caller's scope has closed (``remaining()`` says 0
+once it passed, never "unbounded"). Exiting a scope while a scope entered
+inside it is still open raises ``RuntimeError`` (as trio does) and closes the
+inner one, which then bounds nothing any more.
 
 Testing without waiting: scopes read time through a module-level clock,
 ``time.monotonic`` by default. ``set_clock(fake)`` swaps it (and returns the
@@ -176,16 +179,26 @@ class BoundedResult(Generic[T]):
         return cast(T, self.value)
 
 
-# The innermost open scope of the current context (None outside any scope).
-# Each scope links to the one it was entered in, so the stack survives in
-# contexts copied into worker threads, and a scope closed from another context
-# (or abandoned by misnesting) is skipped instead of leaving a stale deadline.
+# The innermost scope entered in the current context (None outside any scope).
+# Each scope links to the one it was entered in. A context copied into a
+# worker thread keeps the chain, so the worker stays bounded by the caller's
+# deadline even after the caller's scope has closed (remaining() then says 0,
+# not "unbounded"). Scopes abandoned by misnesting are skipped everywhere.
 _innermost: contextvars.ContextVar[DeadlineScope | None] = contextvars.ContextVar(
     "taut_innermost_scope", default=None
 )
 
 
+def _bounding_scope() -> DeadlineScope | None:
+    """The innermost scope whose deadline bounds this context."""
+    scope = _innermost.get()
+    while scope is not None and scope._abandoned:
+        scope = scope._parent
+    return scope
+
+
 def _open_scope() -> DeadlineScope | None:
+    """The innermost scope of this context that is still open."""
     scope = _innermost.get()
     while scope is not None and scope._closed:
         scope = scope._parent
@@ -203,7 +216,7 @@ def remaining() -> float | None:
 
 def current_deadline() -> float | None:
     """The effective absolute deadline of this context (clock seconds)."""
-    scope = _open_scope()
+    scope = _bounding_scope()
     return None if scope is None else scope._effective
 
 
@@ -386,7 +399,7 @@ class DeadlineScope:
         else:
             at = None
         self._at = at
-        parent = _open_scope()
+        parent = _bounding_scope()
         self._parent = parent
         outer = None if parent is None else parent._effective
         self._effective = at if outer is None else outer if at is None else min(at, outer)
@@ -413,8 +426,8 @@ class DeadlineScope:
         if self._closed:
             # Abandoned when an outer scope was exited first; that exit raised.
             return bool(self._expired)
-        expired = self._close()
         innermost = _open_scope()
+        expired = self._close()
         if innermost is self:
             _innermost.set(self._parent)
             return expired
@@ -422,8 +435,9 @@ class DeadlineScope:
         while inner is not None and inner is not self:
             inner = inner._parent
         if inner is None:
-            # Exited in another context than the one it was entered in (its
-            # stack there is skipped as closed); nothing to restore here.
+            # Exited in another context than the one it was entered in: that
+            # context cannot be changed from here (and a copy of it in a
+            # worker thread should stay bounded anyway).
             return expired
         # Misnesting: close the inner scopes still open, as trio does.
         assert innermost is not None

@@ -7,6 +7,7 @@ mod py_pool;
 use pyo3::prelude::*;
 
 pub mod clamp;
+pub mod gil;
 mod py_clamp;
 mod py_timer;
 pub mod timer;
@@ -22,13 +23,16 @@ mod _core {
     use crate::py_pool::{PoolCore, WorkerSlot};
 
     #[pymodule_export]
+    use crate::gil::{_close_gil_gate, _gil_gate_after_fork, _gil_gate_closed, _set_main_thread};
+
+    #[pymodule_export]
     const MAX_TIMEOUT: f64 = crate::clamp::MAX_TIMEOUT_SECS;
     #[pymodule_export]
     use crate::py_clamp::clamp_timeout;
     #[pymodule_export]
     use crate::py_timer::{
-        _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_probe, _timer_shutdown,
-        monotonic, Deadline,
+        _timer_add_panicking_action, _timer_after_fork, _timer_info, _timer_next_callback,
+        _timer_probe, _timer_shutdown, monotonic, Deadline,
     };
 
     #[pymodule_export]

@@ -163,6 +163,11 @@ impl<J> Pool<J> {
         }
     }
 
+    /// The bounded queue's size (0: unbounded).
+    pub fn max_queue(&self) -> usize {
+        self.lock().max_queue
+    }
+
     /// See `released`: the count of workers' returns for more work.
     pub fn released(&self) -> u64 {
         self.released.load(Ordering::Acquire)

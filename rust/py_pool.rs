@@ -1,17 +1,27 @@
 //! Python bindings of the worker pool: converts Python work items to pool
-//! jobs and runs the worker loop on a Python thread. The pool logic itself
-//! is in `pool.rs`; this file only moves values across the boundary.
+//! jobs and back. The pool logic itself is in `pool.rs`.
+//!
+//! The worker loop is Python (`taut.executor._work`): it asks a
+//! [`WorkerSlot`] for the next step, runs the call itself, and reports the
+//! outcome. Every method here returns before any user code runs and never
+//! runs Python code itself (no callbacks, no `set_result` with callbacks, no
+//! dropping of the last reference to a user object): when Python code must
+//! run, the step says so and the Python loop does it. So no Python frame
+//! ever has a Rust frame below it on a worker thread, and a worker that an
+//! exiting interpreter ends with `pthread_exit` unwinds through C and Python
+//! frames only (see `gil.rs` for the GIL-free waits).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyModule, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
+use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
 
 /// One submitted call: the future it completes and what to call.
@@ -25,6 +35,27 @@ struct Job {
     tracker: Option<Py<PyAny>>,
 }
 
+impl Job {
+    /// `(future, fn, args, kwargs)` for Python, which then owns them all;
+    /// `kwargs` is None when there are none (a call without a keyword dict
+    /// takes CPython's fastest path).
+    fn into_call(self, py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        let kwargs = match self.kwargs {
+            Some(k) => k.into_bound(py).into_any(),
+            None => py.None().into_bound(py),
+        };
+        PyTuple::new(
+            py,
+            [
+                self.future.into_bound(py),
+                self.func.into_bound(py),
+                self.args.into_bound(py).into_any(),
+                kwargs,
+            ],
+        )
+    }
+}
+
 static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(1);
 
 thread_local! {
@@ -35,27 +66,363 @@ thread_local! {
 /// How long a blocked submitter waits before it looks for signals (Ctrl-C).
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
-/// The state a worker thread shares with the executor, so the executor can
-/// tell which worker runs which call (to abandon or interrupt it).
+/// The kinds of slow steps (see `taut.executor._work`): a list whose first
+/// item is one of these.
+const STEP_START: u8 = 0;
+const STEP_FINISH: u8 = 1;
+
+/// What one executor's Rust side and its workers share.
+struct Shared {
+    pool: Pool<Job>,
+    idle_timeout: Option<Duration>,
+    id: usize,
+    /// seq -> tracker of tracked calls still waiting in the queue. Only
+    /// touched with the GIL held, so Python's dict is all the locking needed.
+    waiting: Py<PyDict>,
+    /// Set in a forked child: the pool's lock may be held by a thread that
+    /// does not exist there, so nothing may touch the pool any more.
+    orphaned: AtomicBool,
+    names: Names,
+}
+
+/// The attribute names and state strings the fast paths use, interned
+/// once per pool while the GIL is held. Not `intern!`: its lazy cell is
+/// filled with the GIL released for a moment, and a `fork()` from another
+/// thread in that moment leaves the cell locked for good in the child.
+struct Names {
+    result: Py<PyString>,
+    exception: Py<PyString>,
+    state_lock: Py<PyString>,
+    acquire: Py<PyString>,
+    release: Py<PyString>,
+    cond: Py<PyString>,
+    state: Py<PyString>,
+    pending: Py<PyString>,
+    running: Py<PyString>,
+    finished: Py<PyString>,
+    done_callbacks: Py<PyString>,
+    seq: Py<PyString>,
+    /// `taut.executor`, for its `_state_lock` (looked up on each use: a
+    /// forked child replaces the lock) and its `QueueFull`.
+    executor: Py<PyModule>,
+    queue_full: Py<PyAny>,
+}
+
+impl Names {
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        let executor = py.import("taut.executor")?;
+        Ok(Names {
+            result: PyString::intern(py, "_result").unbind(),
+            exception: PyString::intern(py, "_exception").unbind(),
+            state_lock: PyString::intern(py, "_state_lock").unbind(),
+            acquire: PyString::intern(py, "acquire").unbind(),
+            release: PyString::intern(py, "release").unbind(),
+            cond: PyString::intern(py, "_cond").unbind(),
+            state: PyString::intern(py, "_state").unbind(),
+            pending: PyString::intern(py, "PENDING").unbind(),
+            running: PyString::intern(py, "RUNNING").unbind(),
+            finished: PyString::intern(py, "FINISHED").unbind(),
+            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
+            seq: PyString::intern(py, "_seq").unbind(),
+            queue_full: executor.getattr("QueueFull")?.unbind(),
+            executor: executor.unbind(),
+        })
+    }
+}
+
+/// `[(tracker, position), ...]` for the tracked calls among `updates`.
+fn notices<'py>(
+    waiting: &Bound<'py, PyDict>,
+    updates: &[(u64, usize)],
+) -> PyResult<Bound<'py, PyList>> {
+    let notices = PyList::empty(waiting.py());
+    for (queued_seq, position) in updates {
+        if let Some(tracker) = waiting.get_item(queued_seq)? {
+            notices.append((tracker, *position))?;
+        }
+    }
+    Ok(notices)
+}
+
+fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_nan() || v <= 0.0 => Err(PyValueError::new_err(format!(
+            "{name} must be a positive number of seconds or None, got {v}"
+        ))),
+        // Anything too large for a Duration is as good as forever.
+        Some(v) => Ok(Duration::try_from_secs_f64(v).ok()),
+    }
+}
+
+// Cheap state changes of a `taut.executor.Future` nobody waits on.
+// The Python fast paths of that class change the state under the module's
+// `_state_lock` (a plain lock, never held across Python code that could wait
+// for this thread); we take the same lock without blocking, with the GIL
+// held. Waiters and callback registrations either create the Condition or
+// register under that lock and then look at the state again, so a future
+// without a Condition and without callbacks has nobody to notify. Anything
+// else (lock busy, a Condition, callbacks, an unexpected state) is left to
+// the Python loop, which calls the future's own methods. None of this runs
+// Python code: attribute reads and writes on a plain instance, and the C
+// methods of a `_thread.lock`.
+
+/// Runs `change` while holding `taut.executor._state_lock`, if it is free.
+fn with_state_lock<T>(
+    py: Python<'_>,
+    names: &Names,
+    change: impl FnOnce() -> PyResult<Option<T>>,
+) -> PyResult<Option<T>> {
+    let lock = names.executor.bind(py).getattr(names.state_lock.bind(py))?;
+    if !lock
+        .call_method1(names.acquire.bind(py), (false,))?
+        .is_truthy()?
+    {
+        return Ok(None);
+    }
+    let result = change();
+    lock.call_method0(names.release.bind(py))?;
+    result
+}
+
+/// PENDING -> RUNNING for a future nobody waits on; false if that needs
+/// the future's own method (waiters, cancelled, lock busy).
+fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = future.py();
+    let started = with_state_lock(py, names, || {
+        if !future.getattr(names.cond.bind(py))?.is_none() {
+            return Ok(None);
+        }
+        if !future
+            .getattr(names.state.bind(py))?
+            .is(names.pending.bind(py))
+        {
+            return Ok(None);
+        }
+        future.setattr(names.state.bind(py), names.running.bind(py))?;
+        Ok(Some(()))
+    })?;
+    Ok(started.is_some())
+}
+
+/// Store the outcome of a future nobody waits on and that has no done
+/// callbacks; false if that needs `set_result`/`set_exception`.
+fn finish_quietly(
+    names: &Names,
+    future: &Bound<'_, PyAny>,
+    ok: bool,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let py = future.py();
+    let field = if ok {
+        names.result.bind(py)
+    } else {
+        names.exception.bind(py)
+    };
+    let done = with_state_lock(py, names, || {
+        let quiet = future.getattr(names.cond.bind(py))?.is_none()
+            && future
+                .getattr(names.state.bind(py))?
+                .is(names.running.bind(py))
+            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
+        if !quiet {
+            return Ok(None);
+        }
+        future.setattr(field, value)?;
+        future.setattr(names.state.bind(py), names.finished.bind(py))?;
+        Ok(Some(()))
+    })?;
+    Ok(done.is_some())
+}
+
+/// One worker thread's handle on its pool: the Python worker loop calls
+/// these methods, and the executor uses it to find, abandon or interrupt
+/// the call a worker runs.
+///
+/// Each method returns the worker's next *step*: `None` (exit the loop),
+/// `False` (nothing to do: drop references, then `park()`), a tuple
+/// `(future, fn, args, kwargs)` (already RUNNING: call it, then `ok(value)`
+/// or `fail(exc)`), or a list for the slow paths, `[0, notices, future, fn,
+/// args, kwargs, tracker]` (deliver the position notices, start the future
+/// with its own method, then run it or `skip()`) and `[1, future, ok,
+/// value]` (complete the future with its own method, then `done(ok)`).
 #[pyclass(frozen, module = "taut._core")]
 pub struct WorkerSlot {
+    shared: Arc<Shared>,
     thread_id: AtomicU64,
-    /// Sequence number of the call running on this worker (0: none).
+    /// Sequence number of the call this worker runs (0: none).
     current: AtomicU64,
+    /// That call's future. Python holds a reference too for as long as this
+    /// one lives, so dropping this one never frees a user object here.
+    current_future: Mutex<Option<Py<PyAny>>>,
     abandoned: AtomicBool,
     interrupted: AtomicBool,
 }
 
+impl WorkerSlot {
+    fn take_current(&self) -> Option<Py<PyAny>> {
+        self.current_future
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// The call ended: no interrupt may be aimed at it any more, and one
+    /// already sent but not yet raised (the call ended before a bytecode
+    /// boundary) must not land in the worker loop or the next call.
+    fn end_call(&self) {
+        self.current.store(0, Ordering::Release);
+        if self.interrupted.swap(false, Ordering::AcqRel) {
+            // SAFETY: called with the GIL held; NULL clears a pending one.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(
+                    self.thread_id.load(Ordering::Acquire) as _,
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+    }
+
+    /// The step that follows a finished call.
+    fn after(&self, py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
+        let pool = &self.shared.pool;
+        if self.abandoned.load(Ordering::Acquire) {
+            // Replaced while it ran: leave without taking more work.
+            pool.done_abandoned(ok);
+            return Ok(self.exit(py));
+        }
+        let take = pool.done_and_try_take(ok);
+        self.step(py, take)
+    }
+
+    fn exit(&self, py: Python<'_>) -> Py<PyAny> {
+        CURRENT_POOL.with(|c| c.set(0));
+        py.None()
+    }
+
+    /// Turn what the pool handed out into the step for the Python loop.
+    fn step(&self, py: Python<'_>, take: Take<Job>) -> PyResult<Py<PyAny>> {
+        let (seq, job, updates) = match take {
+            Take::Exit => return Ok(self.exit(py)),
+            Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
+            Take::Job {
+                seq, job, updates, ..
+            } => (seq, job, updates),
+        };
+        let shared = &self.shared;
+        let waiting = shared.waiting.bind(py);
+        let notices = if updates.is_empty() {
+            None
+        } else {
+            Some(notices(waiting, &updates)?)
+        };
+        if job.tracker.is_some() {
+            // The job holds the tracker too: this is never the last reference.
+            waiting.del_item(seq).ok();
+        }
+        *self
+            .current_future
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(job.future.clone_ref(py));
+        self.current.store(seq, Ordering::Release);
+        let future = job.future.bind(py);
+        if notices.is_none() && job.tracker.is_none() && start_quietly(&shared.names, future)? {
+            return Ok(job.into_call(py)?.into_any().unbind());
+        }
+        let tracker = job
+            .tracker
+            .as_ref()
+            .map_or_else(|| py.None(), |t| t.clone_ref(py));
+        let call = job.into_call(py)?;
+        let notices = match notices {
+            Some(list) => list.into_any(),
+            None => PyList::empty(py).into_any(),
+        };
+        let step = PyList::new(py, [STEP_START.into_pyobject(py)?.into_any(), notices])?;
+        for item in call.iter() {
+            step.append(item)?;
+        }
+        step.append(tracker)?;
+        Ok(step.into_any().unbind())
+    }
+
+    /// Complete `future` quietly and go on, or hand it to Python.
+    fn complete(
+        &self,
+        py: Python<'_>,
+        future: &Bound<'_, PyAny>,
+        ok: bool,
+        value: Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        if finish_quietly(&self.shared.names, future, ok, &value)? {
+            return self.after(py, ok);
+        }
+        let step = PyList::new(
+            py,
+            [
+                STEP_FINISH.into_pyobject(py)?.into_any(),
+                future.clone(),
+                ok.into_pyobject(py)?.to_owned().into_any(),
+                value,
+            ],
+        )?;
+        Ok(step.into_any().unbind())
+    }
+}
+
 #[pymethods]
 impl WorkerSlot {
-    #[new]
-    fn new() -> Self {
-        WorkerSlot {
-            thread_id: AtomicU64::new(0),
-            current: AtomicU64::new(0),
-            abandoned: AtomicBool::new(false),
-            interrupted: AtomicBool::new(false),
-        }
+    /// The worker's first step; blocks (GIL released) until there is work.
+    fn take(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let ident = unsafe { ffi::PyThread_get_thread_ident() } as u64;
+        self.thread_id.store(ident, Ordering::Release);
+        CURRENT_POOL.with(|c| c.set(self.shared.id));
+        let shared = Arc::clone(&self.shared);
+        let take = gil::detach(py, move || shared.pool.first_take(shared.idle_timeout));
+        self.step(py, take)
+    }
+
+    /// After a `False` step: wait (GIL released) for work.
+    fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let shared = Arc::clone(&self.shared);
+        let take = gil::detach(py, move || shared.pool.park(shared.idle_timeout));
+        self.step(py, take)
+    }
+
+    /// The running call returned `value`.
+    fn ok(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.end_call();
+        let Some(future) = self.take_current() else {
+            return Err(PyRuntimeError::new_err(
+                "taut worker: ok() without a running call",
+            ));
+        };
+        self.complete(py, future.bind(py), true, value)
+    }
+
+    /// The running call (or the step that was about to start it) raised
+    /// `exc`. With no call running, `exc` is raised again: it is the
+    /// worker loop's own failure.
+    fn fail(&self, py: Python<'_>, exc: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.end_call();
+        let Some(future) = self.take_current() else {
+            return Err(PyErr::from_value(exc));
+        };
+        self.complete(py, future.bind(py), false, exc)
+    }
+
+    /// After a finish step, once Python completed the future.
+    fn done(&self, py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
+        self.after(py, ok)
+    }
+
+    /// After a start step whose future turned out cancelled.
+    fn skip(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.end_call();
+        drop(self.take_current());
+        self.shared.pool.skipped_cancelled();
+        let take = self.shared.pool.try_take();
+        self.step(py, take)
     }
 
     /// The `threading.get_ident()` of the worker thread (0 before it runs).
@@ -79,223 +446,7 @@ impl WorkerSlot {
 /// The Rust side of one `taut.ThreadPoolExecutor`.
 #[pyclass(frozen, module = "taut._core")]
 pub struct PoolCore {
-    pool: Arc<Pool<Job>>,
-    idle_timeout: Option<Duration>,
-    id: usize,
-    /// seq -> tracker of tracked calls still waiting in the queue. Only
-    /// touched with the GIL held, so Python's dict is all the locking needed.
-    waiting: Py<PyDict>,
-    /// Set in a forked child: the pool's lock may be held by a thread that
-    /// does not exist there, so nothing may touch the pool any more.
-    orphaned: AtomicBool,
-    names: Names,
-}
-
-/// The attribute names and state strings the worker loop uses, interned
-/// once per pool while the GIL is held. Not `intern!`: its lazy cell is
-/// filled with the GIL released for a moment, and a `fork()` from another
-/// thread in that moment leaves the cell locked for good in the child,
-/// where the next worker to touch it (holding `taut.executor._state_lock`)
-/// would wait forever, and every caller with it.
-struct Names {
-    wait: Py<PyString>,
-    result: Py<PyString>,
-    exception: Py<PyString>,
-    state_lock: Py<PyString>,
-    acquire: Py<PyString>,
-    release: Py<PyString>,
-    cond: Py<PyString>,
-    state: Py<PyString>,
-    pending: Py<PyString>,
-    running: Py<PyString>,
-    cancelled: Py<PyString>,
-    cancelled_and_notified: Py<PyString>,
-    set_running_or_notify_cancel: Py<PyString>,
-    done_callbacks: Py<PyString>,
-    finished: Py<PyString>,
-    set_result: Py<PyString>,
-    set_exception: Py<PyString>,
-    seq: Py<PyString>,
-    start: Py<PyString>,
-    /// `taut.executor`, for its `_state_lock` (looked up on each use: a
-    /// forked child replaces the lock).
-    executor: Py<PyModule>,
-}
-
-impl Names {
-    fn new(py: Python<'_>) -> PyResult<Self> {
-        Ok(Names {
-            wait: PyString::intern(py, "wait").unbind(),
-            result: PyString::intern(py, "_result").unbind(),
-            exception: PyString::intern(py, "_exception").unbind(),
-            state_lock: PyString::intern(py, "_state_lock").unbind(),
-            acquire: PyString::intern(py, "acquire").unbind(),
-            release: PyString::intern(py, "release").unbind(),
-            cond: PyString::intern(py, "_cond").unbind(),
-            state: PyString::intern(py, "_state").unbind(),
-            pending: PyString::intern(py, "PENDING").unbind(),
-            running: PyString::intern(py, "RUNNING").unbind(),
-            cancelled: PyString::intern(py, "CANCELLED").unbind(),
-            cancelled_and_notified: PyString::intern(py, "CANCELLED_AND_NOTIFIED").unbind(),
-            set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
-                .unbind(),
-            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
-            finished: PyString::intern(py, "FINISHED").unbind(),
-            set_result: PyString::intern(py, "set_result").unbind(),
-            set_exception: PyString::intern(py, "set_exception").unbind(),
-            seq: PyString::intern(py, "_seq").unbind(),
-            start: PyString::intern(py, "start").unbind(),
-            executor: py.import("taut.executor")?.unbind(),
-        })
-    }
-}
-
-fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
-    match value {
-        None => Ok(None),
-        Some(v) if v.is_nan() || v <= 0.0 => Err(PyValueError::new_err(format!(
-            "{name} must be a positive number of seconds or None, got {v}"
-        ))),
-        // Anything too large for a Duration is as good as forever.
-        Some(v) => Ok(Duration::try_from_secs_f64(v).ok()),
-    }
-}
-
-impl PoolCore {
-    fn notify_positions(&self, py: Python<'_>, updates: &[(u64, usize)]) {
-        let names = &self.names;
-        let waiting = self.waiting.bind(py);
-        for (seq, position) in updates {
-            if let Ok(Some(tracker)) = waiting.get_item(seq) {
-                if let Err(err) = tracker.call_method1(names.wait.bind(py), (*position,)) {
-                    err.write_unraisable(py, Some(&tracker));
-                }
-            }
-        }
-    }
-
-    fn run_job(&self, py: Python<'_>, job: &Job, slot: &WorkerSlot, seq: u64) -> bool {
-        let names = &self.names;
-        let future = job.future.bind(py);
-        slot.current.store(seq, Ordering::Release);
-        let outcome = job
-            .func
-            .bind(py)
-            .call(job.args.bind(py), job.kwargs.as_ref().map(|k| k.bind(py)));
-        slot.current.store(0, Ordering::Release);
-        if slot.interrupted.swap(false, Ordering::AcqRel) {
-            // An interrupt aimed at this call may still be pending if the call
-            // ended before reaching a bytecode boundary: it must not land in
-            // the next call or in the worker loop.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    slot.thread_id.load(Ordering::Acquire) as _,
-                    std::ptr::null_mut(),
-                );
-            }
-        }
-        let (ok, result) = match outcome {
-            Ok(value) => (true, finish(names, future, true, value)),
-            Err(err) => {
-                let exc = err.into_value(py).into_bound(py).into_any();
-                (false, finish(names, future, false, exc))
-            }
-        };
-        if let Err(err) = result {
-            // Setting the outcome only fails when something else completed
-            // the future first (InvalidStateError); report, keep serving.
-            err.write_unraisable(py, Some(future));
-        }
-        ok
-    }
-}
-
-// Cheap state changes of a `taut.executor.Future` nobody waits on.
-// The Python fast paths of that class change the state under the module's
-// `_state_lock` (a plain lock, never held across Python code that could wait
-// for this thread); we take the same lock without blocking, with the GIL
-// held. Waiters and callback registrations either create the Condition or
-// register under that lock and then look at the state again, so a future
-// without a Condition and without callbacks has nobody to notify. Anything
-// else (lock busy, a Condition, callbacks, an unexpected state) takes the
-// Python methods, which notify under the Condition. This saves two Python
-// calls per task.
-
-/// Runs `change` while holding `taut.executor._state_lock`, if it is free.
-/// The lock is looked up each time: a forked child replaces it.
-fn with_state_lock<'py, T>(
-    py: Python<'py>,
-    names: &Names,
-    change: impl FnOnce() -> PyResult<Option<T>>,
-) -> PyResult<Option<T>> {
-    let lock = names.executor.bind(py).getattr(names.state_lock.bind(py))?;
-    if !lock
-        .call_method1(names.acquire.bind(py), (false,))?
-        .is_truthy()?
-    {
-        return Ok(None);
-    }
-    let result = change();
-    lock.call_method0(names.release.bind(py))?;
-    result
-}
-
-/// `set_running_or_notify_cancel`: whether the call may run.
-fn start(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = future.py();
-    let fast = with_state_lock(py, names, || {
-        if !future.getattr(names.cond.bind(py))?.is_none() {
-            return Ok(None);
-        }
-        let state = future.getattr(names.state.bind(py))?;
-        if state.is(names.pending.bind(py)) {
-            future.setattr(names.state.bind(py), names.running.bind(py))?;
-            return Ok(Some(true));
-        }
-        if state.is(names.cancelled.bind(py)) {
-            future.setattr(names.state.bind(py), names.cancelled_and_notified.bind(py))?;
-            return Ok(Some(false));
-        }
-        Ok(None)
-    })?;
-    match fast {
-        Some(runnable) => Ok(runnable),
-        None => future
-            .call_method0(names.set_running_or_notify_cancel.bind(py))?
-            .is_truthy(),
-    }
-}
-
-/// `set_result(value)` when `ok`, else `set_exception(value)`.
-fn finish<'py>(
-    names: &Names,
-    future: &Bound<'py, PyAny>,
-    ok: bool,
-    value: Bound<'py, PyAny>,
-) -> PyResult<()> {
-    let py = future.py();
-    let (field, method) = if ok {
-        (names.result.bind(py), names.set_result.bind(py))
-    } else {
-        (names.exception.bind(py), names.set_exception.bind(py))
-    };
-    let done = with_state_lock(py, names, || {
-        let quiet = future.getattr(names.cond.bind(py))?.is_none()
-            && future
-                .getattr(names.state.bind(py))?
-                .is(names.running.bind(py))
-            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
-        if !quiet {
-            return Ok(None);
-        }
-        future.setattr(field, &value)?;
-        future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        Ok(Some(()))
-    })?;
-    if done.is_some() {
-        return Ok(());
-    }
-    future.call_method1(method, (value,)).map(drop)
+    shared: Arc<Shared>,
 }
 
 #[pymethods]
@@ -312,19 +463,33 @@ impl PoolCore {
             return Err(PyValueError::new_err("max_workers must be greater than 0"));
         }
         Ok(PoolCore {
-            pool: Arc::new(Pool::new(max_workers, max_queue)),
-            idle_timeout: seconds("idle_timeout", idle_timeout)?,
-            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-            waiting: PyDict::new(py).unbind(),
-            orphaned: AtomicBool::new(false),
-            names: Names::new(py)?,
+            shared: Arc::new(Shared {
+                pool: Pool::new(max_workers, max_queue),
+                idle_timeout: seconds("idle_timeout", idle_timeout)?,
+                id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                waiting: PyDict::new(py).unbind(),
+                orphaned: AtomicBool::new(false),
+                names: Names::new(py)?,
+            }),
         })
     }
 
-    /// Queue a call. Sets `future._seq` and returns `(seq, spawn,
-    /// waiting_at)`; `seq` is 0 when the pool is shut down, -1 when the
-    /// bounded queue is full.
-    #[pyo3(signature = (future, func, args, kwargs=None, tracker=None))]
+    /// A handle for a new worker thread (see `WorkerSlot`).
+    fn new_worker(&self) -> WorkerSlot {
+        WorkerSlot {
+            shared: Arc::clone(&self.shared),
+            thread_id: AtomicU64::new(0),
+            current: AtomicU64::new(0),
+            current_future: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+        }
+    }
+
+    /// Queue a call and set `future._seq`. Returns whether the caller must
+    /// start a worker thread. Raises `taut.QueueFull` when the bounded queue
+    /// is full and `RuntimeError` once the pool is shut down.
+    #[pyo3(signature = (future, func, args, kwargs=None))]
     fn submit(
         &self,
         py: Python<'_>,
@@ -332,32 +497,24 @@ impl PoolCore {
         func: Py<PyAny>,
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
-        tracker: Option<Py<PyAny>>,
-    ) -> PyResult<(i64, bool, Option<usize>)> {
-        let kwargs = kwargs.filter(|k| !k.bind(py).is_empty());
-        let tracker_for_queue = tracker.as_ref().map(|t| t.clone_ref(py));
-        let fut = future.clone_ref(py);
-        let job = Job {
-            future,
-            func,
-            args,
-            kwargs,
-            tracker,
-        };
-        let tracked = tracker_for_queue.is_some();
-        match self.pool.submit(job, tracked) {
-            Ok(s) => {
-                // No worker can run this call before we return: running it
-                // needs the GIL, which this thread holds throughout.
-                fut.bind(py).setattr(self.names.seq.bind(py), s.seq)?;
-                if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
-                    self.waiting.bind(py).set_item(s.seq, tracker)?;
-                }
-                Ok((s.seq as i64, s.spawn, s.waiting_at))
-            }
-            Err(Refused::Shutdown(_)) => Ok((0, false, None)),
-            Err(Refused::Full(_)) => Ok((-1, false, None)),
-        }
+    ) -> PyResult<bool> {
+        Ok(self.queue(py, future, func, args, kwargs, None)?.0)
+    }
+
+    /// `submit` with queue notices through `tracker`. Returns `(spawn,
+    /// position)`: the 1-based queue position when the call cannot start at
+    /// once, else None.
+    #[pyo3(signature = (future, func, args, kwargs, tracker))]
+    fn submit_tracked(
+        &self,
+        py: Python<'_>,
+        future: Py<PyAny>,
+        func: Py<PyAny>,
+        args: Py<PyTuple>,
+        kwargs: Option<Py<PyDict>>,
+        tracker: Py<PyAny>,
+    ) -> PyResult<(bool, Option<usize>)> {
+        self.queue(py, future, func, args, kwargs, Some(tracker))
     }
 
     /// Wait (GIL released, in slices that look for signals) until the
@@ -378,108 +535,41 @@ impl PoolCore {
                     left.min(SIGNAL_SLICE)
                 }
             };
-            let pool = Arc::clone(&self.pool);
-            if py.detach(move || pool.wait_for_room(slice)) {
+            let shared = Arc::clone(&self.shared);
+            if gil::detach(py, move || shared.pool.wait_for_room(slice)) {
                 return Ok(());
             }
             py.check_signals()?;
         }
     }
 
-    /// The worker loop; runs on a `threading.Thread` until the worker must
-    /// exit. Trackers of queued calls hear of position changes, and a
-    /// tracked call's `start()` runs just before it; both are called with
-    /// no Rust lock held.
-    fn run_worker(&self, py: Python<'_>, slot: &Bound<'_, WorkerSlot>) -> PyResult<()> {
-        let slot = slot.get();
-        let ident = py
-            .import("threading")?
-            .call_method0("get_ident")?
-            .extract::<u64>()?;
-        slot.thread_id.store(ident, Ordering::Release);
-        CURRENT_POOL.with(|c| c.set(self.id));
-        let idle = self.idle_timeout;
-        let pool = Arc::clone(&self.pool);
-        let mut take = py.detach(|| pool.first_take(idle));
-        loop {
-            match take {
-                Take::Exit => break,
-                Take::Empty => {
-                    let pool = Arc::clone(&self.pool);
-                    take = py.detach(move || pool.park(idle));
-                }
-                Take::Job {
-                    seq, job, updates, ..
-                } => {
-                    if !updates.is_empty() {
-                        self.notify_positions(py, &updates);
-                    }
-                    let future = job.future.bind(py);
-                    let runnable = start(&self.names, future);
-                    match runnable {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            self.pool.skipped_cancelled();
-                            take = self.pool.try_take();
-                            continue;
-                        }
-                        Err(err) => {
-                            // Only a stray asynchronous exception gets here;
-                            // the call must still end in an outcome.
-                            let value = err.value(py).clone();
-                            err.write_unraisable(py, Some(future));
-                            if let Err(err) = future.call_method1("set_exception", (value,)) {
-                                err.write_unraisable(py, Some(future));
-                            }
-                            self.pool.skipped_cancelled();
-                            take = self.pool.try_take();
-                            continue;
-                        }
-                    }
-                    if let Some(tracker) = &job.tracker {
-                        let _ = self.waiting.bind(py).del_item(seq);
-                        if let Err(err) = tracker.bind(py).call_method0(self.names.start.bind(py)) {
-                            err.write_unraisable(py, Some(tracker.bind(py)));
-                        }
-                    }
-                    let ok = self.run_job(py, &job, slot, seq);
-                    drop(job);
-                    if slot.abandoned.load(Ordering::Acquire) {
-                        // Replaced while it ran: leave without taking more work.
-                        self.pool.done_abandoned(ok);
-                        break;
-                    }
-                    take = self.pool.done_and_try_take(ok);
-                }
-            }
-        }
-        CURRENT_POOL.with(|c| c.set(0));
-        Ok(())
-    }
-
     /// A worker thread that will never run the loop gives back its place.
     fn worker_gone(&self) {
-        self.pool.worker_gone();
+        self.shared.pool.worker_gone();
     }
 
-    /// Remove a queued call whose future was cancelled, and tell the calls
-    /// behind it their new positions. False if a worker already took it.
-    fn remove(&self, py: Python<'_>, seq: u64) -> bool {
-        if self.orphaned.load(Ordering::Acquire) {
-            return false;
+    /// Remove a queued call whose future was cancelled. Returns None if a
+    /// worker already took it, else `(notices, job)`: the `(tracker,
+    /// position)` pairs of the calls behind it, for the caller to deliver,
+    /// and the removed call's objects, for the caller to drop.
+    fn remove(&self, py: Python<'_>, seq: u64) -> PyResult<Option<(Py<PyList>, Py<PyTuple>)>> {
+        let shared = &self.shared;
+        if shared.orphaned.load(Ordering::Acquire) {
+            return Ok(None);
         }
-        // The removed job's references are dropped here, with the GIL held.
-        let Some((_job, updates)) = self.pool.remove(seq) else {
-            return false;
+        let Some((job, updates)) = shared.pool.remove(seq) else {
+            return Ok(None);
         };
-        let _ = self.waiting.bind(py).del_item(seq);
-        self.notify_positions(py, &updates);
-        true
+        let waiting = shared.waiting.bind(py);
+        waiting.del_item(seq).ok();
+        let notices = notices(waiting, &updates)?;
+        Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
     }
 
     /// Give up on the worker running call `seq`: it leaves the ceiling (a
-    /// replacement may start: the return value says whether the caller must
-    /// start a thread) and exits after the call. False if `seq` is not running there.
+    /// replacement may start: the second value says whether the caller must
+    /// start a thread) and exits after the call. False if `seq` is not
+    /// running there.
     fn abandon(&self, slot: &Bound<'_, WorkerSlot>, seq: u64) -> (bool, bool) {
         let slot = slot.get();
         if seq == 0 || slot.current.load(Ordering::Acquire) != seq {
@@ -488,7 +578,7 @@ impl PoolCore {
         if slot.abandoned.swap(true, Ordering::AcqRel) {
             return (true, false);
         }
-        (true, self.pool.abandon_worker())
+        (true, self.shared.pool.abandon_worker())
     }
 
     /// Raise `exc_type` in the worker thread running call `seq`, at its next
@@ -515,25 +605,28 @@ impl PoolCore {
         if max_workers == 0 {
             return Err(PyValueError::new_err("max_workers must be greater than 0"));
         }
-        Ok(self.pool.resize(max_workers))
+        Ok(self.shared.pool.resize(max_workers))
     }
 
     fn shutdown(&self) {
-        self.pool.shutdown();
+        self.shared.pool.shutdown();
     }
 
-    /// Take every queued call out; returns their futures in queue order.
-    /// `waiting_only`: leave the calls a worker is already on its way to
-    /// (see `Pool::drain_waiting`).
+    /// Take every queued call out; returns their `(future, fn, args,
+    /// kwargs)` in queue order. `waiting_only`: leave the calls a worker is
+    /// already on its way to (see `Pool::drain_waiting`).
     #[pyo3(signature = (waiting_only=false))]
-    fn drain(&self, py: Python<'_>, waiting_only: bool) -> Vec<Py<PyAny>> {
+    fn drain(&self, py: Python<'_>, waiting_only: bool) -> PyResult<Vec<Py<PyTuple>>> {
+        let pool = &self.shared.pool;
         let jobs = if waiting_only {
-            self.pool.drain_waiting()
+            pool.drain_waiting()
         } else {
-            self.pool.drain()
+            pool.drain()
         };
-        let _attached = py;
-        jobs.into_iter().map(|job| job.future).collect()
+        self.shared.waiting.bind(py).clear();
+        jobs.into_iter()
+            .map(|job| Ok(job.into_call(py)?.unbind()))
+            .collect()
     }
 
     /// Release the GIL and spin (at most `micros` µs) until a worker comes
@@ -541,44 +634,55 @@ impl PoolCore {
     /// back is immediate. A waiter calls this before parking: for a short
     /// call it saves the wake-up of a parked thread on both sides.
     fn spin_for_release(&self, py: Python<'_>, micros: u64) {
-        let before = self.pool.released();
-        let pool = Arc::clone(&self.pool);
-        py.detach(move || spin_until(Duration::from_micros(micros), || pool.released() != before));
+        let before = self.shared.pool.released();
+        let shared = Arc::clone(&self.shared);
+        gil::detach(py, move || {
+            spin_until(Duration::from_micros(micros), || {
+                shared.pool.released() != before
+            })
+        });
     }
 
     /// In a forked child: take the parent's queued calls out without
     /// blocking (a thread that does not exist in the child may hold the
-    /// lock); their futures in queue order, None if the lock was held.
-    fn drain_after_fork(&self, py: Python<'_>) -> Option<Vec<Py<PyAny>>> {
-        self.waiting.bind(py).clear();
-        let jobs = self.pool.try_drain()?;
-        Some(jobs.into_iter().map(|job| job.future).collect())
+    /// lock); their `(future, fn, args, kwargs)` in queue order, None if
+    /// the lock was held.
+    fn drain_after_fork(&self, py: Python<'_>) -> PyResult<Option<Vec<Py<PyTuple>>>> {
+        self.shared.waiting.bind(py).clear();
+        let Some(jobs) = self.shared.pool.try_drain() else {
+            return Ok(None);
+        };
+        let calls = jobs
+            .into_iter()
+            .map(|job| Ok(job.into_call(py)?.unbind()))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Some(calls))
     }
 
     /// The 1-based position of queued call `seq`, None once it started.
     fn position(&self, seq: u64) -> Option<usize> {
-        if self.orphaned.load(Ordering::Acquire) {
+        if self.shared.orphaned.load(Ordering::Acquire) {
             return None;
         }
-        self.pool.position(seq)
+        self.shared.pool.position(seq)
     }
 
     /// In a forked child, after `drain_after_fork`: the parent's pool is
     /// never touched again (its lock may be frozen), so `remove` and
     /// `position` on the futures it leaves behind answer without locking.
     fn orphan(&self) {
-        self.orphaned.store(true, Ordering::Release);
+        self.shared.orphaned.store(true, Ordering::Release);
     }
 
     /// True when called on a worker thread of this pool.
     fn in_worker(&self) -> bool {
-        CURRENT_POOL.with(|c| c.get()) == self.id
+        CURRENT_POOL.with(|c| c.get()) == self.shared.id
     }
 
     /// `(max_workers, workers, idle, running, queued, completed, failed,
     /// cancelled, abandoned)`.
     fn stats(&self) -> (usize, usize, usize, usize, usize, u64, u64, u64, u64) {
-        let s = self.pool.stats();
+        let s = self.shared.pool.stats();
         (
             s.max_workers,
             s.workers,
@@ -590,5 +694,52 @@ impl PoolCore {
             s.cancelled,
             s.abandoned,
         )
+    }
+}
+
+impl PoolCore {
+    fn queue(
+        &self,
+        py: Python<'_>,
+        future: Py<PyAny>,
+        func: Py<PyAny>,
+        args: Py<PyTuple>,
+        kwargs: Option<Py<PyDict>>,
+        tracker: Option<Py<PyAny>>,
+    ) -> PyResult<(bool, Option<usize>)> {
+        let shared = &self.shared;
+        let kwargs = kwargs.filter(|k| !k.bind(py).is_empty());
+        let tracker_for_queue = tracker.as_ref().map(|t| t.clone_ref(py));
+        let fut = future.clone_ref(py);
+        let job = Job {
+            future,
+            func,
+            args,
+            kwargs,
+            tracker,
+        };
+        let tracked = tracker_for_queue.is_some();
+        match shared.pool.submit(job, tracked) {
+            Ok(s) => {
+                // No worker can run this call before we return: running it
+                // needs the GIL, which this thread holds throughout.
+                fut.bind(py).setattr(shared.names.seq.bind(py), s.seq)?;
+                if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
+                    shared.waiting.bind(py).set_item(s.seq, tracker)?;
+                }
+                Ok((s.spawn, s.waiting_at))
+            }
+            // The refused job is dropped here, with the GIL held, on the
+            // submitting thread: the caller still holds every object in it.
+            Err(Refused::Shutdown(_)) => Err(PyRuntimeError::new_err(
+                "cannot schedule new futures after shutdown",
+            )),
+            Err(Refused::Full(_)) => Err(PyErr::from_value(
+                shared.names.queue_full.bind(py).call1((format!(
+                    "the queue is full: max_queue={} calls waiting",
+                    shared.pool.max_queue()
+                ),))?,
+            )),
+        }
     }
 }

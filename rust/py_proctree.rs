@@ -4,6 +4,7 @@
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::gil;
 use crate::proctree::{self, ProcId};
 use crate::py_timer::Deadline;
 
@@ -37,9 +38,8 @@ pub fn signal_process_tree(
     sig: i32,
     start_time: Option<u64>,
 ) -> PyResult<Option<Vec<(i32, u64)>>> {
-    let outcome = py
-        .detach(|| proctree::signal_tree(pid, sig, start_time))
-        .map_err(to_py_err)?;
+    let outcome =
+        gil::detach(py, || proctree::signal_tree(pid, sig, start_time)).map_err(to_py_err)?;
     Ok(outcome.root_found.then(|| pairs(outcome.signalled)))
 }
 
@@ -52,9 +52,7 @@ pub fn signal_process_trees(
     sig: i32,
 ) -> PyResult<Vec<(i32, u64)>> {
     let roots = ids(procs);
-    let outcome = py
-        .detach(|| proctree::signal_trees(&roots, sig))
-        .map_err(to_py_err)?;
+    let outcome = gil::detach(py, || proctree::signal_trees(&roots, sig)).map_err(to_py_err)?;
     Ok(pairs(outcome.signalled))
 }
 
@@ -62,7 +60,7 @@ pub fn signal_process_trees(
 #[pyfunction]
 pub fn running_processes(py: Python<'_>, procs: Vec<(i32, u64)>) -> Vec<(i32, u64)> {
     let procs = ids(procs);
-    pairs(py.detach(|| {
+    pairs(gil::detach(py, || {
         procs
             .into_iter()
             .filter(|p| proctree::is_running(*p))

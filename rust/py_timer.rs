@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::clamp::duration_from_secs;
+use crate::gil;
 use crate::timer::{self, Action, Entry};
 
 /// How often a wait holding up a Python thread wakes to look for signals.
@@ -123,17 +124,13 @@ fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
     {
         return Ok(());
     }
+    // The loop is Python (`taut._timer._callback_loop`), so the callbacks
+    // it runs never have a Rust frame below them.
     let started = (|| -> PyResult<Py<PyAny>> {
-        let target = wrap_pyfunction!(_callback_loop, py)?;
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("target", target)?;
-        kwargs.set_item("name", "taut-timer-callbacks")?;
-        kwargs.set_item("daemon", true)?;
         let thread = py
-            .import("threading")?
-            .getattr("Thread")?
-            .call((), Some(&kwargs))?;
-        thread.call_method0("start")?;
+            .import("taut._timer")?
+            .getattr("_start_callback_thread")?
+            .call0()?;
         Ok(thread.unbind())
     })();
     match started {
@@ -148,39 +145,33 @@ fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
     }
 }
 
-/// The loop of the Python callback thread (its `target`). Not for direct use.
+/// The next Python callable for taut's callback thread to run; None once
+/// the queue is closed (interpreter exit). Waits with the GIL released.
+/// Interrupts are delivered here, with the GIL held and no Python code run.
+/// Not for direct use: `taut._timer._callback_loop` calls it.
 #[pyfunction]
-fn _callback_loop(py: Python<'_>) {
+pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
     let q = queue();
-    while let Some(job) = py.detach(|| q.pop()) {
-        run_job(py, job);
-    }
-}
-
-fn run_job(py: Python<'_>, job: Job) {
-    match job {
-        Job::Call(callable) => {
-            if let Err(err) = callable.call0(py) {
-                // Like an exception in a thread: reported, never fatal.
-                err.write_unraisable(py, Some(callable.bind(py)));
+    loop {
+        match gil::detach(py, || q.pop())? {
+            Job::Call(callable) => return Some(callable),
+            Job::Interrupt {
+                entry,
+                thread_id,
+                exc_type,
+            } => {
+                // With the GIL held, this check and cancel()'s closing are
+                // serialised: once the owner has cancelled (left its scope),
+                // no interrupt is set any more.
+                if entry.is_closed() {
+                    continue;
+                }
+                // SAFETY: GIL held; exc_type was checked to be an exception class.
+                unsafe {
+                    ffi::PyThreadState_SetAsyncExc(thread_id as _, exc_type.as_ptr());
+                }
+                entry.mark_delivered();
             }
-        }
-        Job::Interrupt {
-            entry,
-            thread_id,
-            exc_type,
-        } => {
-            // With the GIL held, this check and cancel()'s closing are
-            // serialised: once the owner has cancelled (left its scope), no
-            // interrupt is set any more.
-            if entry.is_closed() {
-                return;
-            }
-            // SAFETY: GIL held; exc_type was checked to be an exception class.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(thread_id as _, exc_type.as_ptr());
-            }
-            entry.mark_delivered();
         }
     }
 }
@@ -222,7 +213,7 @@ fn add_or_run_detached(py: Python<'_>, entry: &Entry, action: Action) {
     if let Err(action) = entry.try_add_action(action) {
         if entry.is_expired() {
             // Already fired: run it now, but without the GIL, as promised.
-            py.detach(move || {
+            gil::detach(py, move || {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
             });
         }
@@ -379,9 +370,13 @@ impl Deadline {
         }
         let entry = Arc::clone(&self.entry);
         let limit = timeout.map(duration_from_secs);
-        py.detach(move || {
+        if !gil::is_main_thread() {
+            // Signals reach only the main thread: nothing to look for here.
+            return Ok(gil::detach(py, move || entry.wait(limit)));
+        }
+        gil::detach(py, move || {
             entry.wait_interruptible(limit, SIGNAL_SLICE, || {
-                Python::attach(|py| py.check_signals())
+                gil::attach_briefly(|py| py.check_signals())
             })
         })
     }
@@ -483,7 +478,7 @@ pub fn _timer_after_fork() {
 /// Stop the timer thread and the Python callback thread (interpreter exit).
 #[pyfunction]
 pub fn _timer_shutdown(py: Python<'_>) -> PyResult<()> {
-    py.detach(timer::shutdown);
+    gil::detach(py, timer::shutdown);
     queue().close();
     let thread = CALLBACK_THREAD
         .lock()
@@ -512,7 +507,7 @@ pub fn _timer_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// waiter (this thread, GIL released) woke. Measures GIL-free lateness.
 #[pyfunction]
 pub fn _timer_probe(py: Python<'_>, delay: f64) -> (f64, f64) {
-    py.detach(move || {
+    gil::detach(py, move || {
         let at = timer::now_ns().saturating_add((delay.max(0.0) * 1e9) as u64);
         let entry = timer::arm_ns(at);
         let ran_at = Arc::new(AtomicU64::new(0));

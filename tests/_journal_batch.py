@@ -46,7 +46,8 @@ def main() -> None:
             journal.complete(i, ids[i], "error", None, exc)
         else:
             journal.complete(i, ids[i], "ok", value, None)
-        print(f"done {i}", flush=True)
+        sys.stdout.write(f"done {i}\n")  # one write: lines from threads never interleave
+        sys.stdout.flush()
 
     with ThreadPoolExecutor(4) as pool:
         futures = []

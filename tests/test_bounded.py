@@ -1,5 +1,5 @@
-"""run_bounded_sync / run_bounded_async: every contract of seed 004 and issue 3
-§5-§6, with lopsided timings (budgets of 0.05-0.2 s against work of 5-30 s)."""
+"""run_bounded_sync / run_bounded_async: every contract of bounded runs
+(docs/CONTRACTS.md), with lopsided timings (budgets of 0.05-0.2 s against work of 5-30 s)."""
 
 from __future__ import annotations
 

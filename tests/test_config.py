@@ -29,6 +29,8 @@ from taut.config import (
     sequential_call_timeout,
     tool_workers,
 )
+from taut.config import files as config_files
+from taut.config import models as config_models
 
 ENV = "TAUT_TEST_TIMEOUT_S"
 KEY = "tools.concurrent_batch"
@@ -39,10 +41,10 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("TAUT_CONFIG", raising=False)
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(cfgmod.CONCURRENT_BATCH_ENV, raising=False)
-    cfgmod._files.clear()
+    config_files._files.clear()
     cfgmod._resolved.clear()
     yield
-    cfgmod._files.clear()
+    config_files._files.clear()
     cfgmod._resolved.clear()
 
 
@@ -201,7 +203,7 @@ def test_hostile_mapping_never_raises(rec: Recorder) -> None:
 
 # --------------------------------------------------------------------------- clamping
 def test_clamp_is_the_cores() -> None:
-    assert cfgmod._clamp is taut._core.clamp_timeout
+    assert config_models.clamp_timeout is taut._core.clamp_timeout
 
 
 @pytest.mark.parametrize("value", [1e300, 10**400, 2**63, 10**12, 1e6 + 1])
@@ -224,11 +226,6 @@ def test_infinity_means_no_timeout(monkeypatch: pytest.MonkeyPatch, rec: Recorde
     assert resolve_timeout(KEY, default=1, env_var=ENV) is None
     assert resolve_timeout(KEY, default=float("inf")) is None
     assert rec.messages == []
-
-
-def test_local_clamp_matches_the_core() -> None:
-    for value in (0.5, 3, 1e6, 1e6 + 1, 1e300, 10**400, float("inf")):
-        assert cfgmod._local_clamp(value) == taut._core.clamp_timeout(value)
 
 
 def test_clamped_value_is_usable_by_os_primitives() -> None:
@@ -335,13 +332,13 @@ def test_non_mapping_config_object_warns(rec: Recorder) -> None:
 # --------------------------------------------------------------------------- caching
 def test_cached_until_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parses = []
-    real = cfgmod._parse_text
+    real = config_files._parse_text
 
     def counting(path: str, text: str) -> Any:
         parses.append(path)
         return real(path, text)
 
-    monkeypatch.setattr(cfgmod, "_parse_text", counting)
+    monkeypatch.setattr(config_files, "_parse_text", counting)
     f = write(tmp_path / "c.yaml", "timeouts: {tools: {concurrent_batch: 5}}\n")
     os.utime(f, ns=(1_000_000_000, 1_000_000_000))
     for _ in range(50):
@@ -586,3 +583,136 @@ def test_example_config_is_valid() -> None:
     assert concurrent_batch_timeout(example) == 300.0
     assert sequential_call_timeout(example) == 120.0
     assert tool_workers(example) == 4
+
+
+# --------------------------------------------------------------------------- hostile files
+# Each case must be refused in well under half a second; the 10 s bound only
+# limits how long a regression (a hang, an expanding alias) takes to fail.
+HOSTILE_BOUND = pytest.mark.timeout(10)
+
+
+def alias_bomb(levels: int = 8) -> str:
+    """About 1 KB of YAML that expands to 9**levels leaves if aliases expand."""
+    keys = [f"k{i}" for i in range(9)]
+    lines = ["timeouts:", "  l0: &l0 {" + ", ".join(f"{k}: 1" for k in keys) + "}"]
+    for d in range(1, levels + 1):
+        lines.append(f"  l{d}: &l{d} {{" + ", ".join(f"{k}: *l{d - 1}" for k in keys) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def assert_refused(path: Path, reason: str, rec: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolution warns once, naming the file and the reason, and falls back;
+    ``config check`` reports one problem naming both."""
+    monkeypatch.setenv("TAUT_CONFIG", str(path))
+    assert resolve_timeout(KEY, default=7) == 7.0
+    assert load_config() == TautConfig()
+    assert len(rec.messages) == 1, rec.messages
+    assert str(path) in rec.messages[0] and reason in rec.messages[0]
+    problems = check_config_file(path)
+    assert len(problems) == 1, problems
+    assert str(path) in str(problems[0]) and reason in str(problems[0])
+
+
+@HOSTILE_BOUND
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("recursive.yaml", "timeouts: &t {tools: *t}\n"),
+        ("bomb.yaml", alias_bomb()),
+        ("merge.yaml", "base: &b {concurrent_batch: 5}\ntimeouts:\n  tools: {<<: *b}\n"),
+    ],
+)
+def test_yaml_aliases_are_refused(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch, name: str, text: str
+) -> None:
+    f = write(tmp_path / name, text)
+    assert len(text) < 1200
+    assert_refused(f, "YAML aliases", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+def test_recursive_anchor_is_a_reported_problem_on_the_command_line(tmp_path: Path) -> None:
+    f = write(tmp_path / "recursive.yaml", "timeouts: &t {tools: *t}\n")
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 1, out.stderr
+    assert "YAML aliases" in out.stdout and str(f) in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_anchors_without_aliases_are_fine(tmp_path: Path, rec: Recorder) -> None:
+    f = write(tmp_path / "anchor.yaml", "timeouts: &t {tools: {concurrent_batch: 9}}\n")
+    assert resolve_timeout(KEY, default=7, config=f) == 9.0
+    assert rec.messages == [] and check_config_file(f) == []
+
+
+@HOSTILE_BOUND
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
+def test_a_fifo_is_refused_without_blocking(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # no writer ever opens it: reading it would block for ever
+    assert_refused(fifo, "FIFO", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_device_is_refused(rec: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_refused(Path("/dev/zero"), "character device", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+def test_a_directory_is_refused(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert_refused(tmp_path, "directory", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+def test_files_over_one_mib_are_refused(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert config_files.MAX_CONFIG_BYTES == 1 << 20
+    body = "timeouts: {tools: {concurrent_batch: 9}}\n"
+    padding = "#" * ((1 << 20) - len(body) - 1) + "\n"
+    at_limit = write(tmp_path / "limit.yaml", body + padding)
+    assert at_limit.stat().st_size == 1 << 20
+    assert resolve_timeout(KEY, default=7, config=at_limit) == 9.0
+    assert rec.messages == []
+    big = write(tmp_path / "big.yaml", body + ("# padding\n" * (5 << 20)))  # 50 MiB
+    assert_refused(big, "larger than 1048576 bytes", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.yaml", "timeouts:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 120))),
+        ("deep.json", '{"timeouts": ' + "[" * 150 + "]" * 150 + "}"),
+    ],
+)
+def test_deep_nesting_is_refused(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch, name: str, text: str
+) -> None:
+    assert_refused(write(tmp_path / name, text), "nested deeper than 100 levels", rec, monkeypatch)
+
+
+@HOSTILE_BOUND
+def test_a_yaml_syntax_error_names_the_file(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = write(tmp_path / "syntax.yaml", "timeouts:\n  tools: [1, 2\n")
+    monkeypatch.setenv("TAUT_CONFIG", str(f))
+    assert resolve_timeout(KEY, default=7) == 7.0
+    assert len(rec.messages) == 1 and f'in "{f}", line' in rec.messages[0]
+    assert "<unicode string>" not in rec.messages[0]
+    problems = check_config_file(f)
+    assert len(problems) == 1 and problems[0].line == 3
+    assert f'in "{f}"' in problems[0].message and "<unicode string>" not in str(problems[0])
+
+
+def test_the_c_yaml_loader_is_used_where_present() -> None:
+    import yaml
+
+    expected = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+    assert config_files._yaml_loader() is expected

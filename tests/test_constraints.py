@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from _clocks import FakeClock, installed_scope_clock
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -19,6 +18,8 @@ from pydantic import ValidationError
 import taut
 from taut import Budget, PlanningConstraints
 from taut.constraints import iso_duration
+from taut.testing import MockClock as FakeClock
+from taut.testing import scope_clock as installed_scope_clock
 
 
 # --------------------------------------------------------------------------- parsing

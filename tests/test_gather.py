@@ -1,4 +1,4 @@
-"""taut.call / taut.gather / taut.agather: the gather contract of seed 003."""
+"""taut.call / taut.gather / taut.agather: the gather contract (docs/CONTRACTS.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 
 import taut
-from taut.gather import GatherRejected, Outcome, Scheduler
+from taut.gather import GatherRejected, Outcome, Scheduler, Submission
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,7 +51,7 @@ class Record(NamedTuple):
 
 
 class MemJournal:
-    """The Journal protocol of COMMON.md over a list that outlives the object
+    """The taut.journal.Journal protocol over a list that outlives the object
     (as a file outlives a process): one object per run, cursor from 0."""
 
     def __init__(self, slots: list[list[Any]] | None = None) -> None:
@@ -820,7 +820,10 @@ def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
 
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
-    from distributed import Client
+    distributed = pytest.importorskip(
+        "distributed", reason="Dask distributed is not installed (it comes with the test extra)"
+    )
+    Client = distributed.Client
 
     client = Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0")
     yield client
@@ -1018,3 +1021,34 @@ def test_nested_inline_gather_with_interrupt_stops_the_call_on_time() -> None:
         assert took < LONG / 4
     finally:
         ex.shutdown(wait=True)
+
+
+def test_the_function_and_the_package_are_both_reachable() -> None:
+    import importlib
+
+    from taut.gather import Scheduler as SchedulerFromPackage
+    from taut.gather import gather as gather_from_package
+
+    package = importlib.import_module("taut.gather")
+    assert package.Scheduler is SchedulerFromPackage is taut.Scheduler
+    assert taut.gather is gather_from_package  # the attribute is the function
+    assert callable(taut.gather) and not isinstance(taut.gather, type(package))
+    assert taut.gather([taut.call(abs, -2)])[0].value == 2
+
+
+def test_a_submit_hook_sees_each_call_and_its_real_start(pool: Any) -> None:
+    seen: list[tuple[int, str]] = []
+    started: list[int] = []
+    gate = threading.Event()
+
+    def submit(executor: Any, job: Submission) -> cf.Future[Any]:
+        seen.append((job.index, job.call_id))
+        job.on_start(lambda: started.append(job.index))
+        return executor.submit(job.runnable())
+
+    handles = [taut.call(gate.wait, LONG, call_id="blocker"), taut.call(abs, -1, call_id="fenced")]
+    outcomes = taut.gather(handles, timeout=0.2, max_parallel=1, executor=pool, submit=submit)
+    gate.set()
+    assert seen == [(0, "blocker")]  # the second call was never handed over
+    assert started == [0]
+    assert [o.status for o in outcomes] == ["timeout", "not_started"]

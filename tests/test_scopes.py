@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _clocks import FakeClock, installed_scope_clock
 
 import taut
 from taut import (
@@ -30,6 +29,8 @@ from taut import (
     move_on_at,
     remaining,
 )
+from taut.testing import MockClock as FakeClock
+from taut.testing import scope_clock as installed_scope_clock
 
 LONG = 30.0
 

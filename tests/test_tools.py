@@ -1,4 +1,4 @@
-"""taut.ToolRunner: bounded parallel tool calls with queue notices (seed 001)."""
+"""taut.ToolRunner: bounded parallel tool calls with queue notices (docs/CONTRACTS.md)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
 from taut._core import __version__
-from taut.bounded import TautStats, run_bounded_async, run_bounded_sync, stats
+from taut.bounded import run_bounded_async, run_bounded_sync
 from taut.config import (
     ConfigWarning,
     TautConfig,
@@ -58,6 +58,7 @@ from taut.journal import (
     SqliteJournal,
 )
 from taut.process import ProcessResult, kill_process_tree, run_process
+from taut.stats import TautStats, stats
 from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
 
 __all__ = [

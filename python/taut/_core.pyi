@@ -8,9 +8,14 @@ __all__ = [
     "PoolCore",
     "WorkerSlot",
     "__version__",
+    "_close_gil_gate",
+    "_gil_gate_after_fork",
+    "_gil_gate_closed",
+    "_set_main_thread",
     "_timer_add_panicking_action",
     "_timer_after_fork",
     "_timer_info",
+    "_timer_next_callback",
     "_timer_probe",
     "_timer_shutdown",
     "clamp_timeout",
@@ -101,6 +106,10 @@ class Deadline:
         callback thread. Not inside a blocking C call; skipped if
         ``cancel()`` is called first."""
 
+def _timer_next_callback() -> Callable[[], object] | None:
+    """The next Python callable for taut's callback thread; None at exit.
+    Waits with the GIL released (``taut._timer._callback_loop`` calls it)."""
+
 def _timer_after_fork() -> None:
     """Give a forked child a fresh timer and callback queue."""
 
@@ -116,6 +125,22 @@ def _timer_probe(delay: float) -> tuple[float, float]:
 
 def _timer_add_panicking_action(deadline: Deadline) -> None:
     """Test hook: attach a Rust action that panics at expiry."""
+
+# -- interpreter exit (rust/gil.rs) --------------------------------------------
+
+def _close_gil_gate() -> None:
+    """From now on no other thread comes back into Python after a GIL-free
+    wait in the Rust core (it parks for good instead). taut's last
+    ``atexit`` hook; the calling thread keeps passing."""
+
+def _gil_gate_closed() -> bool:
+    """Whether ``_close_gil_gate`` ran (diagnostics and tests)."""
+
+def _gil_gate_after_fork() -> None:
+    """In a forked child: open the gate again."""
+
+def _set_main_thread(ident: int) -> None:
+    """Record the thread that sees signals (``threading.main_thread().ident``)."""
 
 # -- process trees (rust/proctree.rs); Linux only, all without the GIL --------
 
@@ -152,12 +177,35 @@ def signal_process_tree_at(
     start_time)`` on a short-lived Rust thread that the timer thread starts,
     without the GIL (at once if already expired; never if cancelled first)."""
 
+# A call as the pool hands it out: (future, fn, args, kwargs or None).
+_Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]
+
 @final
 class WorkerSlot:
-    """What one worker thread shares with its executor: which call it runs,
-    so that the executor can abandon or interrupt that call."""
+    """One worker thread's handle on its pool (``PoolCore.new_worker()``).
 
-    def __new__(cls) -> WorkerSlot: ...
+    The worker loop is Python (``taut.executor._work``); every method here
+    returns the next *step* before any user code runs: ``None`` (exit),
+    ``False`` (idle: drop references, then ``park()``), a ``_Call`` tuple
+    (already RUNNING: call it, then ``ok(value)`` or ``fail(exc)``), or a
+    list for the slow paths that need Python: ``[0, notices, future, fn,
+    args, kwargs, tracker]`` (deliver notices, start the future with its own
+    method, then run it or ``skip()``) and ``[1, future, ok, value]``
+    (complete the future with its own method, then ``done(ok)``)."""
+
+    def take(self) -> Any:
+        """The first step; waits (GIL released) until there is work."""
+    def park(self) -> Any:
+        """After a ``False`` step: wait (GIL released) for work."""
+    def ok(self, value: Any) -> Any:
+        """The running call returned ``value``."""
+    def fail(self, exc: BaseException) -> Any:
+        """The running call (or the step about to start it) raised ``exc``;
+        re-raises it when no call is running."""
+    def done(self, ok: bool) -> Any:
+        """After a finish step, once Python completed the future."""
+    def skip(self) -> Any:
+        """After a start step whose future turned out cancelled."""
     @property
     def thread_id(self) -> int:
         """``threading.get_ident()`` of the worker (0 before it runs)."""
@@ -170,33 +218,42 @@ class WorkerSlot:
 
 @final
 class PoolCore:
-    """The Rust side of one ``taut.ThreadPoolExecutor``: the FIFO queue, the
-    worker ceiling and the worker loop."""
+    """The Rust side of one ``taut.ThreadPoolExecutor``: the FIFO queue and
+    the worker ceiling. Its methods never run Python code."""
 
     def __new__(
         cls, max_workers: int, max_queue: int = 0, idle_timeout: float | None = None
     ) -> PoolCore: ...
+    def new_worker(self) -> WorkerSlot:
+        """A handle for a new worker thread."""
     def submit(
         self,
         future: Any,
         func: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None = None,
-        tracker: Any | None = None,
-    ) -> tuple[int, bool, int | None]:
-        """Queue a call; sets ``future._seq``. Returns ``(seq, spawn,
-        waiting_at)``: seq 0 = shut down, -1 = bounded queue full; ``spawn``:
-        start one more worker thread; ``waiting_at``: the 1-based position
-        when the call cannot start at once."""
+    ) -> bool:
+        """Queue a call; sets ``future._seq``. Returns whether to start one
+        more worker thread. Raises ``taut.QueueFull`` when the bounded queue
+        is full and ``RuntimeError`` once shut down."""
+    def submit_tracked(
+        self,
+        future: Any,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        tracker: Any,
+    ) -> tuple[bool, int | None]:
+        """``submit`` with queue notices through ``tracker``; returns
+        ``(spawn, position)``, position None when the call starts at once."""
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""
-    def run_worker(self, slot: WorkerSlot) -> None:
-        """The worker loop, run by each worker thread until it must exit."""
     def worker_gone(self) -> None:
         """A worker thread that will never run the loop gives back its place."""
-    def remove(self, seq: int) -> bool:
-        """Take a cancelled call out of the queue; False if a worker has it."""
+    def remove(self, seq: int) -> tuple[list[tuple[Any, int]], _Call] | None:
+        """Take a cancelled call out of the queue: ``(notices, call)`` for
+        the caller to deliver and drop; None if a worker has it."""
     def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, bool]:
         """Give up on the worker running ``seq``: ``(abandoned, spawn)``."""
     def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:
@@ -205,10 +262,10 @@ class PoolCore:
         """Change the ceiling; returns how many worker threads to start."""
     def shutdown(self) -> None:
         """Refuse new calls; queued ones still run; idle workers exit."""
-    def drain(self, waiting_only: bool = False) -> list[Any]:
-        """Take every queued call out; their futures in queue order.
+    def drain(self, waiting_only: bool = False) -> list[_Call]:
+        """Take every queued call out, in queue order.
         ``waiting_only``: leave those a worker is already on its way to."""
-    def drain_after_fork(self) -> list[Any] | None:
+    def drain_after_fork(self) -> list[_Call] | None:
         """``drain`` in a forked child, None if the lock was held at fork."""
     def orphan(self) -> None:
         """In a forked child: never touch this pool again; ``remove`` and

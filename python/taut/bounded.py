@@ -1,9 +1,10 @@
-"""Bounded runs of sync callables and awaitables, and taut's global statistics.
+"""Bounded runs of sync callables and awaitables.
 
 ``run_bounded_sync`` and ``run_bounded_async`` keep the contract of the deadline
-layer in seed 004 (completion wins a tie with the deadline, exceptions propagate
-unchanged, only the timeout becomes a value, a hung task is abandoned and the
-call still returns on time) and fix where it falls short:
+layer they replace (completion wins a tie with the deadline, exceptions
+propagate unchanged, only the timeout becomes a value, a hung task is abandoned
+and the call still returns on time; see docs/CONTRACTS.md) and fix where that
+layer fell short:
 
 * the deadline is one entry in taut's Rust timer thread, not a
   ``threading.Timer`` thread per call, so arming it costs well under a
@@ -13,9 +14,10 @@ call still returns on time) and fix where it falls short:
   abandoned thread is counted in ``stats()``) or, on request, interrupted with
   ``DeadlineExpired``;
 * an event loop is woken at expiry through a file descriptor that the timer
-  thread writes without the GIL; if the loop is blocked and does not react
-  within a grace period, every thread's stack is logged once, and on request
-  ``DeadlineExpired`` is raised inside the blocking code so the loop recovers.
+  thread writes without the GIL (``taut._loop_waker``); if the loop is blocked
+  and does not react within a grace period, every thread's stack is logged
+  once, and on request ``DeadlineExpired`` is raised inside the blocking code
+  so the loop recovers (``taut._blocked_loop``).
 """
 
 from __future__ import annotations
@@ -24,103 +26,35 @@ import _thread
 import asyncio
 import concurrent.futures
 import contextvars
-import ctypes
 import dataclasses
 import inspect
 import logging
 import numbers
-import os
-import signal
-import sys
 import threading
 import time
-import traceback
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from taut import _core
+from taut._blocked_loop import (
+    clear_interrupt,
+    format_all_stacks,
+    install_wake_handler,
+    interrupt_thread,
+)
+from taut._core import Deadline, monotonic
+from taut._loop_waker import waker_for
 from taut.deadline import BoundedResult, DeadlineExpired, clamp_timeout
-from taut.executor import PoolStats, default_executor
+
+# The caller spins for a short pooled call exactly as the executor's own
+# Future.result() does, with the same bound.
+from taut.executor import _SPIN_MICROS, default_executor
+from taut.stats import TautStats, counters, stats
 
 __all__ = ["TautStats", "run_bounded_async", "run_bounded_sync", "stats"]
 
 logger = logging.getLogger("taut.bounded")
 
-# How long a caller spins (GIL released) for a pooled call to finish before it
-# parks; the executor's own Future.result() uses the same bound.
-_SPIN_MICROS = 50
-
 T = TypeVar("T")
-
-
-# ---------------------------------------------------------------------------
-# Statistics
-
-
-@dataclasses.dataclass(frozen=True)
-class TautStats:
-    """Process-wide counters of the bounded runs, and the default executor's stats."""
-
-    bounded_calls: int
-    """Calls of ``run_bounded_sync`` and ``run_bounded_async``."""
-    timeouts: int
-    """Of those, the ones that returned ``timed_out=True``."""
-    abandoned_threads: int
-    """Late workers left to finish on their own (each replaced in its pool)."""
-    interrupted_threads: int
-    """Late workers into which ``DeadlineExpired`` was raised (``interrupt=True``)."""
-    abandoned_tasks: int
-    """Tasks that did not finish when cancelled at their deadline (they shield
-    themselves from cancellation); their outcome is consumed when they end."""
-    blocked_loop_reports: int
-    """Times an event loop was found blocked past the grace period."""
-    executor: PoolStats
-    """``taut.executor.default_executor().stats()``."""
-
-
-class _Counters:
-    __slots__ = (
-        "abandoned_tasks",
-        "abandoned_threads",
-        "blocked_loop_reports",
-        "bounded_calls",
-        "interrupted_threads",
-        "lock",
-        "timeouts",
-    )
-
-    def __init__(self) -> None:
-        # `x += 1` on an attribute is not atomic across threads, so updates take
-        # this lock; it is uncontended and never held while calling out.
-        self.lock = threading.Lock()
-        self.bounded_calls = 0
-        self.timeouts = 0
-        self.abandoned_threads = 0
-        self.interrupted_threads = 0
-        self.abandoned_tasks = 0
-        self.blocked_loop_reports = 0
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self.lock:
-            setattr(self, name, getattr(self, name) + n)
-
-
-_counters = _Counters()
-
-
-def stats() -> TautStats:
-    """A snapshot of taut's process-wide counters and of the default executor."""
-    with _counters.lock:
-        snapshot = (
-            _counters.bounded_calls,
-            _counters.timeouts,
-            _counters.abandoned_threads,
-            _counters.interrupted_threads,
-            _counters.abandoned_tasks,
-            _counters.blocked_loop_reports,
-        )
-    return TautStats(*snapshot, executor=default_executor().stats())
 
 
 # ---------------------------------------------------------------------------
@@ -171,22 +105,24 @@ def _release_late_worker(
     if interrupt:
         interrupter = getattr(pool, "interrupt", None)
         if interrupter is not None and interrupter(future, DeadlineExpired):
-            _counters.add("interrupted_threads")
+            counters.add("interrupted_threads")
     # Also abandoned when interrupted: the exception lands only at a bytecode
     # boundary (never inside a blocking C call) and may be swallowed, so the pool
     # must not wait for it to keep its capacity.
     abandon = getattr(pool, "abandon", None)
     if abandon is not None and abandon(future):
-        _counters.add("abandoned_threads")
+        counters.add("abandoned_threads")
 
 
-def _unbounded(value: T, started: float, label: str) -> BoundedResult[T]:
-    """The result of a run with no deadline (``timeout=None``)."""
+def _result(
+    started: float, budget: float | None, label: str, *, value: Any = None, timed_out: bool = False
+) -> BoundedResult[Any]:
+    """The one place a bounded run builds its result (``budget`` None: no deadline)."""
     return BoundedResult(
-        timed_out=False,
+        timed_out=timed_out,
         value=value,
         elapsed_s=time.monotonic() - started,
-        timeout_s=None,
+        timeout_s=budget,
         label=label,
     )
 
@@ -236,11 +172,11 @@ def run_bounded_sync(
         raise TypeError(
             f"executor must be a concurrent.futures.Executor or None, got {_describe(executor)}"
         )
-    _counters.add("bounded_calls")
+    counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
         value = fn.result() if isinstance(fn, concurrent.futures.Future) else fn()
-        return _unbounded(value, started, label)
+        return _result(started, None, label, value=value)
 
     pool: concurrent.futures.Executor | None = None
     if isinstance(fn, concurrent.futures.Future):
@@ -265,15 +201,9 @@ def run_bounded_sync(
             spin(_SPIN_MICROS)
     if future.done():
         # Completion wins a tie with the deadline.
-        return BoundedResult(
-            timed_out=False,
-            value=future.result(),
-            elapsed_s=time.monotonic() - started,
-            timeout_s=budget,
-            label=label,
-        )
+        return _result(started, budget, label, value=future.result())
 
-    deadline = _core.Deadline(started + budget)
+    deadline = Deadline(started + budget)
     # A bare lock as a one-shot latch (a threading.Event costs several times
     # more): held now, released by whichever comes first, completion or expiry.
     latch = _thread.allocate_lock()
@@ -295,13 +225,7 @@ def run_bounded_sync(
     if future.done():
         # Completion wins a tie with the deadline.
         deadline.cancel()
-        return BoundedResult(
-            timed_out=False,
-            value=future.result(),
-            elapsed_s=time.monotonic() - started,
-            timeout_s=budget,
-            label=label,
-        )
+        return _result(started, budget, label, value=future.result())
     if pool is None:
         future.cancel()
     else:
@@ -327,164 +251,11 @@ class _Release:
 def _sync_timed_out(
     started: float, budget: float, label: str, on_timeout: Callable[[], object] | None
 ) -> BoundedResult[Any]:
-    _counters.add("timeouts")
-    result: BoundedResult[Any] = BoundedResult(
-        timed_out=True,
-        value=None,
-        elapsed_s=time.monotonic() - started,
-        timeout_s=budget,
-        label=label,
-    )
+    counters.add("timeouts")
+    result = _result(started, budget, label, timed_out=True)
     if on_timeout is not None:
         _run_hook(on_timeout, "on_timeout", label)
     return result
-
-
-# ---------------------------------------------------------------------------
-# run_bounded_async: waking the loop from the timer thread
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except (BlockingIOError, InterruptedError):
-        pass
-
-
-def _close_fds(*fds: int) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-class _LoopWaker:
-    """One non-blocking pipe per event loop, its read end watched by the loop.
-    Each bounded call asks the timer thread to write a byte to it at expiry
-    (without the GIL); the loop then checks which of its pending calls expired."""
-
-    __slots__ = ("__weakref__", "calls", "deadlines", "read_fd", "write_fd")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.calls: set[_AsyncCall] = set()
-        # The pending deadlines alone (they hold no reference to the loop), so
-        # the finaliser can disarm them before the fds close: a deadline firing
-        # later must never write into a reused descriptor number.
-        self.deadlines: set[_core.Deadline] = set()
-        try:
-            loop.add_reader(self.read_fd, self._on_readable)
-        except BaseException:
-            _close_fds(self.read_fd, self.write_fd)
-            raise
-        weakref.finalize(loop, _LoopWaker._release, self.deadlines, self.read_fd, self.write_fd)
-
-    @staticmethod
-    def _release(deadlines: set[_core.Deadline], read_fd: int, write_fd: int) -> None:
-        for deadline in list(deadlines):
-            deadline.cancel()
-        if any(d.expired for d in deadlines):
-            # Fired before it could be cancelled: its byte may be in flight on
-            # the timer thread, so the descriptors are leaked rather than reused.
-            return
-        _close_fds(read_fd, write_fd)
-
-    def add(self, call: _AsyncCall) -> None:
-        self.calls.add(call)
-        self.deadlines.add(call.deadline)
-        call.deadline.notify_fd(self.write_fd)
-
-    def discard(self, call: _AsyncCall) -> None:
-        self.calls.discard(call)
-        self.deadlines.discard(call.deadline)
-
-    def _on_readable(self) -> None:
-        _drain(self.read_fd)
-        for call in [c for c in self.calls if c.deadline.expired]:
-            call.on_expire()
-
-
-# Loops without add_reader (the Windows proactor loop) map to None and are woken
-# through call_soon_threadsafe from taut's callback thread instead.
-_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker | None] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _waker_for(loop: asyncio.AbstractEventLoop) -> _LoopWaker | None:
-    try:
-        return _wakers[loop]
-    except KeyError:
-        pass
-    waker: _LoopWaker | None
-    try:
-        waker = _LoopWaker(loop)
-    except NotImplementedError:
-        waker = None
-    _wakers[loop] = waker
-    return waker
-
-
-# ---------------------------------------------------------------------------
-# run_bounded_async: the blocked-loop watchdog
-
-
-def _format_all_stacks(loop_thread: int) -> str:
-    names = {t.ident: t.name for t in threading.enumerate()}
-    parts = []
-    for ident, frame in sys._current_frames().items():
-        marker = " (event loop thread)" if ident == loop_thread else ""
-        parts.append(
-            f"Thread {names.get(ident, '<unknown>')} [{ident}]{marker}:\n"
-            + "".join(traceback.format_stack(frame))
-        )
-    return "\n".join(parts)
-
-
-def _noop_signal_handler(signum: int, frame: object) -> None:
-    # Running any Python code lets a pending asynchronous exception land; that is
-    # the whole purpose of this handler (see _interrupt_loop_thread).
-    return None
-
-
-# SIGURG is ignored by default and unused by Python programs; a no-op handler on
-# it makes a blocking system call on the main thread return EINTR and run Python
-# code, where DeadlineExpired lands.
-_WAKE_SIGNAL: int | None = getattr(signal, "SIGURG", None)
-_wake_handler_installed = False
-
-
-def _install_wake_handler() -> None:
-    """Install the no-op handler (main thread only: signal.signal requires it),
-    unless the program set its own handler for the signal."""
-    global _wake_handler_installed
-    if _wake_handler_installed or _WAKE_SIGNAL is None:
-        return
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(_WAKE_SIGNAL) in (signal.SIG_DFL, None):
-        signal.signal(_WAKE_SIGNAL, _noop_signal_handler)
-    _wake_handler_installed = signal.getsignal(_WAKE_SIGNAL) is _noop_signal_handler
-
-
-def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    # NULL clears an exception that was set but not raised yet.
-    exc = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), exc)
-
-
-def _interrupt_loop_thread(thread_id: int) -> None:
-    _set_async_exc(thread_id, DeadlineExpired)
-    if (
-        _wake_handler_installed
-        and _WAKE_SIGNAL is not None
-        and thread_id == threading.main_thread().ident
-    ):
-        # time.sleep(), select() and friends restart after EINTR unless a signal
-        # handler raises; ours runs Python code, so the pending exception is raised.
-        signal.pthread_kill(thread_id, _WAKE_SIGNAL)
 
 
 _detached: set[asyncio.Future[Any]] = set()
@@ -518,46 +289,22 @@ def _consume_outcome(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+@dataclasses.dataclass(eq=False)
 class _AsyncCall:
     """The state one run_bounded_async call shares between the loop thread, the
     timer's callback thread and the watchdog."""
 
-    __slots__ = (
-        "__weakref__",
-        "deadline",
-        "dump",
-        "grace",
-        "handled",
-        "injected",
-        "interrupt",
-        "label",
-        "loop_thread",
-        "started",
-        "waiter",
-        "watchdog_deadline",
-    )
-
-    def __init__(
-        self,
-        deadline: _core.Deadline,
-        waiter: asyncio.Future[None],
-        label: str,
-        dump: bool,
-        interrupt: bool,
-        grace: float,
-        started: float,
-    ) -> None:
-        self.deadline = deadline
-        self.waiter = waiter
-        self.label = label
-        self.dump = dump
-        self.interrupt = interrupt
-        self.grace = grace
-        self.started = started
-        self.loop_thread = threading.get_ident()
-        self.handled = False
-        self.injected = False
-        self.watchdog_deadline: _core.Deadline | None = None
+    deadline: Deadline
+    waiter: asyncio.Future[None]
+    label: str
+    dump: bool
+    interrupt: bool
+    grace: float
+    started: float
+    loop_thread: int = dataclasses.field(default_factory=threading.get_ident)
+    handled: bool = False
+    injected: bool = False
+    watchdog_deadline: Deadline | None = None
 
     # On the loop thread.
     def on_done(self, _task: object) -> None:
@@ -575,7 +322,7 @@ class _AsyncCall:
     def start_watchdog(self) -> None:
         if self.handled:
             return
-        watchdog = _core.Deadline(self.deadline.at + self.grace)
+        watchdog = Deadline(self.deadline.at + self.grace)
         watchdog.call_soon(self.on_blocked)
         self.watchdog_deadline = watchdog
 
@@ -583,19 +330,19 @@ class _AsyncCall:
     def on_blocked(self) -> None:
         if self.handled:
             return
-        _counters.add("blocked_loop_reports")
+        counters.add("blocked_loop_reports")
         if self.dump:
             logger.warning(
                 "bounded call %r: the event loop has not handled its deadline "
                 "(%.3gs, expired %.3gs ago): the loop is blocked. Stacks of all threads:\n%s",
                 self.label,
                 self.deadline.at - self.started,
-                _core.monotonic() - self.deadline.at,
-                _format_all_stacks(self.loop_thread),
+                monotonic() - self.deadline.at,
+                format_all_stacks(self.loop_thread),
             )
         if self.interrupt and not self.handled:
             self.injected = True
-            _interrupt_loop_thread(self.loop_thread)
+            interrupt_thread(self.loop_thread)
 
 
 def _validate_grace(blocked_grace: object) -> float:
@@ -656,14 +403,14 @@ async def run_bounded_async(
     grace = _validate_grace(blocked_grace)
     if not inspect.isawaitable(awaitable):
         raise TypeError(f"awaitable must be awaitable, got {_describe(awaitable)}")
-    _counters.add("bounded_calls")
+    counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
-        return _unbounded(await awaitable, started, label)
+        return _result(started, None, label, value=await awaitable)
     loop = asyncio.get_running_loop()
     if budget <= 0:
         if isinstance(awaitable, asyncio.Future) and awaitable.done():
-            return _async_result(awaitable, started, budget, label)
+            return _result(started, budget, label, value=awaitable.result())
         if inspect.iscoroutine(awaitable):
             # Already expired: the coroutine must not run even to its first await.
             awaitable.close()
@@ -671,21 +418,17 @@ async def run_bounded_async(
             pending = asyncio.ensure_future(awaitable)
             pending.cancel()
             pending.add_done_callback(_consume_outcome)
-        _counters.add("timeouts")
-        return _timed_out(started, budget, label)
+        counters.add("timeouts")
+        return _result(started, budget, label, timed_out=True)
 
     task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
     if interrupt:
-        _install_wake_handler()
-    deadline = _core.Deadline(started + budget)
+        install_wake_handler()
+    deadline = Deadline(started + budget)
     waiter: asyncio.Future[None] = loop.create_future()
     call = _AsyncCall(deadline, waiter, label, dump, interrupt, grace, started)
     task.add_done_callback(call.on_done)
-    waker = _waker_for(loop)
-    if waker is not None:
-        waker.add(call)
-    else:
-        deadline.call_soon(lambda: loop.call_soon_threadsafe(call.on_expire))
+    watch = waker_for(loop).watch(deadline, call.on_expire)
     if dump or interrupt:
         deadline.call_soon(call.start_watchdog)
     try:
@@ -694,33 +437,31 @@ async def run_bounded_async(
         # The caller was cancelled (or interrupted): take the inner task with it.
         deadline.cancel()
         call.handled = True
-        if waker is not None:
-            waker.discard(call)
+        watch.stop()
         if call.injected:
-            _set_async_exc(threading.get_ident(), None)
+            clear_interrupt()
         task.remove_done_callback(call.on_done)
         task.cancel()
         task.add_done_callback(_consume_outcome)
         raise
     call.handled = True
-    if waker is not None:
-        waker.discard(call)
+    watch.stop()
     if call.injected:
         # If the interrupt has not been raised yet (the blocking call ended on
         # its own first), it must not land later in unrelated code.
-        _set_async_exc(threading.get_ident(), None)
+        clear_interrupt()
     if task.done():
         deadline.cancel()
         if call.injected and not task.cancelled() and isinstance(task.exception(), DeadlineExpired):
             # Our own interrupt ended the blocking code: that is the timeout.
-            _counters.add("timeouts")
-            return _timed_out(started, budget, label)
+            counters.add("timeouts")
+            return _result(started, budget, label, timed_out=True)
         # Completion wins a tie with the deadline.
-        return _async_result(task, started, budget, label)
+        return _result(started, budget, label, value=task.result())
 
     task.remove_done_callback(call.on_done)
     task.cancel()
-    _counters.add("timeouts")
+    counters.add("timeouts")
     try:
         # One loop pass lets a task that honours cancellation finish now.
         await asyncio.sleep(0)
@@ -729,29 +470,7 @@ async def run_bounded_async(
             _consume_outcome(task)
         else:
             task.add_done_callback(_consume_outcome)
-            _counters.add("abandoned_tasks")
+            counters.add("abandoned_tasks")
             if on_abandon is not None:
                 loop.call_soon(_start_on_abandon, loop, on_abandon, label)
-    return _timed_out(started, budget, label)
-
-
-def _async_result(
-    task: asyncio.Future[Any], started: float, budget: float, label: str
-) -> BoundedResult[Any]:
-    return BoundedResult(
-        timed_out=False,
-        value=task.result(),
-        elapsed_s=time.monotonic() - started,
-        timeout_s=budget,
-        label=label,
-    )
-
-
-def _timed_out(started: float, budget: float, label: str) -> BoundedResult[Any]:
-    return BoundedResult(
-        timed_out=True,
-        value=None,
-        elapsed_s=time.monotonic() - started,
-        timeout_s=budget,
-        label=label,
-    )
+    return _result(started, budget, label, timed_out=True)

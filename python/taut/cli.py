@@ -1,5 +1,6 @@
-"""The ``python -m taut`` command line: ``bench`` (and the subcommands other
-modules register in ``_SUBCOMMANDS``)."""
+"""The ``python -m taut`` command line: ``bench``, ``config {check,schema}`` and
+``demo``. Only this module knows argparse; the subcommands call plain
+functions of the modules they belong to."""
 
 from __future__ import annotations
 
@@ -10,8 +11,19 @@ import os
 import platform
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from taut._bench import Row
+from taut.config import (
+    CONCURRENT_BATCH_DEFAULT,
+    CONCURRENT_BATCH_KEY,
+    SEQUENTIAL_CALL_KEY,
+    TautConfig,
+    check_config_file,
+    load_config,
+    resolve_timeout,
+)
+from taut.demo import LANGUAGES, run_demo
 
 # Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
 BENCH_AREAS = [
@@ -87,6 +99,67 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- config
+def _config_check(args: argparse.Namespace) -> int:
+    failed = False
+    for file in args.files:
+        problems = check_config_file(file)
+        if problems:
+            failed = True
+            for problem in problems:
+                print(problem)
+            print(f"{file}: {len(problems)} problem(s)")
+        else:
+            cfg = load_config(file)
+            # What this file alone gives (no environment): the resolved values.
+            batch = resolve_timeout(
+                CONCURRENT_BATCH_KEY, default=CONCURRENT_BATCH_DEFAULT, config=cfg
+            )
+            alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
+            print(
+                f"{file}: OK (capacity.tool_workers={cfg.capacity.tool_workers}, "
+                f"{CONCURRENT_BATCH_KEY}={_seconds_text(batch)}, "
+                f"{SEQUENTIAL_CALL_KEY}={_seconds_text(alone)})"
+            )
+    return 1 if failed else 0
+
+
+def _seconds_text(value: float | None) -> str:
+    return "no timeout" if value is None else f"{value:g} s"
+
+
+def _config_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(TautConfig.model_json_schema(), indent=2))
+    return 0
+
+
+def _register_config(subparsers: Any) -> None:
+    parser = subparsers.add_parser("config", help="check a taut config file, print its schema")
+    sub = parser.add_subparsers(dest="config_command", required=True)
+    check = sub.add_parser("check", help="report every problem of FILE with its location")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.set_defaults(handler=_config_check)
+    schema = sub.add_parser("schema", help="print the JSON schema of the config document")
+    schema.set_defaults(handler=_config_schema)
+
+
+# --------------------------------------------------------------------------- demo
+def _print_flush(line: str) -> None:
+    print(line, flush=True)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    return run_demo(args.lang, _print_flush)
+
+
+def _register_demo(subparsers: Any) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="a live run of one simulated agent turn (a few seconds, no network)"
+    )
+    demo.add_argument("--lang", choices=LANGUAGES, default="en", help="language of the texts")
+    demo.set_defaults(handler=_demo)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m taut")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,11 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
     bench.add_argument("--area", action="append", help="only this area (repeatable)")
     bench.set_defaults(handler=_bench)
-    from taut.config import register_cli as _register_config
-
     _register_config(sub)
-    from taut.demo import register_cli as _register_demo
-
     _register_demo(sub)
     args = parser.parse_args(argv)
     result: int = args.handler(args)

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -41,8 +40,7 @@ from pydantic import (
     field_validator,
 )
 
-if TYPE_CHECKING:
-    from taut.deadline import DeadlineScope
+from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
@@ -305,46 +303,21 @@ class PlanningConstraints(BaseModel):
         available agents." (``lang="de"``: "Du hast 30 Minuten und 3 verfügbare
         Agenten."). Cost budgets and weights add one sentence each."""
         lang = _norm_lang(lang)
+        text = _GUIDANCE[lang]
         budget = self.time_budget_s
-        n = self.max_agents
-        if lang == "en":
-            if budget is None:
-                time_part = "no time limit"
-            elif budget <= 0:
-                time_part = "no time left"
-            else:
-                time_part = _duration_text(budget, "en")
-            if n is None:
-                agents = "no limit on the number of agents"
-            else:
-                agents = _plural(n, "available agent", "available agents")
-            out = f"You have {time_part} and {agents}."
-            if self.cost_budgets:
-                limits = ", ".join(f"{k} {_num(v)}" for k, v in self.cost_budgets.items())
-                out += f" Do not exceed these budgets: {limits}."
-            if self.weights:
-                prefs = ", ".join(f"{k} {_num(v)}" for k, v in self.weights.items())
-                out += f" Preferences (weights): {prefs}."
-            return out
         if budget is None:
-            time_part = "kein Zeitlimit"
+            time_part = text.no_time_limit
         elif budget <= 0:
-            time_part = "keine Zeit mehr"
+            time_part = text.no_time_left
         else:
-            time_part = _duration_text(budget, "de")
-        if n is None:
-            agents = "keine Begrenzung der Anzahl der Agenten"
-        elif n == 1:
-            agents = "einen verfügbaren Agenten"
-        else:
-            agents = f"{n} verfügbare Agenten"
-        out = f"Du hast {time_part} und {agents}."
+            time_part = _duration_text(budget, lang)
+        n = self.max_agents
+        agents = text.no_agent_limit if n is None else text.agents(n)
+        out = text.sentence.format(time=time_part, agents=agents)
         if self.cost_budgets:
-            limits = ", ".join(f"{k} {_num(v, 'de')}" for k, v in self.cost_budgets.items())
-            out += f" Überschreite diese Budgets nicht: {limits}."
+            out += text.budgets.format(_pairs(self.cost_budgets, lang))
         if self.weights:
-            prefs = ", ".join(f"{k} {_num(v, 'de')}" for k, v in self.weights.items())
-            out += f" Präferenzen (Gewichte): {prefs}."
+            out += text.weights.format(_pairs(self.weights, lang))
         return out
 
     def cap(self, agents: Sequence[T]) -> list[T]:
@@ -360,6 +333,42 @@ class PlanningConstraints(BaseModel):
 def _num(value: float, lang: str = "en") -> str:
     text = f"{value:g}"
     return text.replace(".", ",") if lang == "de" else text
+
+
+def _pairs(values: Mapping[str, float], lang: str) -> str:
+    return ", ".join(f"{k} {_num(v, lang)}" for k, v in values.items())
+
+
+class _GuidanceText(NamedTuple):
+    no_time_limit: str
+    no_time_left: str
+    no_agent_limit: str
+    agents: Callable[[int], str]
+    sentence: str  # {time} and {agents}
+    budgets: str  # {0}: the cost budgets
+    weights: str  # {0}: the weights
+
+
+_GUIDANCE = {
+    "en": _GuidanceText(
+        "no time limit",
+        "no time left",
+        "no limit on the number of agents",
+        lambda n: _plural(n, "available agent", "available agents"),
+        "You have {time} and {agents}.",
+        " Do not exceed these budgets: {0}.",
+        " Preferences (weights): {0}.",
+    ),
+    "de": _GuidanceText(
+        "kein Zeitlimit",
+        "keine Zeit mehr",
+        "keine Begrenzung der Anzahl der Agenten",
+        lambda n: "einen verfügbaren Agenten" if n == 1 else f"{n} verfügbare Agenten",
+        "Du hast {time} und {agents}.",
+        " Überschreite diese Budgets nicht: {0}.",
+        " Präferenzen (Gewichte): {0}.",
+    ),
+}
 
 
 class Budget:
@@ -571,8 +580,6 @@ class Budget:
         unbounded budget): ``taut.fail_after`` (raises ``taut.DeadlineExpired``)
         or, with ``raise_on_expiry=False``, ``taut.move_on_after``. The scope is
         fixed at entry: pausing the budget inside it does not move its deadline."""
-        from taut.deadline import fail_after, move_on_after
-
         # Relative seconds, not an absolute time: the budget's clock may be an
         # injected one, and the scope counts from its own entry on its own clock.
         factory = fail_after if raise_on_expiry else move_on_after
@@ -584,16 +591,13 @@ class Budget:
         self._scopes.set((*self._scopes.get(), scope))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    def _pop_scope(self) -> DeadlineScope:
         stack = self._scopes.get()
-        scope = stack[-1]
         self._scopes.set(stack[:-1])
-        return scope.__exit__(exc_type, exc, tb)
+        return stack[-1]
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._pop_scope().__exit__(*exc_info)
 
     async def __aenter__(self) -> Budget:
         scope = self.scope()
@@ -601,13 +605,5 @@ class Budget:
         self._scopes.set((*self._scopes.get(), scope))
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        stack = self._scopes.get()
-        scope = stack[-1]
-        self._scopes.set(stack[:-1])
-        return await scope.__aexit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._pop_scope().__aexit__(*exc_info)

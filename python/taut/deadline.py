@@ -25,8 +25,8 @@ loop:
   Either way a bare ``except:`` in the block can swallow the interrupt (the
   exit still raises for ``fail_*`` scopes).
 - Inside a running asyncio task, ``async with`` and a plain ``with`` (anyio's
-  form) behave alike: at expiry the timer thread writes a byte to a socket
-  the running loop watches (no GIL needed to wake it), and the loop cancels
+  form) behave alike: at expiry the timer thread wakes the running loop
+  through ``taut._loop_waker`` (no GIL needed to wake it), and the loop cancels
   the task as ``asyncio.timeout`` does; ``fail_*`` scopes turn that
   cancellation into ``DeadlineExpired`` (a foreign exception raised while the
   cancellation unwinds gets the ``DeadlineExpired``, caused by the
@@ -63,16 +63,15 @@ import asyncio
 import builtins
 import contextvars
 import dataclasses
-import socket
 import sys
 import threading
 import time
-import weakref
 from types import TracebackType
 from typing import Any, Callable, Generic, TypeVar, cast
 
 from taut import _core, _signal_interrupt
 from taut._core import MAX_TIMEOUT, clamp_timeout
+from taut._loop_waker import Watch, waker_for
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -329,7 +328,7 @@ class DeadlineScope:
         self._abandoned = False
         self._expired: bool | None = None
         self._task: asyncio.Task[Any] | None = None
-        self._waker: _LoopWaker | None = None
+        self._waker: Watch | None = None
         self._handle: asyncio.Handle | None = None
         self._cancel_requested = False
         self._cancelling = 0
@@ -414,7 +413,7 @@ class DeadlineScope:
             self._handle.cancel()
             self._handle = None
         if self._waker is not None:
-            self._waker.unwatch(self)
+            self._waker.stop()
             self._waker = None
         if self._signal_armed:
             self._signal_armed = False
@@ -541,7 +540,7 @@ class DeadlineScope:
             # asyncio.timeout does, not whenever the timer's wake-up arrives.
             self._handle = loop.call_soon(self._fire)
         else:
-            _LoopWaker.for_loop(loop).watch(self)
+            self._waker = waker_for(loop).watch(self._deadline, self._fire)
 
     def _exit_task(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> bool:
         misnested: RuntimeError | None = None
@@ -610,94 +609,6 @@ class DeadlineScope:
             parts.append(f"timeout={_format_seconds(self.timeout_s or 0.0)}s")
             parts.append("active expired" if self._past() else "active")
         return " ".join(parts) + ">"
-
-
-class _LoopWaker:
-    """Per event loop: a socket pair whose read end the loop watches. The
-    timer thread writes to it at expiry (no GIL), the loop wakes, and the
-    expired scopes cancel their tasks."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._scopes: set[DeadlineScope] = set()
-        self._loop_ref = weakref.ref(loop)
-        self._reader: socket.socket | None = None
-        self._writer: socket.socket | None = None
-        reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        try:
-            loop.add_reader(reader.fileno(), self._on_readable)
-        except (NotImplementedError, AttributeError):
-            # A loop without add_reader (Windows proactor): fall back to the
-            # callback thread and call_soon_threadsafe.
-            reader.close()
-            writer.close()
-        else:
-            self._reader, self._writer = reader, writer
-        weakref.finalize(loop, _LoopWaker._close, self._scopes, reader, writer)
-
-    @classmethod
-    def for_loop(cls, loop: asyncio.AbstractEventLoop) -> _LoopWaker:
-        waker = _WAKERS.get(loop)
-        if waker is None:
-            with _WAKERS_LOCK:
-                waker = _WAKERS.get(loop)
-                if waker is None:
-                    waker = cls(loop)
-                    _WAKERS[loop] = waker
-        return waker
-
-    @staticmethod
-    def _close(scopes: set[DeadlineScope], reader: socket.socket, writer: socket.socket) -> None:
-        # Disarm before closing, so no timer write can reach a reused fd number.
-        for scope in list(scopes):
-            if scope._deadline is not None:
-                scope._deadline.cancel()
-        reader.close()
-        writer.close()
-
-    def watch(self, scope: DeadlineScope) -> None:
-        deadline = scope._deadline
-        assert deadline is not None
-        self._scopes.add(scope)
-        scope._waker = self
-        if self._writer is not None:
-            deadline.notify_fd(self._writer.fileno())
-        else:
-            deadline.call_soon(self._wake_threadsafe)
-
-    def unwatch(self, scope: DeadlineScope) -> None:
-        self._scopes.discard(scope)
-
-    def _wake_threadsafe(self) -> None:
-        loop = self._loop_ref()
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._check)
-            except RuntimeError:
-                pass  # closed in between
-
-    def _on_readable(self) -> None:
-        reader = self._reader
-        if reader is not None:
-            try:
-                while reader.recv(4096):
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass
-        self._check()
-
-    def _check(self) -> None:
-        for scope in list(self._scopes):
-            d = scope._deadline
-            if d is not None and d.expired:
-                scope._fire()
-
-
-_WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = (
-    weakref.WeakKeyDictionary()
-)
-_WAKERS_LOCK = threading.Lock()
 
 
 def _scope(

@@ -12,7 +12,6 @@ status 1 if one of them did not hold). A few seconds, no network.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import threading
@@ -419,25 +418,10 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def register_cli(subparsers: Any) -> None:
-    """Add the ``demo`` subcommand to ``python -m taut``."""
-    demo = subparsers.add_parser(
-        "demo", help="a live run of one simulated agent turn (a few seconds, no network)"
-    )
-    demo.add_argument("--lang", choices=sorted(_TEXT), default="en", help="language of the texts")
-    demo.set_defaults(handler=lambda args: run_demo(args.lang, _print_flush))
+LANGUAGES = tuple(sorted(_TEXT))
 
 
-def _print_flush(line: str) -> None:
-    print(line, flush=True)
+if __name__ == "__main__":  # python -m taut.demo [--lang de]
+    from taut.cli import main
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m taut.demo")
-    parser.add_argument("--lang", choices=sorted(_TEXT), default="en")
-    args = parser.parse_args(argv)
-    return run_demo(args.lang, _print_flush)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["demo", *sys.argv[1:]]))

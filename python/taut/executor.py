@@ -183,10 +183,14 @@ class Future(_cf.Future[_T]):
         elif not super().cancel():
             return False
         core = self._core
-        if core is not None and self._state == _CANCELLED and core.remove(self._seq):
-            # Out of the queue: no worker will ever see it, so tell the
-            # waiters of wait()/as_completed() here.
-            self.set_running_or_notify_cancel()
+        if core is not None and self._state == _CANCELLED:
+            removed = core.remove(self._seq)
+            if removed is not None:
+                # Out of the queue: no worker will ever see it, so tell the
+                # waiters of wait()/as_completed() here, and the calls
+                # behind it their new positions.
+                self.set_running_or_notify_cancel()
+                _deliver_notices(removed[0])
         return True
 
     def add_done_callback(self, fn: Callable[[_cf.Future[_T]], object]) -> None:
@@ -281,21 +285,29 @@ class _Tracker:
                 return
             self._position = position
             if self._on_wait is not None:
-                self._on_wait(position)
+                _notify(self._on_wait, position)
 
     def start(self) -> None:
         with self._lock:
             self._started = True
             if self._on_start is not None:
-                self._on_start()
+                _notify(self._on_start)
+
+
+def _notify(callback: Callable[..., object], *args: Any) -> None:
+    """Call a queue-notice callback; like a done callback's, its exception
+    is logged, never raised into the call it reports on."""
+    try:
+        callback(*args)
+    except Exception:
+        _base.LOGGER.exception("exception calling queue notice %r", callback)
 
 
 # Every worker thread not yet finished, for the exit hook: thread -> its
-# pool and the event the thread sets as its very last step. We wait on that
-# event rather than Thread.join(): in CPython < 3.12 a join interrupted by
-# Ctrl-C marks a still-running thread as stopped, and a later join returns
-# at once — a worker then meets the finalizing interpreter, and with Rust
-# frames on its stack that aborts the process.
+# pool and the event the thread sets as its very last step (abandon() sets
+# it too: nobody waits for an abandoned worker). We wait on that event
+# rather than Thread.join(): in CPython < 3.12 a join interrupted by Ctrl-C
+# marks a still-running thread as stopped, and a later join returns at once.
 _live_workers: dict[threading.Thread, tuple[PoolCore, threading.Event]] = {}
 _live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
 _interpreter_exiting = False
@@ -315,6 +327,75 @@ def _python_exit() -> None:
 
 
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
+def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
+    """Tell queued tracked calls their new positions."""
+    for tracker, position in notices:
+        tracker.wait(position)
+
+
+# The kinds of slow steps a WorkerSlot hands out (see _work).
+_STEP_START = 0
+_STEP_FINISH = 1
+
+
+def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
+    """The worker-loop steps that need Python: starting a call whose future
+    has waiters, notices or a cancellation; completing one that has
+    waiters or done callbacks. Returns the next step."""
+    if step[0] == _STEP_FINISH:
+        _, future, ok, value = step
+        try:
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        except _base.InvalidStateError:
+            # Cancelled before a stray interrupt could fail it: that is
+            # its outcome; make sure wait()/as_completed() hear of it.
+            if future._state == _CANCELLED:
+                future.set_running_or_notify_cancel()
+        return slot.done(ok)
+    _, notices, future, fn, args, kwargs, tracker = step
+    _deliver_notices(notices)
+    if not future.set_running_or_notify_cancel():
+        return slot.skip()
+    if tracker is not None:
+        tracker.start()
+    return (future, fn, args, kwargs)  # run by _work like any other call
+
+
+def _work(slot: WorkerSlot) -> None:
+    """The worker loop. Each call into Rust returns before any user code
+    runs, so a call that outlives the interpreter (abandoned, still running
+    at exit) never has a Rust frame below it: CPython may end such a thread
+    with ``pthread_exit`` at finalization, and unwinding through a Rust
+    frame would abort the process."""
+    ok = slot.ok
+    step = slot.take()
+    while step is not None:
+        try:
+            while True:
+                if step.__class__ is tuple:
+                    # The future is held here, not used: its last reference
+                    # (and a result's __del__) then goes away in Python.
+                    _future, fn, args, kwargs = step
+                    step = ok(fn(*args) if kwargs is None else fn(*args, **kwargs))
+                elif step is False:
+                    # Idle: hold no references to the last call while parked.
+                    _future = fn = args = kwargs = None
+                    step = slot.park()
+                elif step is None:
+                    return
+                else:
+                    step = _slow_step(slot, step)
+        except BaseException as exc:
+            # The running call raised. So does an interrupt aimed at it that
+            # lands just before or after it in this loop: either way it is
+            # that call's outcome (fail() re-raises if no call is running).
+            step = slot.fail(exc)
+            del exc
 
 
 def _worker_main(
@@ -337,7 +418,7 @@ def _worker_main(
                     executor._initializer_failed()
                 return
         try:
-            core.run_worker(slot)
+            _work(slot)
         except BaseException:
             _base.LOGGER.critical("taut worker loop failed", exc_info=True)
             executor = executor_ref()
@@ -453,22 +534,26 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             args = (fn, *args)
             fn = contextvars.copy_context().run
         future: Future[Any] = Future()
-        future._core = self._core
+        future._core = core = self._core
+        waiting_at = None
         while True:
-            seq, spawn, waiting_at = self._core.submit(future, fn, args, kwargs, tracker)
-            if seq > 0:
+            try:
+                if tracker is None:
+                    spawn = core.submit(future, fn, args, kwargs)
+                else:
+                    spawn, waiting_at = core.submit_tracked(future, fn, args, kwargs, tracker)
                 break
-            if seq == 0:
+            except QueueFull:
+                if not block:
+                    raise
+                core.wait_for_room()
+            except RuntimeError:
                 self._check_open()
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if not block:
-                raise QueueFull(f"the queue is full: max_queue={self._max_queue} calls waiting")
-            self._core.wait_for_room()
+                raise
         if spawn:
             self._spawn(1)
-        if tracker is not None:
-            if waiting_at is not None:
-                tracker.wait(waiting_at)
+        if tracker is not None and waiting_at is not None:
+            tracker.wait(waiting_at)
         return future
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
@@ -540,25 +625,25 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         submit = core.submit
         futures: list[Future[Any]] = []
         append = futures.append
-        for args in arg_tuples:
-            future: Future[Any] = Future()
-            future._core = core
-            seq, spawn_one, _ = submit(future, fn, args)
-            if seq <= 0:
-                for queued in futures:
-                    queued.cancel()
-                self._check_open()
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if spawn_one:
-                self._spawn(1)
-            append(future)
+        try:
+            for args in arg_tuples:
+                future: Future[Any] = Future()
+                future._core = core
+                if submit(future, fn, args):
+                    self._spawn(1)
+                append(future)
+        except RuntimeError:
+            for queued in futures:
+                queued.cancel()
+            self._check_open()
+            raise
         return futures
 
     # -- workers --------------------------------------------------------
 
     def _spawn(self, count: int) -> None:
         for _ in range(count):
-            slot = WorkerSlot()
+            slot = self._core.new_worker()
             exited = threading.Event()
             thread = threading.Thread(
                 name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
@@ -602,7 +687,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         _live_workers.pop(thread, None)
 
     def _fail_queued(self, error: BaseException) -> None:
-        for future in self._core.drain():
+        for future, *_ in self._core.drain():
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
@@ -643,10 +728,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         thread, slot = found
         abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
         if abandoned:
-            # Neither shutdown(wait=True) nor the exit hook waits for it.
+            # Neither shutdown(wait=True) nor the exit hook waits for it; one
+            # of them may be waiting already (a call abandoned while the
+            # interpreter exits): its event says "no need to wait" now.
             self._drop_thread(thread)
-            self._exited.pop(thread, None)
+            exited = self._exited.pop(thread, None)
             _live_workers.pop(thread, None)
+            if exited is not None:
+                exited.set()
         if spawn:
             self._spawn(1)
         return bool(abandoned)
@@ -701,7 +790,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             if cancel_futures:
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
-                for future in self._core.drain(waiting_only=True):
+                for future, *_ in self._core.drain(waiting_only=True):
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
@@ -727,7 +816,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()
         old.orphan()
-        for future in queued or ():
+        for future, *_ in queued or ():
             if future.cancel():
                 future.set_running_or_notify_cancel()
 

@@ -24,15 +24,16 @@ waiting for workers of the same bounded pool could wait forever.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from taut import config as taut_config
+from taut._checks import check_timeout
 from taut.executor import ThreadPoolExecutor
-from taut.gather import Call, Outcome, Scheduler, _check_timeout, _Run, _Task
+from taut.gather import Call, Outcome, Scheduler, Submission
 
 __all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
 
@@ -131,19 +132,13 @@ class QueueNotice:
         return self.kind in ("started", "dropped")
 
 
-def _config_value(name: str, config: Any, default: Any) -> Any:
-    """Read one setting through taut.config, which may not be installed in
-    every build of this layer; a broken config never breaks a tool batch."""
+def _config_value(getter: Callable[[Any], Any], source: Any, default: Any) -> Any:
+    """Read one setting through taut.config; a broken config never breaks a
+    tool batch."""
     try:
-        _config = importlib.import_module("taut.config")
-    except ImportError:
-        return default
-    getter = getattr(_config, name, None)
-    if getter is None:
-        return default
-    try:
-        return getter(config)
+        return getter(source)
     except Exception:
+        name = getter.__name__
         _log.warning("could not read %s from the taut config; using %r", name, default)
         return default
 
@@ -185,7 +180,7 @@ class ToolRunner:
         if language not in _TEXTS:
             raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
         if tool_workers is None:
-            tool_workers = _config_value("tool_workers", config, 0)
+            tool_workers = _config_value(taut_config.tool_workers, config, 0)
         ceiling = _check_workers(tool_workers, "tool_workers")
         max_agents = getattr(constraints, "max_agents", None) if constraints is not None else None
         if max_agents is not None:
@@ -197,10 +192,10 @@ class ToolRunner:
         self._batch_timeout = (
             _UNSET
             if concurrent_batch_timeout is _UNSET
-            else _check_timeout(concurrent_batch_timeout)
+            else check_timeout(concurrent_batch_timeout)
         )
         self._sequential_timeout = (
-            _UNSET if sequential_call_timeout is _UNSET else _check_timeout(sequential_call_timeout)
+            _UNSET if sequential_call_timeout is _UNSET else check_timeout(sequential_call_timeout)
         )
         self._on_notice = on_notice
         self._language = language
@@ -220,11 +215,6 @@ class ToolRunner:
         """The worker ceiling; 0 means none."""
         return self._ceiling
 
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The pool of tool workers (for statistics: ``executor.stats()``)."""
-        return self._executor
-
     def set_tool_workers(self, tool_workers: int) -> None:
         """Change the ceiling at run time (0 = none); waiting calls start as
         soon as the new ceiling allows."""
@@ -232,12 +222,19 @@ class ToolRunner:
         self._executor.resize(ceiling or _NO_CEILING)
         self._ceiling = ceiling
 
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool of tool workers (for statistics: ``executor.stats()``)."""
+        return self._executor
+
     def batch_timeout(self) -> float | None:
         """The deadline of a parallel group, in seconds (``None`` = none)."""
         if self._batch_timeout is not _UNSET:
             return self._batch_timeout
-        value = _config_value("concurrent_batch_timeout", self._config, _DEFAULT_BATCH_TIMEOUT)
-        return _check_timeout(value)
+        value = _config_value(
+            taut_config.concurrent_batch_timeout, self._config, _DEFAULT_BATCH_TIMEOUT
+        )
+        return check_timeout(value)
 
     def sequential_timeout(self) -> float | None:
         """The deadline of a call that runs alone, in seconds (``None`` = none)."""
@@ -245,8 +242,8 @@ class ToolRunner:
             return self._sequential_timeout
         if self._batch_timeout is not _UNSET:
             return self._batch_timeout
-        value = _config_value("sequential_call_timeout", self._config, _UNSET)
-        return self.batch_timeout() if value is _UNSET else _check_timeout(value)
+        value = _config_value(taut_config.sequential_call_timeout, self._config, _UNSET)
+        return self.batch_timeout() if value is _UNSET else check_timeout(value)
 
     # -- running -------------------------------------------------------------
 
@@ -271,7 +268,7 @@ class ToolRunner:
         if timeout is _UNSET:
             parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
         else:
-            parallel_timeout = alone_timeout = _check_timeout(timeout)
+            parallel_timeout = alone_timeout = check_timeout(timeout)
         notify = on_notice if on_notice is not None else self._on_notice
         results: list[ToolResult | None] = [None] * len(batch)
         for group in _groups(batch):
@@ -304,8 +301,8 @@ class ToolRunner:
             except Exception:
                 _log.exception("on_notice failed for tool call %s", ids[pos])
 
-        def submit(executor: Any, task: _Task) -> Any:
-            pos = task.entry.index
+        def submit(executor: Any, job: Submission) -> Any:
+            pos = job.index
 
             def on_wait(position: int) -> None:
                 with lock:
@@ -319,21 +316,12 @@ class ToolRunner:
                 if had_notice:
                     emit("started", pos, None)
 
-            task.on_start = on_start  # after the fence: a fenced call never "starts"
-            return executor.submit_tracked(task.ref(), on_wait=on_wait)
+            job.on_start(on_start)  # after the fence: a fenced call never "starts"
+            return executor.submit_tracked(job.runnable(), on_wait=on_wait)
 
-        run = _Run(
-            self._scheduler,
-            handles,
-            timeout,
-            None,
-            self._executor,
-            None,
-            self._interrupt,
-            submit,
-            "tool batch",
+        outcomes = self._scheduler.gather(
+            handles, timeout=timeout, interrupt=self._interrupt, submit=submit
         )
-        outcomes = run.run_sync()
         for pos, outcome in enumerate(outcomes):
             if outcome.status == "not_started" and pos in waited:
                 emit("dropped", pos, None)

@@ -1,0 +1,313 @@
+"""Config files: reading and parsing (YAML, TOML, JSON), and the cache that
+re-reads a file only when its ``(mtime_ns, size)`` stamp changes.
+
+A config file is untrusted input on the protected code path, so reading it is
+bounded before any parsing starts: only a regular file is read (a FIFO, a
+device or a directory is refused without blocking: the file is opened
+non-blocking and checked with ``fstat`` before the first read), at most
+:data:`MAX_CONFIG_BYTES` (1 MiB) of it; YAML aliases (``*name``) are refused,
+so neither a recursive anchor nor an alias bomb can expand, and no document
+may nest deeper than :data:`MAX_CONFIG_DEPTH` levels. What is refused raises
+:class:`ConfigFileRefused`, which resolution turns into a ``ConfigWarning`` and
+``config check`` into a reported problem.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import sys
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from taut.config.models import (
+    CapacityConfig,
+    ConfigWarning,
+    TautConfig,
+    _describe,
+    _prune_timeouts,
+)
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "ConfigFileRefused", "ConfigSource"]
+
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest config file taut reads (1 MiB): a timeout config is a few lines."""
+MAX_CONFIG_DEPTH = 100
+"""The deepest nesting of mappings and lists a config document may have."""
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, which has no FIFOs
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOCTTY = getattr(os, "O_NOCTTY", 0)
+
+
+class ConfigFileRefused(ValueError):
+    """A config file that taut will not parse: not a regular file, too large,
+    YAML aliases, or nested too deep. The message says which."""
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where a configuration came from: a file path, or ``None`` for a mapping."""
+
+    path: str | None
+
+    def where(self, dotted: str) -> str:
+        if self.path is None:
+            return f"config mapping at {dotted}"
+        return f"{self.path} at {dotted}"
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read_text(path: str) -> str:
+    """The text of config file ``path``: a regular file of at most
+    :data:`MAX_CONFIG_BYTES`, UTF-8. Never blocks on a FIFO or a device."""
+    # O_NONBLOCK: opening a FIFO without a writer returns at once instead of
+    # waiting for one; fstat then refuses it before anything is read.
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | _NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigFileRefused(f"{_kind(mode)}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:  # the stat size may be stale: count what is read
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigFileRefused(
+            f"larger than {MAX_CONFIG_BYTES} bytes (1 MiB), the most a config file may have"
+        )
+    return b"".join(chunks).decode("utf-8")
+
+
+def _yaml_loader() -> type[Any]:
+    import yaml
+
+    # libyaml's parser when PyYAML has it (much faster, and it caps flow nesting);
+    # both are safe loaders: they never construct arbitrary Python objects.
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _NamedText(io.StringIO):
+    """YAML text that carries its file name into the parser's error marks
+    (which otherwise say ``<unicode string>``)."""
+
+    def __init__(self, text: str, name: str) -> None:
+        super().__init__(text)
+        self.name = name
+
+
+def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
+    """``(node graph, data)`` of a YAML config text, ``(None, None)`` when it is
+    empty; refused if it uses aliases or nests too deep. Composing never expands
+    an alias, so the check is linear in the size of the text."""
+    loader = _yaml_loader()(_NamedText(text, path))
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_nodes(node)
+        return node, loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_nodes(root: Any) -> None:
+    import yaml
+
+    seen: set[int] = set()
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            # The composer hands out an anchored node again for each alias.
+            mark = node.start_mark
+            raise ConfigFileRefused(
+                f"YAML aliases (*name) are not allowed in a taut config file: the node "
+                f"anchored at line {mark.line + 1} is used again"
+            )
+        seen.add(id(node))
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigFileRefused(f"nested deeper than {MAX_CONFIG_DEPTH} levels")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+
+
+def _check_depth(data: Any) -> None:
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth >= MAX_CONFIG_DEPTH:
+            raise ConfigFileRefused(f"nested deeper than {MAX_CONFIG_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def _parse_text(path: str, text: str) -> Any:
+    suffix = Path(path).suffix.lower()
+    if suffix in (".toml", ".json"):
+        if suffix == ".json":
+            data = json.loads(text)
+        elif sys.version_info >= (3, 11):
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:  # pragma: no cover - exercised on 3.9/3.10 only
+            import tomli  # type: ignore[import-not-found, unused-ignore]
+
+            data = tomli.loads(text)
+        _check_depth(data)
+        return data
+    # YAML is a superset of JSON, so unknown suffixes are read as YAML.
+    return _yaml_document(path, text)[1]
+
+
+@dataclass
+class _FileState:
+    stamp: tuple[int, int] | None
+    timeouts: Mapping[Any, Any]
+    config: TautConfig
+
+
+_files: dict[str, _FileState] = {}
+_files_lock = threading.Lock()
+
+
+def _warn(message: str, stacklevel: int) -> None:
+    warnings.warn(message, ConfigWarning, stacklevel=stacklevel + 1)
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _lenient(
+    data: Any, source: ConfigSource, stacklevel: int
+) -> tuple[Mapping[Any, Any], TautConfig]:
+    """Build the raw timeouts tree and a valid TautConfig from untrusted data.
+
+    Invalid parts are dropped with a warning; never raises.
+    """
+    if data is None:
+        return {}, TautConfig()
+    if not isinstance(data, Mapping):
+        _warn(
+            f"taut config {source.path or 'mapping'} ignored: expected a mapping at the top "
+            f"level, got {_describe(data)}",
+            stacklevel + 1,
+        )
+        return {}, TautConfig()
+    raw_timeouts = data.get("timeouts")
+    if raw_timeouts is None:
+        raw_timeouts = {}
+    elif not isinstance(raw_timeouts, Mapping):
+        _warn(
+            f"taut config: {source.where('timeouts')} ignored: expected a mapping, got "
+            f"{_describe(raw_timeouts)}",
+            stacklevel + 1,
+        )
+        raw_timeouts = {}
+    capacity: Any = data.get("capacity")
+    capacity_cfg = CapacityConfig.model_validate({})
+    if capacity is not None:
+        try:
+            capacity_cfg = CapacityConfig.model_validate(capacity)
+        except Exception as exc:
+            details = "; ".join(f"{loc}: {msg}" for loc, msg in _capacity_errors(exc))
+            _warn(
+                f"taut config: {source.where('capacity')} ignored, using the defaults: "
+                f"{details or _one_line(exc)}",
+                stacklevel + 1,
+            )
+    try:
+        cfg = TautConfig(timeouts=_prune_timeouts(raw_timeouts), capacity=capacity_cfg)
+    except Exception:  # pragma: no cover - pruning leaves only valid leaves
+        cfg = TautConfig(capacity=capacity_cfg)
+    return raw_timeouts, cfg
+
+
+def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return []
+    out = []
+    for error in exc.errors():
+        loc = ".".join(["capacity", *(str(p) for p in error["loc"])])
+        out.append((loc, f"{error['msg']}, got {_describe(error.get('input'))}"))
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _load_file(path: str, stacklevel: int, on_reload: Callable[[], None]) -> _FileState:
+    """The parsed state of ``path``, re-read only when its (mtime_ns, size) changes;
+    ``on_reload`` runs after a (re-)read (it drops results memoised from the old state)."""
+    stamp = _stamp(path)
+    state = _files.get(path)
+    if state is not None and state.stamp == stamp:
+        return state
+    with _files_lock:
+        state = _files.get(path)
+        if state is not None and state.stamp == stamp:
+            return state
+        source = ConfigSource(path)
+        if stamp is None:
+            _warn(f"taut config file {path!r} not found or unreadable; ignoring it", stacklevel + 1)
+            state = _FileState(stamp, {}, TautConfig())
+        else:
+            try:
+                data = _parse_text(path, _read_text(path))
+            except ConfigFileRefused as exc:
+                _warn(f"taut config file {path!r} ignored: {exc}", stacklevel + 1)
+                state = _FileState(stamp, {}, TautConfig())
+            except Exception as exc:  # unreadable or unparsable: never breaks the caller
+                _warn(
+                    f"taut config file {path!r} is broken, ignoring it: {_one_line(exc)}",
+                    stacklevel + 1,
+                )
+                state = _FileState(stamp, {}, TautConfig())
+            else:
+                raw, cfg = _lenient(data, source, stacklevel + 1)
+                state = _FileState(stamp, raw, cfg)
+        _files[path] = state
+        on_reload()
+        return state

@@ -1,0 +1,226 @@
+"""The configuration document (:class:`TautConfig`, :class:`CapacityConfig`)
+and the checks every configured timeout number goes through."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from taut._core import MAX_TIMEOUT, clamp_timeout
+
+__all__ = ["CapacityConfig", "ConfigWarning", "TautConfig"]
+
+
+class ConfigWarning(UserWarning):
+    """A configured value (config file, mapping or environment variable) was ignored.
+
+    The message names the key, the offending value and where it came from; the
+    value of the next source (environment variable, then default) is used instead.
+    """
+
+
+# --------------------------------------------------------------------------- values
+def _describe(value: object) -> str:
+    """``repr`` of a configured value that can neither raise nor flood a log line."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<unrepresentable {type(value).__name__}>"
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+_RULE = "expected a non-negative number of seconds (0 disables)"
+
+
+def _check_number(value: object) -> tuple[bool, float | int | None, str]:
+    """Validate one configured timeout number: ``(ok, number, reason)``.
+
+    ``number`` is the original int/float (not yet clamped); ``0`` is a valid number.
+    """
+    try:
+        if isinstance(value, bool):
+            return False, None, f"{_RULE}, got a bool"
+        if isinstance(value, int):
+            if value < 0:
+                return False, None, f"{_RULE}, got a negative number"
+            return True, value, ""
+        if isinstance(value, float):
+            if math.isnan(value):
+                return False, None, f"{_RULE}, got NaN"
+            if value < 0:
+                return False, None, f"{_RULE}, got a negative number"
+            return True, value, ""
+        if isinstance(value, str):
+            return False, None, f"{_RULE}, got text"
+        if isinstance(value, Mapping):
+            return False, None, f"{_RULE}, got a mapping"
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return False, None, f"{_RULE}, got a list"
+        return False, None, f"{_RULE}, got {type(value).__name__}"
+    except Exception as exc:  # hostile objects (custom __lt__ etc.) are just invalid
+        return False, None, f"{_RULE}, got a value that failed to compare ({exc!r})"
+
+
+def _finish(number: float | int) -> float | None:
+    """Map a validated configured number to the resolved timeout (0 disables)."""
+    if number == 0:
+        return None
+    result: float | None = clamp_timeout(number)
+    return result
+
+
+def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
+    stripped = text.strip()
+    try:
+        number: float | int = int(stripped)
+    except ValueError:
+        try:
+            # Decimal, not float: "1e400" is a huge finite number (clamped), while
+            # float() would turn it into inf (no timeout at all).
+            exact = Decimal(stripped)
+        except (InvalidOperation, ValueError):
+            return False, None, f"{_RULE}, got text"
+        if exact.is_nan():
+            return False, None, f"{_RULE}, got NaN"
+        if exact.is_finite() and exact >= MAX_TIMEOUT:
+            number = int(exact)
+        else:
+            number = float(exact)
+    return _check_number(number)
+
+
+# --------------------------------------------------------------------------- model
+_TIMEOUT_TREE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "Timeouts in seconds, nested by dotted key: `tools.concurrent_batch` is "
+        "`timeouts: {tools: {concurrent_batch: 300}}`. 0 disables a timeout; "
+        "null (or leaving the key out) means not set, so the environment variable "
+        "or the built-in default applies."
+    ),
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "number", "minimum": 0},
+            {"type": "null"},
+            {"type": "object", "description": "a nested group of timeouts"},
+        ]
+    },
+}
+
+
+class CapacityConfig(BaseModel):
+    """Ceilings on how much runs at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    tool_workers: StrictInt = Field(
+        0,
+        ge=0,
+        validation_alias=AliasChoices("tool_workers", "tool-workers", "toolWorkers"),
+        description=(
+            "Ceiling on parallel (read-only) tool calls of the agent layer; calls beyond "
+            "it wait in order and are never refused. 0 = no ceiling: every call of a "
+            "batch runs at once."
+        ),
+    )
+
+
+class TautConfig(BaseModel):
+    """The taut configuration document (YAML or TOML).
+
+    Only the ``timeouts`` and ``capacity`` sections are read; other top-level keys
+    are ignored so the sections can live inside a larger application config.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    timeouts: dict[str, Any] = Field(
+        default_factory=dict,
+        description=_TIMEOUT_TREE_SCHEMA["description"],
+        json_schema_extra={"additionalProperties": _TIMEOUT_TREE_SCHEMA["additionalProperties"]},
+    )
+    capacity: CapacityConfig = Field(
+        default_factory=lambda: CapacityConfig.model_validate({}),
+        description=CapacityConfig.__doc__,
+    )
+
+    @field_validator("timeouts", mode="before")
+    @classmethod
+    def _validate_timeouts(cls, value: object) -> object:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError(f"timeouts must be a mapping, got {_describe(value)}")
+        problems = [f"{loc}: {msg}" for loc, msg in _walk_timeout_problems(value, "timeouts")]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return dict(value)
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _validate_capacity(cls, value: object) -> object:
+        # An empty ``capacity:`` section in YAML is null: not set, like ``timeouts:``.
+        return {} if value is None else value
+
+    def timeout_value(self, key: str) -> Any:
+        """The configured (validated, not yet 0-mapped) value of dotted ``key``."""
+        return _lookup(self.timeouts, key)
+
+
+def _walk_timeout_problems(tree: Mapping[Any, Any], prefix: str) -> Iterator[tuple[str, str]]:
+    for name, value in tree.items():
+        loc = f"{prefix}.{name}"
+        if not isinstance(name, str):
+            yield loc, f"keys must be text, got {_describe(name)}"
+            continue
+        if isinstance(value, Mapping):
+            yield from _walk_timeout_problems(value, loc)
+            continue
+        if value is None:
+            continue
+        ok, _, reason = _check_number(value)
+        if not ok:
+            yield loc, f"invalid timeout {_describe(value)}: {reason}"
+
+
+def _prune_timeouts(tree: Mapping[Any, Any]) -> dict[str, Any]:
+    """The valid part of a timeouts tree (for the lenient protected-path loader)."""
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        if not isinstance(name, str):
+            continue
+        if isinstance(value, Mapping):
+            out[name] = _prune_timeouts(value)
+        elif value is None or _check_number(value)[0]:
+            out[name] = value
+    return out
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+def _lookup(tree: Mapping[Any, Any], key: str) -> Any:
+    """Walk dotted ``key`` through nested maps; a literal dotted key also matches."""
+    node: Any = tree
+    for part in key.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            node = _MISSING
+            break
+    if node is _MISSING and isinstance(tree, Mapping):
+        node = tree.get(key, _MISSING)
+    return node

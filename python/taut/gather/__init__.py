@@ -1,0 +1,331 @@
+"""Gathered calls: cold handles (``taut.call``), batches with ordered outcomes
+(``taut.gather`` / ``taut.agather``) and the scheduler both share.
+
+One scheduler serves a single await of a handle and a gathered batch, so the
+two behave the same except where the contract says otherwise: only a gather
+applies a parallelism limit and a deadline.
+
+Semantics, in the order a gather applies them:
+
+* **Validation before anything runs.** Objects that are not taut handles are
+  rejected (``TypeError``); duplicates (the same handle twice, or two handles
+  with the same explicit call id), *foreign* handles (made by another
+  :class:`Scheduler`, or in another process - e.g. before a ``fork``),
+  *nested* handles (a handle among the arguments of another handle, directly
+  or one container deep) and handles that are running right now are rejected
+  with :class:`GatherRejected`. A gather started from inside a call of a running
+  gather may not gather handles of that enclosing batch, nor use the same
+  journal (its slots would interleave with the outer batch's depending on
+  thread timing); any other nested gather is allowed - that is how a tool
+  starts a sub-agent - and when it would wait for workers of the executor
+  whose worker it is running on, it runs its calls inline on its own thread
+  instead, so one worker cannot deadlock.
+* **Journal slots are reserved in input order** (one ``reserve`` call) before
+  any call starts. Terminal records replay without running; pending ones run.
+* **Outcomes come back in input order.** Ordinary exceptions become ``error``
+  outcomes. ``BaseException``\\ s that are not ``Exception``\\ s (cancellation,
+  ``KeyboardInterrupt``, ``SystemExit``) propagate out of the gather, after the
+  rest of the batch has been fenced and cancelled, and are never cached.
+* **At the deadline** calls that finished keep their outcome, calls that
+  started become ``timeout`` (cancelled where the executor can: a taut
+  executor abandons the worker, so a replacement may start, and with
+  ``interrupt=True`` also raises :class:`TimeoutError` in it; a remote executor's
+  future is cancelled), calls that never started become ``not_started``: they
+  are fenced first (a worker that picks one up later returns without running
+  it), then their futures are cancelled.
+* **Caching.** ``ok``, ``error`` and ``timeout`` outcomes are cached on the
+  handle: a repeated await or gather reuses them without running again.
+  ``not_started`` and ``cancelled`` outcomes and propagating cancellations are
+  not cached: the handle can be run again later.
+
+Default call ids are ``"module.qualname#index"``: the function's dotted name
+and the handle's position in the gather that first runs it. That is what makes
+a rerun of the same program match its journal: the same code gathers the same
+functions in the same order, independent of object identities, process ids or
+timing. A handle's id is fixed the first time it is gathered (or awaited, which
+uses index 0); pass ``call_id=`` for ids that must survive reordering.
+
+With an executor whose workers live in other processes (e.g. Dask), the gather
+cannot see when a call starts; it then treats every submitted, unfinished call
+as started at the deadline (``timeout``, so a journaled call is not run twice),
+and cancels its remote future. In-process executors (thread pools, an
+in-process Dask cluster) report starts exactly.
+
+Layout: :mod:`taut.gather.handles` (handles, outcomes, call ids),
+:mod:`taut.gather.tasks` (what travels to an executor),
+:mod:`taut.gather.run` (one batch from validation to settling) and this
+module (the scheduler and the module-level ``call``/``gather``/``agather``).
+
+The name ``taut.gather`` is both this package and, as an attribute of
+``taut``, the function :func:`gather`: ``taut.gather(...)`` runs a batch,
+and ``from taut.gather import Scheduler`` (or
+``importlib.import_module("taut.gather")``) reaches the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import itertools
+import threading
+from collections.abc import Iterable
+from typing import Any, Callable, cast
+
+from taut.executor import default_executor
+from taut.gather.handles import (
+    DONE,
+    RUNNING,
+    STATE_LOCK,
+    STATUSES,
+    Call,
+    GatherRejected,
+    Outcome,
+    OutcomeStatus,
+    default_id,
+    nested_argument,
+)
+from taut.gather.run import Run, Submit, in_worker_of
+from taut.gather.tasks import Submission
+from taut.journal import Journal
+
+__all__ = [
+    "STATUSES",
+    "Call",
+    "GatherRejected",
+    "Outcome",
+    "OutcomeStatus",
+    "Scheduler",
+    "Submission",
+    "agather",
+    "call",
+    "default_scheduler",
+    "gather",
+]
+
+_scheduler_ids = itertools.count(1)
+
+
+class Scheduler:
+    """Makes handles and runs them: single awaits and gathers share it.
+
+    Handles belong to the scheduler that made them; another scheduler's gather
+    rejects them as foreign. That keeps, say, two agent runs with their own
+    journals from mixing their calls. ``executor`` (any
+    :class:`concurrent.futures.Executor`), ``journal`` and ``interrupt`` are the
+    defaults of this scheduler's gathers; ``None`` means taut's default pool and
+    no journal.
+    """
+
+    def __init__(
+        self,
+        *,
+        executor: cf.Executor | None = None,
+        journal: Journal | None = None,
+        interrupt: bool = False,
+        name: str | None = None,
+    ) -> None:
+        if executor is not None and not isinstance(executor, cf.Executor):
+            raise TypeError(
+                f"executor must be a concurrent.futures.Executor or None, got {executor!r} "
+                f"({type(executor).__name__})"
+            )
+        self._executor = executor
+        self.journal = journal
+        self.interrupt = interrupt
+        self.name = name or f"scheduler-{next(_scheduler_ids)}"
+
+    def __repr__(self) -> str:
+        return f"<taut.Scheduler {self.name}>"
+
+    @property
+    def executor(self) -> cf.Executor:
+        return self._executor if self._executor is not None else default_executor()
+
+    def call(
+        self, fn: Callable[..., Any], /, *args: Any, call_id: str | None = None, **kwargs: Any
+    ) -> Call[Any]:
+        """A cold handle for ``fn(*args, **kwargs)`` owned by this scheduler."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r} ({type(fn).__name__})")
+        if call_id is not None and (not isinstance(call_id, str) or not call_id):
+            raise TypeError(
+                f"call_id must be a non-empty str or None, got {call_id!r} "
+                f"({type(call_id).__name__})"
+            )
+        nested = nested_argument(args, kwargs)
+        if nested is not None:
+            raise GatherRejected(
+                f"{nested} of taut.call({default_id(fn)}) is a taut handle; nested "
+                "handles are not supported: await or gather the inner handle first"
+            )
+        return Call(self, fn, args, dict(kwargs), call_id)
+
+    def gather(
+        self,
+        handles: Iterable[Call[Any]],
+        *,
+        timeout: float | None = None,
+        max_parallel: int | None = None,
+        executor: cf.Executor | None = None,
+        journal: Journal | None = None,
+        interrupt: bool | None = None,
+        submit: Submit | None = None,
+    ) -> list[Outcome]:
+        """Run ``handles`` and return one :class:`Outcome` each, in input order.
+
+        ``timeout`` (seconds, ``None`` = no deadline) bounds the whole batch;
+        ``max_parallel`` bounds how many calls run at once; ``executor`` is any
+        :class:`concurrent.futures.Executor` (default: this scheduler's, else
+        taut's shared pool); ``journal`` makes the calls durable;
+        ``interrupt=True`` also raises :class:`TimeoutError` in a taut worker
+        whose call timed out. ``submit``, for layers built on a gather (a tool
+        batch tracks queue positions with it), replaces ``executor.submit``:
+        it is called as ``submit(executor, submission)`` with a
+        :class:`Submission` and returns the call's future. See the module
+        documentation for the full contract.
+        """
+        run = Run(
+            self,
+            handles,
+            timeout=timeout,
+            max_parallel=max_parallel,
+            executor=executor,
+            journal=journal,
+            interrupt=self.interrupt if interrupt is None else interrupt,
+            submit=submit,
+        )
+        return run.run_sync()
+
+    async def agather(
+        self,
+        handles: Iterable[Call[Any]],
+        *,
+        timeout: float | None = None,
+        max_parallel: int | None = None,
+        executor: cf.Executor | None = None,
+        journal: Journal | None = None,
+        interrupt: bool | None = None,
+    ) -> list[Outcome]:
+        """The async twin of :meth:`gather`: coroutine functions run as tasks on
+        the running loop, sync functions on ``executor``."""
+        run = Run(
+            self,
+            handles,
+            timeout=timeout,
+            max_parallel=max_parallel,
+            executor=executor,
+            journal=journal,
+            interrupt=self.interrupt if interrupt is None else interrupt,
+        )
+        return await run.run_async()
+
+    # -- single awaits -----------------------------------------------------
+
+    def _single(self, handle: Call[Any]) -> Run | Outcome:
+        """Claim ``handle`` for a single await: its cached outcome, or a run."""
+        while True:
+            run = Run(self, [handle], interrupt=self.interrupt, what="await")
+            with STATE_LOCK:
+                state, event = handle._state, handle._event
+            if state == DONE:
+                return cast(Outcome, handle._outcome)
+            if state == RUNNING and event is not None:
+                raise _Busy(event)
+            try:
+                run.claim()
+            except GatherRejected:
+                continue  # lost a race with another runner; look again
+            e = run.entries[0]
+            if e.outcome is not None:
+                return e.outcome
+            # A durable single await reserves its slot before it runs, like a
+            # gather: a terminal record replays, and complete() has a slot.
+            run.reserve_or_release()
+            if e.outcome is not None:
+                return e.outcome
+            return run
+
+    def _await_sync(self, handle: Call[Any]) -> Any:
+        while True:
+            try:
+                got = self._single(handle)
+            except _Busy as busy:
+                busy.event.wait()
+                continue
+            if isinstance(got, Outcome):
+                return got.unwrap()
+            e = got.entries[0]
+            task = got.new_task(e)
+            if handle._is_coroutine:
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    pass
+                else:
+                    got.release_all()
+                    raise RuntimeError(
+                        f"{e.call_id} is a coroutine function and this thread runs an "
+                        "event loop: use 'await handle' instead of handle.result()"
+                    )
+            try:
+                captured = task.run()
+                outcome = got.outcome_from(e, captured, None)
+            except BaseException:
+                got.release_all()
+                raise
+            got.finish(e, outcome)
+            return outcome.unwrap()
+
+    async def _await_async(self, handle: Call[Any]) -> Any:
+        while True:
+            try:
+                got = self._single(handle)
+            except _Busy as busy:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, busy.event.wait)
+                continue
+            if isinstance(got, Outcome):
+                return got.unwrap()
+            e = got.entries[0]
+            task = got.new_task(e)
+            future: cf.Future[Any] | None = None
+            try:
+                if handle._is_coroutine:
+                    captured = await task.arun()
+                elif in_worker_of(got.executor):
+                    captured = task.run()
+                else:
+                    future = got.executor.submit(task.ref())
+                    e.future = future
+                    captured = await asyncio.wrap_future(future)
+                outcome = got.outcome_from(e, captured, None)
+            except BaseException:
+                if future is not None and not future.done():
+                    got.batch.raise_fence()
+                    if task.started_at is None:
+                        future.cancel()
+                task.forget()
+                got.release_all()
+                raise
+            got.finish(e, outcome)
+            return outcome.unwrap()
+
+
+class _Busy(Exception):
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__("handle is running elsewhere")
+        self.event = event
+
+
+_DEFAULT = Scheduler(name="default")
+
+
+def default_scheduler() -> Scheduler:
+    """The process-wide scheduler behind :func:`call`, :func:`gather` and :func:`agather`."""
+    return _DEFAULT
+
+
+# The module-level functions are the default scheduler's methods.
+call = _DEFAULT.call
+gather = _DEFAULT.gather
+agather = _DEFAULT.agather

@@ -1,0 +1,237 @@
+"""What a gather hands out and takes in: cold call handles (:class:`Call`), the
+:class:`Outcome` of one call, :class:`GatherRejected`, and the rules that name
+calls and find handles nested in arguments."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import inspect
+import os
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
+
+from taut.journal import TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    from taut.gather import Scheduler
+
+__all__ = ["STATUSES", "Call", "GatherRejected", "Outcome", "OutcomeStatus"]
+
+T = TypeVar("T")
+
+STATUSES = ("ok", "error", "timeout", "not_started", "cancelled")
+
+
+class GatherRejected(ValueError):
+    """A gather (or await) refused its handles before anything ran: duplicate,
+    foreign, nested or already running handles, or a journal shared with the
+    enclosing gather."""
+
+
+OutcomeStatus = Literal["ok", "error", "timeout", "not_started", "cancelled"]
+"""How a gathered call ended: the values of :attr:`Outcome.status`."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one gathered call."""
+
+    call_id: str
+    status: OutcomeStatus
+    """``'ok'`` (``value`` holds the return value), ``'error'`` (``error`` holds
+    the exception), ``'timeout'`` (the call started but did not finish by the
+    deadline; ``error`` is a :class:`TimeoutError`), ``'not_started'`` (the
+    deadline came first; the call never ran) or ``'cancelled'`` (the executor
+    cancelled the call's future, e.g. on shutdown)."""
+    value: Any = None
+    error: BaseException | None = None
+    started: bool = False
+    """Whether the call's body began to run."""
+    elapsed_s: float = 0.0
+    """How long it ran (up to the deadline for a timeout)."""
+    replayed: bool = False
+    """Read back from a journal instead of run."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def cacheable(self) -> bool:
+        """True for the terminal statuses a handle caches and a journal keeps."""
+        return self.status in TERMINAL_STATUSES
+
+    def unwrap(self) -> Any:
+        """The value of an ``ok`` outcome; otherwise raise its error (a
+        :class:`TimeoutError` for ``timeout``, :class:`concurrent.futures.CancelledError`
+        for ``not_started``/``cancelled``)."""
+        if self.status == "ok":
+            return self.value
+        if self.error is not None:
+            raise self.error
+        raise cf.CancelledError(f"call {self.call_id!r} {self.status.replace('_', ' ')}")
+
+
+# --------------------------------------------------------------------------
+# Call ids and nesting
+
+
+def default_id(fn: Callable[..., Any]) -> str:
+    """The dotted name of ``fn`` (through ``functools.partial``): the stem of a
+    default call id, which the gather completes with ``#position``."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None) or type(target).__module__
+    return f"{module}.{qualname}"
+
+
+def _contains_handle(value: Any) -> bool:
+    if isinstance(value, Call):
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(isinstance(v, Call) for v in value)
+    if isinstance(value, Mapping):
+        return any(isinstance(v, Call) for v in value.values())
+    return False
+
+
+def nested_argument(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """Which argument holds a handle (directly or one container deep), if any."""
+    for i, a in enumerate(args):
+        if _contains_handle(a):
+            return f"positional argument {i}"
+    for k, v in kwargs.items():
+        if _contains_handle(v):
+            return f"keyword argument {k!r}"
+    return None
+
+
+# --------------------------------------------------------------------------
+# Handles
+
+COLD, RUNNING, DONE = 0, 1, 2
+# Guards every handle's state transitions: claiming a batch takes all its
+# handles or none, which needs one lock over all of them.
+STATE_LOCK = threading.Lock()
+
+
+class Call(Generic[T]):
+    """A cold handle for ``fn(*args, **kwargs)``: nothing runs until it is
+    awaited (:meth:`result`, ``await handle``) or gathered.
+
+    Made by :func:`taut.call` or :meth:`Scheduler.call`, never directly.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_args",
+        "_call_id",
+        "_event",
+        "_explicit_id",
+        "_fn",
+        "_is_coroutine",
+        "_kwargs",
+        "_outcome",
+        "_owner",
+        "_pid",
+        "_scheduler",
+        "_state",
+    )
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_id: str | None,
+    ) -> None:
+        self._scheduler = scheduler
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+        self._explicit_id = call_id is not None
+        self._call_id = call_id
+        self._is_coroutine = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
+        )
+        self._pid = os.getpid()
+        self._state = COLD
+        self._outcome: Outcome | None = None
+        self._owner: object | None = None
+        self._event: threading.Event | None = None
+
+    # -- public surface ---------------------------------------------------
+
+    @property
+    def call_id(self) -> str | None:
+        """The explicit id, or the default id once the handle has run
+        (``None`` before: the default depends on the gather position)."""
+        return self._call_id
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The function the handle calls."""
+        return self._fn
+
+    def done(self) -> bool:
+        """True once a cached outcome exists (``ok``, ``error`` or ``timeout``)."""
+        return self._state == DONE
+
+    def outcome(self) -> Outcome | None:
+        """The cached outcome, or ``None`` if the handle has none yet."""
+        return self._outcome if self._state == DONE else None
+
+    @property
+    def is_coroutine(self) -> bool:
+        """True if ``fn`` is a coroutine function (awaited on the event loop)."""
+        return self._is_coroutine
+
+    def result(self) -> T:
+        """Run the call on this thread (once) and return its value.
+
+        A cached outcome is reused: the value is returned again, the error
+        raised again. No timeout and no parallelism limit apply - only a gather
+        applies those. A coroutine function is run with :func:`asyncio.run`; use
+        ``await handle`` inside an event loop. If another thread is running the
+        handle, this waits for it.
+        """
+        return cast(T, self._scheduler._await_sync(self))
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._scheduler._await_async(self).__await__()
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The scheduler that made the handle (only its gathers accept it)."""
+        return self._scheduler
+
+    def __repr__(self) -> str:
+        state = {COLD: "cold", RUNNING: "running", DONE: "done"}[self._state]
+        name = self._call_id or default_id(self._fn)
+        return f"<taut.Call {name} {state}>"
+
+    # -- state transitions (all under STATE_LOCK) -------------------------
+
+    def _fix_id(self, index: int) -> str:
+        if self._call_id is None:
+            self._call_id = f"{default_id(self._fn)}#{index}"
+        return self._call_id
+
+    def _release(self, outcome: Outcome | None) -> None:
+        """Leave the running state: cache a terminal outcome, or go cold again."""
+        with STATE_LOCK:
+            if outcome is not None and outcome.cacheable:
+                self._state = DONE
+                self._outcome = outcome
+            else:
+                self._state = COLD
+            self._owner = None
+            event, self._event = self._event, None
+        if event is not None:
+            event.set()

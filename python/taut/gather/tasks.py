@@ -1,0 +1,350 @@
+"""How one gathered call travels to an executor and back.
+
+A :class:`Task` is one call of one batch. Only a small picklable
+:class:`TaskRef` is submitted: in this process its token finds the task (its
+fence and its live arguments) in a process-local registry; in another process
+(a Dask worker) the pickled function and arguments are used instead and no
+fence is possible. What a task reports back is one of the named results
+:class:`Returned`, :class:`Raised`, :class:`Escaped` or :data:`FENCED`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import os
+import pickle
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
+
+from taut.gather.handles import Call
+
+if TYPE_CHECKING:
+    from taut.gather.run import Entry
+
+__all__ = [
+    "FENCED",
+    "Batch",
+    "Captured",
+    "Escaped",
+    "Fenced",
+    "Raised",
+    "Returned",
+    "Submission",
+    "Task",
+    "TaskRef",
+    "enclosing_frames",
+]
+
+
+# --------------------------------------------------------------------------
+# What a task reports back (picklable: it may come from another process)
+
+
+@dataclass(frozen=True)
+class Returned:
+    """The call returned ``value``."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The call raised an ordinary exception: a failed outcome, cached."""
+
+    error: Exception
+
+
+@dataclass(frozen=True)
+class Escaped:
+    """The call raised a ``BaseException`` that is not an ``Exception``
+    (cancellation, ``KeyboardInterrupt``, ``SystemExit``): it propagates out of
+    the gather and is never cached."""
+
+    error: BaseException
+
+
+class Fenced:
+    """The call never ran: the batch's fence was up (or its deadline passed)
+    when a worker picked it up. Compare with ``isinstance``: a copy may come
+    back through pickling."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FENCED"
+
+
+FENCED = Fenced()
+
+Captured = Union[Returned, Raised, Escaped, Fenced]
+
+
+# --------------------------------------------------------------------------
+# Batches and the calls enclosing this one
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One enclosing call: the batch running it, and the thread it runs on."""
+
+    batch: Batch
+    handle: Call[Any]
+    thread: int | None  # None when it runs as an asyncio task
+
+
+_frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+    "taut_gather_frames", default=()
+)
+
+
+def enclosing_frames() -> tuple[Frame, ...]:
+    """The gathered calls this code runs inside, outermost first."""
+    return _frames.get()
+
+
+class Batch:
+    """Shared state of one gather: the fence that stops unstarted calls."""
+
+    __slots__ = ("deadline", "executor", "fence", "fenced", "handles", "journal", "local")
+
+    def __init__(self, executor: Any, journal: Any, handles: list[Call[Any]]) -> None:
+        self.executor = executor
+        self.journal = journal
+        self.handles = frozenset(id(h) for h in handles)
+        self.fence = threading.Lock()
+        self.fenced = False
+        # The batch deadline (time.monotonic()); no call may begin at or after it,
+        # even if the gather thread has not woken up yet to raise the fence.
+        self.deadline: float | None = None
+        # Set once a task of this batch came back to this process through
+        # pickling (an in-process Dask cluster): its starts are observable.
+        self.local = False
+
+    def raise_fence(self) -> None:
+        with self.fence:
+            self.fenced = True
+
+
+# --------------------------------------------------------------------------
+# Tasks
+
+
+class Submission(Protocol):
+    """One call of a batch as a custom ``submit`` hook of
+    :meth:`taut.Scheduler.run_batch` sees it."""
+
+    @property
+    def index(self) -> int:
+        """The call's position in the batch."""
+        ...
+
+    @property
+    def call_id(self) -> str: ...
+
+    def runnable(self) -> Callable[[], object]:
+        """What to hand to the executor (callable without arguments, picklable)."""
+        ...
+
+    def on_start(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` on the worker when the call really starts (never for a
+        call stopped by the fence)."""
+        ...
+
+
+_task_counter = itertools.count()
+_TASKS: dict[str, Task] = {}
+_TASKS_LOCK = threading.Lock()
+
+
+class Task:
+    """One call of one batch, as submitted to an executor.
+
+    Only a token travels to the executor (see :class:`TaskRef`): in this
+    process the token finds this object, its fence and its live arguments (an
+    in-process Dask cluster pickles tasks too, and a closure over a
+    ``threading.Event`` must stay the same event); in another process the
+    pickled payload is used and no fence is possible.
+    """
+
+    __slots__ = (
+        "_on_start",
+        "batch",
+        "entry",
+        "finished_at",
+        "handle",
+        "payload",
+        "started_at",
+        "token",
+    )
+
+    def __init__(self, batch: Batch, handle: Call[Any], entry: Entry) -> None:
+        self.batch = batch
+        self.handle = handle
+        self.entry = entry
+        self.token = f"taut-call-{os.getpid()}-{next(_task_counter)}"
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.payload: bytes | None = None
+        self._on_start: Callable[[], None] | None = None
+
+    # -- the Submission view ------------------------------------------------
+
+    @property
+    def index(self) -> int:
+        return self.entry.index
+
+    @property
+    def call_id(self) -> str:
+        return self.entry.call_id
+
+    def runnable(self) -> TaskRef:
+        return self.ref()
+
+    def on_start(self, hook: Callable[[], None]) -> None:
+        self._on_start = hook
+
+    # -- running --------------------------------------------------------------
+
+    def begin(self) -> bool:
+        """Pass the fence and mark the start, atomically; False if fenced or
+        the batch deadline has passed (which raises the fence for the rest)."""
+        with self.batch.fence:
+            if self.batch.fenced:
+                return False
+            now = time.monotonic()
+            deadline = self.batch.deadline
+            if deadline is not None and now >= deadline:
+                self.batch.fenced = True
+                return False
+            self.started_at = now
+        if self._on_start is not None:
+            self._on_start()
+        return True
+
+    def run(self) -> Captured:
+        if not self.begin():
+            return FENCED
+        token = _frames.set((*_frames.get(), Frame(self.batch, self.handle, threading.get_ident())))
+        try:
+            h = self.handle
+            if h._is_coroutine:
+                # A coroutine gathered by the sync gather runs on its own loop
+                # on the worker thread.
+                return Returned(asyncio.run(h._fn(*h._args, **h._kwargs)))
+            return Returned(h._fn(*h._args, **h._kwargs))
+        except Exception as exc:
+            return Raised(exc)
+        except BaseException as exc:  # cancellation and the like: propagate via the gather
+            return Escaped(exc)
+        finally:
+            self.finished_at = time.monotonic()
+            _frames.reset(token)
+
+    async def arun(self) -> Captured:
+        if not self.begin():
+            return FENCED
+        token = _frames.set((*_frames.get(), Frame(self.batch, self.handle, None)))
+        try:
+            h = self.handle
+            return Returned(await h._fn(*h._args, **h._kwargs))
+        except Exception as exc:
+            return Raised(exc)
+        except BaseException as exc:
+            return Escaped(exc)
+        finally:
+            self.finished_at = time.monotonic()
+            _frames.reset(token)
+
+    # -- the registry ---------------------------------------------------------
+
+    def ref(self) -> TaskRef:
+        with _TASKS_LOCK:
+            _TASKS[self.token] = self
+        return TaskRef(self.token, self)
+
+    def forget(self) -> None:
+        with _TASKS_LOCK:
+            _TASKS.pop(self.token, None)
+
+    def elapsed(self, now: float | None = None) -> float:
+        if self.started_at is None:
+            return 0.0
+        end = self.finished_at if self.finished_at is not None else now
+        return max(0.0, (end if end is not None else time.monotonic()) - self.started_at)
+
+
+# --------------------------------------------------------------------------
+# Pickling and Dask hooks
+
+
+def _run_remote(payload: bytes | None) -> Captured:
+    if payload is None:
+        raise RuntimeError(
+            "this taut call ran in another process, but its function or arguments "
+            "could not be pickled; use picklable (module-level) functions with a "
+            "multi-process executor"
+        )
+    fn, args, kwargs = pickle.loads(payload)
+    try:
+        return Returned(fn(*args, **kwargs))
+    except Exception as exc:
+        return Raised(exc)
+
+
+def _restore_ref(token: str, pid: int, payload: bytes | None) -> TaskRef:
+    with _TASKS_LOCK:
+        task = _TASKS.get(token) if pid == os.getpid() else None
+    if task is not None:
+        task.batch.local = True
+    return TaskRef(token, task, payload)
+
+
+def _dumps_payload(handle: Call[Any]) -> bytes | None:
+    data = (handle._fn, handle._args, handle._kwargs)
+    try:
+        return pickle.dumps(data)
+    except Exception:
+        pass
+    try:
+        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        return cast(bytes, cloudpickle.dumps(data))
+    except Exception:  # cloudpickle is optional: without it the call cannot travel
+        return None
+
+
+class TaskRef:
+    """What an executor receives: callable, picklable, cheap to tokenize."""
+
+    __slots__ = ("_payload", "_payload_done", "task", "token")
+
+    def __init__(self, token: str, task: Task | None, payload: bytes | None = None) -> None:
+        self.token = token
+        self.task = task
+        self._payload = payload
+        self._payload_done = payload is not None
+
+    def __call__(self) -> Captured:
+        if self.task is not None:
+            return self.task.run()
+        return _run_remote(self._payload)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if not self._payload_done and self.task is not None:
+            self._payload = _dumps_payload(self.task.handle)
+            self._payload_done = True
+        return (_restore_ref, (self.token, os.getpid(), self._payload))
+
+    @property
+    def __name__(self) -> str:
+        # Dask names task keys after this.
+        task = self.task
+        return "taut-call" if task is None else f"taut-call-{task.entry.call_id}"
+
+    def __dask_tokenize__(self) -> str:
+        # Dask deduplicates equal tasks by token; every call is distinct.
+        return self.token

@@ -1,0 +1,70 @@
+"""Helpers for testing code that uses taut's deadlines without real waiting.
+
+:class:`MockClock` is a manual monotonic clock: it stands still until
+:meth:`MockClock.advance` moves it. Pass it wherever taut takes a clock
+(``PlanningConstraints.start(clock=...)``), or install it as the clock of the
+deadline scopes with :func:`scope_clock` (or :meth:`MockClock.installed`)::
+
+    from taut.testing import scope_clock
+
+    def test_budget_runs_out():
+        with scope_clock() as clock:
+            with taut.move_on_after(5) as scope:
+                clock.advance(6)
+            assert scope.expired
+
+A scope entered under a mock clock computes its deadline, ``remaining()``,
+``expired`` and its exit decision from that clock; it still arms the real
+timer the same number of seconds ahead, so interrupts and asyncio
+cancellations keep working against real time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from taut.deadline import set_clock
+
+__all__ = ["MockClock", "scope_clock"]
+
+
+class MockClock:
+    """A monotonic clock that moves only when told: ``clock()`` reads it,
+    ``clock.advance(seconds)`` moves it forward. Starts at ``start`` (an
+    arbitrary origin, like ``time.monotonic()``'s)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward; a monotonic clock never goes back."""
+        if math.isnan(seconds) or seconds < 0:
+            raise ValueError(f"seconds must be a non-negative number, got {seconds!r}")
+        self.now += seconds
+
+    @contextmanager
+    def installed(self) -> Iterator[MockClock]:
+        """Make taut's deadline scopes read this clock while the block runs."""
+        previous = set_clock(self)
+        try:
+            yield self
+        finally:
+            set_clock(previous)
+
+    def __repr__(self) -> str:
+        return f"<taut.testing.MockClock now={self.now!r}>"
+
+
+@contextmanager
+def scope_clock(start: float = 1000.0) -> Iterator[MockClock]:
+    """A fresh :class:`MockClock`, installed as the deadline scopes' clock for
+    the length of the block."""
+    with MockClock(start).installed() as clock:
+        yield clock

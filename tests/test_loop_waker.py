@@ -1,0 +1,78 @@
+"""taut._loop_waker: one waker per event loop for scopes and bounded calls,
+whose descriptors are closed with the loop, also after a deadline fired."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+
+import pytest
+from _waiting import wait_until
+
+import taut
+from taut._core import Deadline, monotonic
+from taut._loop_waker import waker_for
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd"),
+]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def _bounded_timeout() -> None:
+    result = await taut.run_bounded_async(asyncio.sleep(30), 0.01)
+    assert result.timed_out
+
+
+async def _scope_timeout() -> None:
+    async with taut.move_on_after(0.01) as scope:
+        await asyncio.sleep(30)
+    assert scope.expired
+
+
+@pytest.mark.parametrize("run", [_bounded_timeout, _scope_timeout])
+def test_descriptors_are_closed_after_a_deadline_fired(run: object) -> None:
+    gc.collect()
+    before = _open_fds()
+    for _ in range(5):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(run())  # type: ignore[operator]
+        loop.close()
+        del loop
+        gc.collect()
+    # Closed from the timer's callback thread, just after the loop is collected.
+    wait_until(lambda: _open_fds() <= before)
+
+
+def test_scopes_and_bounded_calls_share_one_waker() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        waker = waker_for(loop)
+        async with taut.move_on_after(5):
+            assert waker_for(loop) is waker
+            result = await taut.run_bounded_async(asyncio.sleep(0), 5)
+            assert not result.timed_out
+        fired: list[str] = []
+        watch = waker.watch(Deadline(monotonic()), lambda: fired.append("x"))
+        await asyncio.sleep(0.05)
+        watch.stop()
+        assert fired == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_stopped_watch_never_calls_back() -> None:
+    async def main() -> None:
+        waker = waker_for(asyncio.get_running_loop())
+        fired: list[str] = []
+        watch = waker.watch(Deadline(monotonic() + 0.05), lambda: fired.append("x"))
+        watch.stop()
+        await asyncio.sleep(0.3)
+        assert fired == []
+
+    asyncio.run(main())

@@ -8,6 +8,7 @@ package adds a thin Python layer on top of them.
 from __future__ import annotations
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
+from taut._asyncio import to_thread
 from taut._core import __version__
 from taut.bounded import run_bounded_async, run_bounded_sync
 from taut.config import (
@@ -112,5 +113,6 @@ __all__ = [
     "run_process",
     "sequential_call_timeout",
     "stats",
+    "to_thread",
     "tool_workers",
 ]

@@ -44,6 +44,7 @@ from taut.gather import (
     Call,
     GatherRejected,
     Outcome,
+    OutcomeStatus,
     Scheduler,
     agather,
     call,
@@ -62,7 +63,7 @@ from taut.journal import (
 )
 from taut.process import ProcessResult, kill_process_tree, run_process
 from taut.stats import TautStats, stats
-from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
+from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -81,6 +82,7 @@ __all__ = [
     "JournalRecord",
     "JournaledError",
     "Outcome",
+    "OutcomeStatus",
     "PlanningConstraints",
     "PoolStats",
     "PostgresJournal",
@@ -96,6 +98,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "ToolRunner",
+    "ToolStatus",
     "__version__",
     "agather",
     "call",

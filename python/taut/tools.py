@@ -28,7 +28,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from taut import config as taut_config
 from taut._checks import check_count, check_timeout
@@ -36,7 +36,7 @@ from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
 from taut.gather.limits import check_limiter
 
-__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner"]
+__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
 
 _log = logging.getLogger("taut.tools")
 
@@ -85,6 +85,10 @@ class ToolCall:
             )
 
 
+ToolStatus = Literal["ok", "error", "timeout"]
+"""How a tool call ended: the values of :attr:`ToolResult.status`."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """The result of one tool call, in the shape a model consumes.
@@ -97,7 +101,7 @@ class ToolResult:
 
     call_id: str
     name: str
-    status: str
+    status: ToolStatus
     text: str
     value: Any = None
     error: BaseException | None = None

@@ -86,7 +86,7 @@ def _running_loop() -> Any:
     return None if asyncio is None else asyncio._get_running_loop()
 
 
-def _wait_seconds(future: Future, timeout: object) -> float | None:
+def _wait_seconds(future: Future[Any], timeout: object) -> float | None:
     """``timeout`` through the gate, then waited down to one OS-sized piece:
     the base class makes a single ``threading`` wait, which takes far less
     than ``MAX_TIMEOUT`` on some platforms; a long timeout is kept exactly."""

@@ -93,19 +93,12 @@ def test_huge_timeout_reaches_the_wait_without_overflow(method: str, timeout: fl
     [
         10**400,
         1e300,
-        pytest.param(
-            float("inf"),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="map(timeout=inf): clamp_timeout(inf) is None, and None + "
-                "time.monotonic() raises TypeError (executor.py, reported to the lead)",
-            ),
-        ),
+        float("inf"),  # fixed by the gate (issue 9 §1): inf is no deadline
     ],
 )
 def test_map_with_a_huge_timeout(timeout: float) -> None:
-    """Broken: ``map`` adds the unclamped timeout to the clock (an int too
-    large for a float raises OverflowError before anything runs)."""
+    """``map`` sends its timeout through the gate before adding it to the
+    clock (an int too large for a float once raised OverflowError, inf TypeError)."""
     gate = threading.Event()
     outcome: dict[str, object] = {}
 

@@ -406,17 +406,18 @@ def test_taut_config_model_validates_and_documents() -> None:
     schema = TautConfig.model_json_schema()
     text = json.dumps(schema)
     assert "0 = no ceiling" in text and "0 disables" in text
-    assert TautConfig().capacity.tool_workers == 0
+    assert TautConfig().capacity.tool_workers == cfgmod.TOOL_WORKERS_DEFAULT == 32
 
 
 def test_tool_workers_from_config(tmp_path: Path, rec: Recorder) -> None:
-    assert tool_workers() == 0
+    assert tool_workers() == 32  # bounded by default
+    assert tool_workers({"capacity": {"tool_workers": 0}}) == 0  # 0 = no ceiling
     assert tool_workers({"capacity": {"tool_workers": 3}}) == 3
     assert tool_workers({"capacity": {"tool-workers": 2}}) == 2
     f = write(tmp_path / "c.toml", "[capacity]\ntool_workers = 5\n")
     assert tool_workers(f) == 5
     assert rec.messages == []
-    assert tool_workers({"capacity": {"tool_workers": "many"}}) == 0
+    assert tool_workers({"capacity": {"tool_workers": "many"}}) == 32
     assert len(rec.messages) == 1 and "capacity.tool_workers" in rec.messages[0]
 
 
@@ -563,10 +564,10 @@ def test_config_check_accepts_empty_sections(tmp_path: Path) -> None:
     # the CLI crashed with a pydantic traceback on it.
     f = write(tmp_path / "empty.yaml", "capacity:\ntimeouts:\n  tools:\n    concurrent_batch: 0\n")
     assert check_config_file(f) == []
-    assert load_config(f).capacity.tool_workers == 0
+    assert load_config(f).capacity.tool_workers == 32
     out = run_cli("config", "check", str(f))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "tool_workers=0" in out.stdout
+    assert "tool_workers=32" in out.stdout
     assert "tools.concurrent_batch=no timeout" in out.stdout
     assert "tools.sequential_call=no timeout" in out.stdout
 

@@ -43,6 +43,7 @@ from taut.config.check import ConfigProblem, check_config_file
 from taut.config.files import ConfigSource, _lenient, _load_file, _stamp, _warn
 from taut.config.models import (
     _MISSING,
+    TOOL_WORKERS_DEFAULT,
     CapacityConfig,
     ConfigWarning,
     TautConfig,
@@ -60,6 +61,7 @@ __all__ = [
     "CONCURRENT_BATCH_KEY",
     "CONFIG_ENV",
     "SEQUENTIAL_CALL_KEY",
+    "TOOL_WORKERS_DEFAULT",
     "CapacityConfig",
     "ConfigProblem",
     "ConfigSource",
@@ -120,7 +122,8 @@ def load_config(config: ConfigArg = None) -> TautConfig:
 
 
 def tool_workers(config: ConfigArg = None) -> int:
-    """``capacity.tool_workers`` from the config; 0 (the default) = no ceiling."""
+    """``capacity.tool_workers`` from the config: :data:`TOOL_WORKERS_DEFAULT`
+    (32) when it is not set, 0 = no ceiling."""
     return load_config(config).capacity.tool_workers
 
 

@@ -12,7 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, fiel
 
 from taut._core import MAX_TIMEOUT, clamp_timeout
 
-__all__ = ["CapacityConfig", "ConfigWarning", "TautConfig"]
+__all__ = ["TOOL_WORKERS_DEFAULT", "CapacityConfig", "ConfigWarning", "TautConfig"]
 
 
 class ConfigWarning(UserWarning):
@@ -114,19 +114,27 @@ _TIMEOUT_TREE_SCHEMA: dict[str, Any] = {
 }
 
 
+# The tool-worker ceiling when nothing sets one. Tool calls mostly wait on the
+# network or a subprocess, so the ceiling is about threads, not cores: 32 is the
+# most the standard library's ThreadPoolExecutor starts by default, lets every
+# call of a usual model batch (a handful to a few dozen) run at once, and keeps a
+# runaway batch of hundreds of calls from starting as many threads.
+TOOL_WORKERS_DEFAULT = 32
+
+
 class CapacityConfig(BaseModel):
     """Ceilings on how much runs at once."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     tool_workers: StrictInt = Field(
-        0,
+        TOOL_WORKERS_DEFAULT,
         ge=0,
         validation_alias=AliasChoices("tool_workers", "tool-workers", "toolWorkers"),
         description=(
             "Ceiling on parallel (read-only) tool calls of the agent layer; calls beyond "
-            "it wait in order and are never refused. 0 = no ceiling: every call of a "
-            "batch runs at once."
+            f"it wait in order and are never refused. Default {TOOL_WORKERS_DEFAULT}; "
+            "0 = no ceiling: every call of a batch runs at once."
         ),
     )
 

@@ -28,6 +28,7 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
+
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
     from taut.bounded import run_bounded_async, run_bounded_sync
     from taut.config import (
@@ -120,9 +121,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "taut.stats": ("TautStats", "stats"),
     "taut.tools": ("QueueNotice", "ToolCall", "ToolResult", "ToolRunner"),
 }
-_LAZY: dict[str, str] = {
-    name: module for module, names in _LAZY_MODULES.items() for name in names
-}
+_LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 # Public names that are also submodules: as an attribute of ``taut`` the name
 # means the function (``taut.gather(...)``, ``taut.stats()``), the module is

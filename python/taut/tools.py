@@ -61,7 +61,6 @@ _TEXTS = {
 }
 
 
-
 class _FromConfig(enum.Enum):
     """The default of a ToolRunner deadline: read from the config at each batch.
     An enum member, so ``help(ToolRunner)`` shows ``<from config>`` rather than

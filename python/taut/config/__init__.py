@@ -43,6 +43,8 @@ from taut.config.check import ConfigProblem, check_config_file
 from taut.config.files import ConfigSource, _lenient, _load_file, _stamp, _warn
 from taut.config.models import (
     _MISSING,
+    CONCURRENT_BATCH_KEY,
+    SEQUENTIAL_CALL_KEY,
     TOOL_WORKERS_DEFAULT,
     CapacityConfig,
     ConfigWarning,
@@ -76,10 +78,8 @@ __all__ = [
 ]
 
 CONFIG_ENV = "TAUT_CONFIG"
-CONCURRENT_BATCH_KEY = "tools.concurrent_batch"
 CONCURRENT_BATCH_ENV = "TAUT_CONCURRENT_TOOL_TIMEOUT_S"
 CONCURRENT_BATCH_DEFAULT = 420.0
-SEQUENTIAL_CALL_KEY = "tools.sequential_call"
 
 # Memoised results keyed by everything a result depends on; cleared whenever a file
 # is re-read, and bounded so changing environment values cannot grow it forever.

@@ -112,3 +112,28 @@ def test_the_result_column_speaks_the_demo_language() -> None:
         assert _result_text(_Row(1, result, deadline=1.2), en) == result.text
     assert set(de["status"]) == set(en["status"]) == {"ok", "error", "timeout"}
     assert set(de) == set(en)  # every text has both languages
+
+
+def _readme() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_command_one_makes_and_uses_a_virtual_environment() -> None:
+    # System Pythons such as Debian 12's refuse `pip install` outside a venv.
+    block = _readme().split("## The two commands", 1)[1].split("```sh\n", 1)[1].split("```")[0]
+    command = " ".join(
+        line.strip() for line in block.split("# 2.")[0].splitlines() if not line.startswith("#")
+    )
+    assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && ")
+    assert "python -m pip install . && python -m taut bench && python -m taut demo" in command
+    assert "python3 -m pip" not in command  # the system pip, outside the venv
+
+
+def test_readme_speaks_to_users_not_to_the_team() -> None:
+    import re
+
+    text = _readme()
+    for word in (r"\bseeds?\b", r"\bissues?\b", "§", r"\bhelpers?\b", r"\bwt-"):
+        assert not re.search(word, text, re.IGNORECASE), word

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -567,3 +568,25 @@ def test_from_config_can_be_passed_explicitly(
     monkeypatch.setenv("TAUT_CONCURRENT_TOOL_TIMEOUT_S", "12")
     r = make(runners, 1, concurrent_batch_timeout=FROM_CONFIG)
     assert r.batch_timeout() == 12.0 and r.sequential_timeout() == 12.0
+
+
+# ------------------------------------------------------------- the README's agent turn
+
+
+def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### An agent turn: `ToolCall` and `ToolRunner`", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md (agent turn)", "exec"), namespace)  # noqa: S102
+    printed = capsys.readouterr().out.splitlines()
+    expected = [
+        line.removeprefix("# ") for line in code.splitlines() if line.startswith("# c")
+    ]
+    assert printed[-3:] == expected == [
+        "c1 ok 3 results for 'deadlines'",
+        "c2 ok <html of https://example.org>",
+        "c3 ok saved",
+    ]
+    assert namespace["notes"] == ["deadlines fire"]
+    assert [m["tool_call_id"] for m in namespace["messages"]] == ["c1", "c2", "c3"]

@@ -9,8 +9,12 @@ A timeout is resolved from, in this order:
 2. a (legacy) environment variable, when the caller names one;
 3. the caller's default.
 
-In the config and in the environment ``0`` disables a timeout (the result is
-``None``). An invalid value (a bool, NaN, a negative number, text, a list, a
+Configured values are seconds, or in the config also ISO-8601 durations read
+as ``PlanningConstraints.time_budget`` reads them (``PT5M`` is 300 s; years and
+months, which have no fixed length, are refused). In the config and in the
+environment ``0`` disables a timeout (the result is ``None``). A key that looks
+like a misspelling of one taut reads (``concurent_batch``) gets a
+:class:`ConfigWarning` naming the key it most likely means. An invalid value (a bool, NaN, a negative number, text, a list, a
 mapping) is skipped with one :class:`ConfigWarning` naming the key, the value and
 its source, and resolution falls through to the next source. A missing or broken
 config file never breaks the code it protects: it warns and falls through. Use

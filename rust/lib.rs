@@ -2,6 +2,7 @@
 //! Python module `taut._core`; the logic lives in one file per concern.
 
 pub mod pool;
+mod py_loop;
 mod py_pool;
 
 use pyo3::prelude::*;
@@ -19,6 +20,8 @@ mod py_proctree;
 mod _core {
     use pyo3::prelude::*;
 
+    #[pymodule_export]
+    use crate::py_loop::LoopChannel;
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
 

@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 /// Waking a parked thread costs tens of microseconds on these machines (see
 /// the round-trip benchmark); a call submitted within this window starts at
 /// once. Spinning yields the CPU often, so it costs little on a busy machine.
+/// Workers spin only while the pool is *hot* (see [`Pool::is_hot`]).
 pub const WORKER_SPIN: Duration = Duration::from_micros(50);
+
+/// The smoothed gap between submissions a fresh pool assumes: long, so
+/// nothing spins until recent history says calls come close together.
+const COLD_GAP_NS: u64 = 10_000_000;
 
 /// Spin until `done()` or `limit` passed, yielding the CPU now and then.
 pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -121,6 +126,10 @@ struct State<J> {
     stats: Stats,
     /// Tracked jobs still queued: seq -> last position reported.
     tracked: BTreeMap<u64, usize>,
+    /// When the last job was submitted (`Pool::now_ns`).
+    last_submit_ns: u64,
+    /// Idle workers spinning right now (at most one).
+    spinning: usize,
 }
 
 /// The pool. `J` is the job type: Python work items in the bindings,
@@ -136,6 +145,12 @@ pub struct Pool<J> {
     work: Condvar,
     /// Signalled when the bounded queue gains room or the pool shuts down.
     room: Condvar,
+    /// Smoothed nanoseconds between submissions (updated under the lock,
+    /// read without it): spinning pays only when the next call is due soon.
+    gap_ns: AtomicU64,
+    /// Smoothed nanoseconds a call runs, reported by the bindings.
+    service_ns: AtomicU64,
+    epoch: Instant,
 }
 
 impl<J> Pool<J> {
@@ -155,12 +170,43 @@ impl<J> Pool<J> {
                 shutdown: false,
                 stats: Stats::default(),
                 tracked: BTreeMap::new(),
+                last_submit_ns: 0,
+                spinning: 0,
             }),
             queued: AtomicUsize::new(0),
             released: AtomicU64::new(0),
             work: Condvar::new(),
             room: Condvar::new(),
+            gap_ns: AtomicU64::new(COLD_GAP_NS),
+            service_ns: AtomicU64::new(COLD_GAP_NS),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Nanoseconds since the pool was made (its own clock for the averages).
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// True while calls arrive less than [`WORKER_SPIN`] apart on average:
+    /// a worker that runs out of work then spins briefly before parking,
+    /// because the next call is likely to come before a parked thread could
+    /// even be woken. A paced load (a call every few milliseconds) is cold:
+    /// nothing spins, and an idle pool costs no CPU.
+    pub fn is_hot(&self) -> bool {
+        self.gap_ns.load(Ordering::Relaxed) < WORKER_SPIN.as_nanos() as u64
+    }
+
+    /// True when calls are short on average (under `limit`): worth a waiter
+    /// spinning for the result instead of parking.
+    pub fn calls_are_short(&self, limit: Duration) -> bool {
+        self.service_ns.load(Ordering::Relaxed) < limit.as_nanos() as u64
+    }
+
+    /// A call ran for `ns` nanoseconds (exponential moving average, 1/8).
+    pub fn record_service(&self, ns: u64) {
+        let old = self.service_ns.load(Ordering::Relaxed);
+        self.service_ns.store(smooth(old, ns), Ordering::Relaxed);
     }
 
     /// The bounded queue's size (0: unbounded).
@@ -189,6 +235,11 @@ impl<J> Pool<J> {
         if st.is_full() {
             return Err(Refused::Full(job));
         }
+        let now = self.now_ns();
+        let gap = now.saturating_sub(st.last_submit_ns);
+        st.last_submit_ns = now;
+        let old_gap = self.gap_ns.load(Ordering::Relaxed);
+        self.gap_ns.store(smooth(old_gap, gap), Ordering::Relaxed);
         let seq = st.next_seq;
         st.next_seq += 1;
         st.queue.push_back(Queued { seq, job });
@@ -240,7 +291,11 @@ impl<J> Pool<J> {
 
     fn wait_take_inner(&self, idle_timeout: Option<Duration>, counted_idle: bool) -> Take<J> {
         self.released.fetch_add(1, Ordering::AcqRel);
-        let mut spin = WORKER_SPIN;
+        let mut spin = if self.is_hot() {
+            WORKER_SPIN
+        } else {
+            Duration::ZERO
+        };
         let mut st = self.lock();
         if counted_idle {
             // Counted as idle (and so as a taker) since `Take::Empty`; we
@@ -259,15 +314,19 @@ impl<J> Pool<J> {
             if st.shutdown {
                 return Self::retire(&mut st);
             }
-            if !spin.is_zero() {
+            // One spinner at a time: on a small machine more would take
+            // the CPU from the very threads that submit and finish calls.
+            if !spin.is_zero() && st.spinning == 0 {
                 // Counted as idle while spinning, so a submission wakes us
                 // (its notify is harmlessly lost) instead of starting a thread.
                 st.idle += 1;
+                st.spinning += 1;
                 drop(st);
                 spin_until(spin, || self.queued.load(Ordering::Acquire) > 0);
                 spin = Duration::ZERO;
                 st = self.lock();
                 st.idle -= 1;
+                st.spinning -= 1;
                 continue;
             }
             st.idle += 1;
@@ -555,6 +614,13 @@ impl<J> Pool<J> {
         st.starting = st.starting.saturating_sub(1);
     }
 
+    /// Whether a submission now would be refused as full (and the pool is
+    /// not shut down): async submitters wait for room while this holds.
+    pub fn is_full(&self) -> bool {
+        let st = self.lock();
+        !st.shutdown && st.is_full()
+    }
+
     /// The current position of a queued tracked job (None once taken).
     pub fn position(&self, seq: u64) -> Option<usize> {
         let st = self.lock();
@@ -573,6 +639,11 @@ impl<J> Pool<J> {
             ..st.stats
         }
     }
+}
+
+/// One step of an exponential moving average with weight 1/8.
+fn smooth(old: u64, sample: u64) -> u64 {
+    old - old / 8 + sample / 8
 }
 
 impl<J> State<J> {
@@ -775,6 +846,49 @@ mod tests {
         pool.submit(1, false).unwrap();
         assert!(pool.abandon_worker());
         assert_eq!(pool.stats().abandoned, 1);
+    }
+
+    #[test]
+    fn a_pool_is_cold_until_calls_come_close_together() {
+        let pool = Pool::new(1, 0);
+        assert!(!pool.is_hot());
+        for i in 0..200 {
+            pool.submit(i, false).unwrap();
+        }
+        assert!(pool.is_hot());
+        // Paced calls (here 60 ms apart, far above the spin window) cool it.
+        for _ in 0..40 {
+            let gap = pool.gap_ns.load(Ordering::Relaxed);
+            pool.gap_ns
+                .store(smooth(gap, 60_000_000), Ordering::Relaxed);
+        }
+        assert!(!pool.is_hot());
+    }
+
+    #[test]
+    fn a_cold_pool_parks_its_workers_without_spinning() {
+        // A cold pool: the worker goes straight to the condvar, so the wait
+        // ends by timeout with no job, not by a spin that saw one.
+        let pool = Pool::<u32>::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        assert!(!pool.is_hot());
+        assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
+    }
+
+    #[test]
+    fn service_times_are_smoothed() {
+        let pool = Pool::<u32>::new(1, 0);
+        assert!(!pool.calls_are_short(Duration::from_micros(50)));
+        for _ in 0..200 {
+            pool.record_service(1_000);
+        }
+        assert!(pool.calls_are_short(Duration::from_micros(50)));
+        for _ in 0..200 {
+            pool.record_service(10_000_000);
+        }
+        assert!(!pool.calls_are_short(Duration::from_micros(50)));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! frames only (see `gil.rs` for the GIL-free waits).
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,10 +24,42 @@ use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
 use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
+use crate::py_loop::LoopChannel;
 
-/// One submitted call: the future it completes and what to call.
+/// Where a call's outcome goes.
+enum Target {
+    /// A `taut.Future` (a `concurrent.futures.Future`).
+    Future(Py<PyAny>),
+    /// An asyncio future, settled on its loop through the loop's channel.
+    Loop {
+        channel: Py<LoopChannel>,
+        waiter: Py<PyAny>,
+    },
+}
+
+impl Target {
+    /// The object Python holds while the call runs.
+    fn object(&self) -> &Py<PyAny> {
+        match self {
+            Target::Future(future) => future,
+            Target::Loop { waiter, .. } => waiter,
+        }
+    }
+
+    fn clone_ref(&self, py: Python<'_>) -> Target {
+        match self {
+            Target::Future(future) => Target::Future(future.clone_ref(py)),
+            Target::Loop { channel, waiter } => Target::Loop {
+                channel: channel.clone_ref(py),
+                waiter: waiter.clone_ref(py),
+            },
+        }
+    }
+}
+
+/// One submitted call: where its outcome goes and what to call.
 struct Job {
-    future: Py<PyAny>,
+    target: Target,
     func: Py<PyAny>,
     args: Py<PyTuple>,
     kwargs: Option<Py<PyDict>>,
@@ -44,10 +77,14 @@ impl Job {
             Some(k) => k.into_bound(py).into_any(),
             None => py.None().into_bound(py),
         };
+        let object = match self.target {
+            Target::Future(future) => future,
+            Target::Loop { waiter, .. } => waiter,
+        };
         PyTuple::new(
             py,
             [
-                self.future.into_bound(py),
+                object.into_bound(py),
                 self.func.into_bound(py),
                 self.args.into_bound(py).into_any(),
                 kwargs,
@@ -70,6 +107,18 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 /// item is one of these.
 const STEP_START: u8 = 0;
 const STEP_FINISH: u8 = 1;
+const STEP_SKIP: u8 = 2;
+
+/// How long `spin_for_release` may spin, at most (see `PoolCore`).
+const RESULT_SPIN: Duration = Duration::from_micros(50);
+
+/// An asyncio submitter waiting for room in a bounded queue.
+struct RoomWaiter {
+    id: u64,
+    channel: Py<LoopChannel>,
+    /// Called on the waiter's loop when there may be room.
+    callback: Py<PyAny>,
+}
 
 /// What one executor's Rust side and its workers share.
 struct Shared {
@@ -83,6 +132,40 @@ struct Shared {
     /// does not exist there, so nothing may touch the pool any more.
     orphaned: AtomicBool,
     names: Names,
+    /// FIFO of asyncio submitters waiting for room (see `wait_for_room_async`).
+    room_waiters: Mutex<VecDeque<RoomWaiter>>,
+    room_waiting: AtomicUsize,
+    next_room_waiter: AtomicU64,
+}
+
+impl Shared {
+    /// Tell the first asyncio submitter waiting for room (if any, and if
+    /// there is room now) to try again, on its loop. `all`: tell every one
+    /// (shutdown).
+    fn wake_room_waiters(&self, py: Python<'_>, all: bool) {
+        if self.room_waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        loop {
+            if !all && self.pool.is_full() {
+                return;
+            }
+            let waiter = {
+                let mut waiters = self.room_waiters.lock().unwrap_or_else(|e| e.into_inner());
+                let waiter = waiters.pop_front();
+                self.room_waiting.store(waiters.len(), Ordering::Release);
+                waiter
+            };
+            let Some(waiter) = waiter else { return };
+            waiter
+                .channel
+                .get()
+                .push((waiter.callback, None, py.None()));
+            if !all {
+                return;
+            }
+        }
+    }
 }
 
 /// The attribute names and state strings the fast paths use, interned
@@ -102,6 +185,8 @@ struct Names {
     finished: Py<PyString>,
     done_callbacks: Py<PyString>,
     seq: Py<PyString>,
+    cancelled_state: Py<PyString>,
+    set_running_or_notify_cancel: Py<PyString>,
     /// `taut.executor`, for its `_state_lock` (looked up on each use: a
     /// forked child replaces the lock) and its `QueueFull`.
     executor: Py<PyModule>,
@@ -124,6 +209,9 @@ impl Names {
             finished: PyString::intern(py, "FINISHED").unbind(),
             done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
             seq: PyString::intern(py, "_seq").unbind(),
+            cancelled_state: PyString::intern(py, "CANCELLED").unbind(),
+            set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
+                .unbind(),
             queue_full: executor.getattr("QueueFull")?.unbind(),
             executor: executor.unbind(),
         })
@@ -252,16 +340,19 @@ pub struct WorkerSlot {
     thread_id: AtomicU64,
     /// Sequence number of the call this worker runs (0: none).
     current: AtomicU64,
-    /// That call's future. Python holds a reference too for as long as this
-    /// one lives, so dropping this one never frees a user object here.
-    current_future: Mutex<Option<Py<PyAny>>>,
+    /// Where that call's outcome goes. Python holds a reference to the
+    /// object too for as long as this one lives, so dropping this one never
+    /// frees a user object here.
+    current_target: Mutex<Option<Target>>,
+    /// When the call started (`Pool::now_ns`), for the service-time average.
+    started_ns: AtomicU64,
     abandoned: AtomicBool,
     interrupted: AtomicBool,
 }
 
 impl WorkerSlot {
-    fn take_current(&self) -> Option<Py<PyAny>> {
-        self.current_future
+    fn take_current(&self) -> Option<Target> {
+        self.current_target
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
@@ -272,6 +363,9 @@ impl WorkerSlot {
     /// boundary) must not land in the worker loop or the next call.
     fn end_call(&self) {
         self.current.store(0, Ordering::Release);
+        let pool = &self.shared.pool;
+        let started = self.started_ns.load(Ordering::Relaxed);
+        pool.record_service(pool.now_ns().saturating_sub(started));
         if self.interrupted.swap(false, Ordering::AcqRel) {
             // SAFETY: called with the GIL held; NULL clears a pending one.
             unsafe {
@@ -292,6 +386,15 @@ impl WorkerSlot {
             return Ok(self.exit(py));
         }
         let take = pool.done_and_try_take(ok);
+        self.step(py, take)
+    }
+
+    /// The call was cancelled before it started: on to the next step.
+    fn skipped(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.end_call();
+        drop(self.take_current());
+        self.shared.pool.skipped_cancelled();
+        let take = self.shared.pool.try_take();
         self.step(py, take)
     }
 
@@ -320,15 +423,51 @@ impl WorkerSlot {
             // The job holds the tracker too: this is never the last reference.
             waiting.del_item(seq).ok();
         }
+        // A job left the queue: an asyncio submitter may have room now.
+        shared.wake_room_waiters(py, false);
         *self
-            .current_future
+            .current_target
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(job.future.clone_ref(py));
+            .unwrap_or_else(|e| e.into_inner()) = Some(job.target.clone_ref(py));
         self.current.store(seq, Ordering::Release);
-        let future = job.future.bind(py);
-        if notices.is_none() && job.tracker.is_none() && start_quietly(&shared.names, future)? {
-            return Ok(job.into_call(py)?.into_any().unbind());
-        }
+        self.started_ns
+            .store(shared.pool.now_ns(), Ordering::Relaxed);
+        let names = &shared.names;
+        // How the call is marked as started: quietly here, by the future's
+        // own method in Python, or not at all (asyncio: a cancelled waiter
+        // means the call must not run).
+        let start: Option<Py<PyAny>> = match &job.target {
+            Target::Future(future) => {
+                let future = future.bind(py);
+                if notices.is_none() && job.tracker.is_none() && start_quietly(names, future)? {
+                    return Ok(job.into_call(py)?.into_any().unbind());
+                }
+                Some(
+                    future
+                        .getattr(names.set_running_or_notify_cancel.bind(py))?
+                        .unbind(),
+                )
+            }
+            Target::Loop { waiter, .. } => {
+                let cancelled = waiter
+                    .bind(py)
+                    .getattr(names.state.bind(py))?
+                    .eq(names.cancelled_state.bind(py))?;
+                if cancelled {
+                    // Hand the objects to Python to drop, then skip it.
+                    let call = job.into_call(py)?;
+                    let step = PyList::new(
+                        py,
+                        [STEP_SKIP.into_pyobject(py)?.into_any(), call.into_any()],
+                    )?;
+                    return Ok(step.into_any().unbind());
+                }
+                if notices.is_none() {
+                    return Ok(job.into_call(py)?.into_any().unbind());
+                }
+                None
+            }
+        };
         let tracker = job
             .tracker
             .as_ref()
@@ -338,22 +477,36 @@ impl WorkerSlot {
             Some(list) => list.into_any(),
             None => PyList::empty(py).into_any(),
         };
-        let step = PyList::new(py, [STEP_START.into_pyobject(py)?.into_any(), notices])?;
-        for item in call.iter() {
-            step.append(item)?;
-        }
-        step.append(tracker)?;
+        let start = start.unwrap_or_else(|| py.None()).into_bound(py);
+        let step = PyList::new(
+            py,
+            [
+                STEP_START.into_pyobject(py)?.into_any(),
+                notices,
+                call.into_any(),
+                tracker.into_bound(py),
+                start,
+            ],
+        )?;
         Ok(step.into_any().unbind())
     }
 
-    /// Complete `future` quietly and go on, or hand it to Python.
+    /// Deliver the outcome quietly and go on, or hand it to Python.
     fn complete(
         &self,
         py: Python<'_>,
-        future: &Bound<'_, PyAny>,
+        target: Target,
         ok: bool,
         value: Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
+        let future = match target {
+            Target::Loop { channel, waiter } => {
+                channel.get().push((waiter, Some(ok), value.unbind()));
+                return self.after(py, ok);
+            }
+            Target::Future(future) => future,
+        };
+        let future = future.bind(py);
         if finish_quietly(&self.shared.names, future, ok, &value)? {
             return self.after(py, ok);
         }
@@ -392,12 +545,12 @@ impl WorkerSlot {
     /// The running call returned `value`.
     fn ok(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.end_call();
-        let Some(future) = self.take_current() else {
+        let Some(target) = self.take_current() else {
             return Err(PyRuntimeError::new_err(
                 "taut worker: ok() without a running call",
             ));
         };
-        self.complete(py, future.bind(py), true, value)
+        self.complete(py, target, true, value)
     }
 
     /// The running call (or the step that was about to start it) raised
@@ -405,10 +558,10 @@ impl WorkerSlot {
     /// worker loop's own failure.
     fn fail(&self, py: Python<'_>, exc: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.end_call();
-        let Some(future) = self.take_current() else {
+        let Some(target) = self.take_current() else {
             return Err(PyErr::from_value(exc));
         };
-        self.complete(py, future.bind(py), false, exc)
+        self.complete(py, target, false, exc)
     }
 
     /// After a finish step, once Python completed the future.
@@ -416,13 +569,9 @@ impl WorkerSlot {
         self.after(py, ok)
     }
 
-    /// After a start step whose future turned out cancelled.
+    /// After a start (or skip) step whose call turned out cancelled.
     fn skip(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.end_call();
-        drop(self.take_current());
-        self.shared.pool.skipped_cancelled();
-        let take = self.shared.pool.try_take();
-        self.step(py, take)
+        self.skipped(py)
     }
 
     /// The `threading.get_ident()` of the worker thread (0 before it runs).
@@ -470,6 +619,9 @@ impl PoolCore {
                 waiting: PyDict::new(py).unbind(),
                 orphaned: AtomicBool::new(false),
                 names: Names::new(py)?,
+                room_waiters: Mutex::new(VecDeque::new()),
+                room_waiting: AtomicUsize::new(0),
+                next_room_waiter: AtomicU64::new(1),
             }),
         })
     }
@@ -480,7 +632,8 @@ impl PoolCore {
             shared: Arc::clone(&self.shared),
             thread_id: AtomicU64::new(0),
             current: AtomicU64::new(0),
-            current_future: Mutex::new(None),
+            current_target: Mutex::new(None),
+            started_ns: AtomicU64::new(0),
             abandoned: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
         }
@@ -498,7 +651,86 @@ impl PoolCore {
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
     ) -> PyResult<bool> {
-        Ok(self.queue(py, future, func, args, kwargs, None)?.0)
+        Ok(self
+            .queue(py, Target::Future(future), func, args, kwargs, None)?
+            .0)
+    }
+
+    /// Queue a call whose outcome settles the asyncio future `waiter` on
+    /// its loop, through `channel`. Returns `(spawn, seq)`; raises like
+    /// `submit`. `seq` removes the call (`remove`) if the awaiting task is
+    /// cancelled before a worker takes it.
+    #[pyo3(signature = (channel, waiter, func, args, kwargs=None))]
+    fn submit_async(
+        &self,
+        py: Python<'_>,
+        channel: Py<LoopChannel>,
+        waiter: Py<PyAny>,
+        func: Py<PyAny>,
+        args: Py<PyTuple>,
+        kwargs: Option<Py<PyDict>>,
+    ) -> PyResult<(bool, u64)> {
+        let target = Target::Loop { channel, waiter };
+        let (spawn, _, seq) = self.enqueue(py, target, func, args, kwargs, None)?;
+        Ok((spawn, seq))
+    }
+
+    /// An asyncio submitter found the bounded queue full: `callback()` will
+    /// be called on its loop (through `channel`) when there may be room, in
+    /// FIFO order with the other waiting asyncio submitters (`front`: ahead
+    /// of them, for one that lost its turn). Returns an id for
+    /// `cancel_room_wait`. Called soon if there is room already.
+    #[pyo3(signature = (channel, callback, front=false))]
+    fn wait_for_room_async(
+        &self,
+        py: Python<'_>,
+        channel: Py<LoopChannel>,
+        callback: Py<PyAny>,
+        front: bool,
+    ) -> u64 {
+        let shared = &self.shared;
+        let id = shared.next_room_waiter.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut waiters = shared
+                .room_waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let waiter = RoomWaiter {
+                id,
+                channel,
+                callback,
+            };
+            if front {
+                waiters.push_front(waiter);
+            } else {
+                waiters.push_back(waiter);
+            }
+            shared.room_waiting.store(waiters.len(), Ordering::Release);
+        }
+        // Room may have appeared between the refused submit and now.
+        shared.wake_room_waiters(py, false);
+        id
+    }
+
+    /// Withdraw a room waiter (its task was cancelled). False if it was
+    /// already told to try again: the caller then passes its turn on
+    /// (`pass_room_on`).
+    fn cancel_room_wait(&self, id: u64) -> bool {
+        let shared = &self.shared;
+        let mut waiters = shared
+            .room_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = waiters.len();
+        waiters.retain(|w| w.id != id);
+        shared.room_waiting.store(waiters.len(), Ordering::Release);
+        waiters.len() != before
+    }
+
+    /// A room waiter that was told to try again will not: the next one gets
+    /// the turn.
+    fn pass_room_on(&self, py: Python<'_>) {
+        self.shared.wake_room_waiters(py, false);
     }
 
     /// `submit` with queue notices through `tracker`. Returns `(spawn,
@@ -514,7 +746,14 @@ impl PoolCore {
         kwargs: Option<Py<PyDict>>,
         tracker: Py<PyAny>,
     ) -> PyResult<(bool, Option<usize>)> {
-        self.queue(py, future, func, args, kwargs, Some(tracker))
+        self.queue(
+            py,
+            Target::Future(future),
+            func,
+            args,
+            kwargs,
+            Some(tracker),
+        )
     }
 
     /// Wait (GIL released, in slices that look for signals) until the
@@ -563,6 +802,7 @@ impl PoolCore {
         let waiting = shared.waiting.bind(py);
         waiting.del_item(seq).ok();
         let notices = notices(waiting, &updates)?;
+        shared.wake_room_waiters(py, false);
         Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
     }
 
@@ -601,15 +841,21 @@ impl PoolCore {
     }
 
     /// Change the ceiling; returns how many worker threads to start.
-    fn resize(&self, max_workers: usize) -> PyResult<usize> {
+    fn resize(&self, py: Python<'_>, max_workers: usize) -> PyResult<usize> {
         if max_workers == 0 {
             return Err(PyValueError::new_err("max_workers must be greater than 0"));
         }
-        Ok(self.shared.pool.resize(max_workers))
+        let spawn = self.shared.pool.resize(max_workers);
+        self.shared.wake_room_waiters(py, false);
+        Ok(spawn)
     }
 
-    fn shutdown(&self) {
+    /// Refuse new calls; queued ones still run; idle workers exit; every
+    /// asyncio submitter waiting for room is told (and then finds the pool
+    /// shut down).
+    fn shutdown(&self, py: Python<'_>) {
         self.shared.pool.shutdown();
+        self.shared.wake_room_waiters(py, true);
     }
 
     /// Take every queued call out; returns their `(future, fn, args,
@@ -624,6 +870,7 @@ impl PoolCore {
             pool.drain()
         };
         self.shared.waiting.bind(py).clear();
+        self.shared.wake_room_waiters(py, false);
         jobs.into_iter()
             .map(|job| Ok(job.into_call(py)?.unbind()))
             .collect()
@@ -634,12 +881,18 @@ impl PoolCore {
     /// back is immediate. A waiter calls this before parking: for a short
     /// call it saves the wake-up of a parked thread on both sides.
     fn spin_for_release(&self, py: Python<'_>, micros: u64) {
-        let before = self.shared.pool.released();
+        let limit = Duration::from_micros(micros).min(RESULT_SPIN);
+        let pool = &self.shared.pool;
+        // Spin only when it is likely to pay: calls arrive close together
+        // (workers are hot, not parked) and are short. Otherwise the caller
+        // parks at once, as with the standard library, and costs no CPU.
+        if !pool.is_hot() || !pool.calls_are_short(limit) {
+            return;
+        }
+        let before = pool.released();
         let shared = Arc::clone(&self.shared);
         gil::detach(py, move || {
-            spin_until(Duration::from_micros(micros), || {
-                shared.pool.released() != before
-            })
+            spin_until(limit, || shared.pool.released() != before)
         });
     }
 
@@ -701,18 +954,32 @@ impl PoolCore {
     fn queue(
         &self,
         py: Python<'_>,
-        future: Py<PyAny>,
+        target: Target,
         func: Py<PyAny>,
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
         tracker: Option<Py<PyAny>>,
     ) -> PyResult<(bool, Option<usize>)> {
+        let (spawn, waiting_at, _) = self.enqueue(py, target, func, args, kwargs, tracker)?;
+        Ok((spawn, waiting_at))
+    }
+
+    fn enqueue(
+        &self,
+        py: Python<'_>,
+        target: Target,
+        func: Py<PyAny>,
+        args: Py<PyTuple>,
+        kwargs: Option<Py<PyDict>>,
+        tracker: Option<Py<PyAny>>,
+    ) -> PyResult<(bool, Option<usize>, u64)> {
         let shared = &self.shared;
         let kwargs = kwargs.filter(|k| !k.bind(py).is_empty());
         let tracker_for_queue = tracker.as_ref().map(|t| t.clone_ref(py));
-        let fut = future.clone_ref(py);
+        let is_future = matches!(target, Target::Future(_));
+        let object = target.object().clone_ref(py);
         let job = Job {
-            future,
+            target,
             func,
             args,
             kwargs,
@@ -723,11 +990,13 @@ impl PoolCore {
             Ok(s) => {
                 // No worker can run this call before we return: running it
                 // needs the GIL, which this thread holds throughout.
-                fut.bind(py).setattr(shared.names.seq.bind(py), s.seq)?;
+                if is_future {
+                    object.bind(py).setattr(shared.names.seq.bind(py), s.seq)?;
+                }
                 if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
                     shared.waiting.bind(py).set_item(s.seq, tracker)?;
                 }
-                Ok((s.spawn, s.waiting_at))
+                Ok((s.spawn, s.waiting_at, s.seq))
             }
             // The refused job is dropped here, with the GIL held, on the
             // submitting thread: the caller still holds every object in it.

@@ -222,13 +222,13 @@ fn add_or_run_detached(py: Python<'_>, entry: &Entry, action: Action) {
 
 /// How the timer writes to a notify fd without ever blocking.
 #[derive(Clone, Copy)]
-enum FdKind {
+pub(crate) enum FdKind {
     Socket,
     NonBlocking,
 }
 
 #[cfg(unix)]
-fn fd_kind(fd: i32) -> PyResult<FdKind> {
+pub(crate) fn fd_kind(fd: i32) -> PyResult<FdKind> {
     // SAFETY: fcntl/getsockopt on an integer fd only read kernel state.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
@@ -261,7 +261,7 @@ fn fd_kind(fd: i32) -> PyResult<FdKind> {
 }
 
 #[cfg(unix)]
-fn write_byte(fd: i32, kind: FdKind) {
+pub(crate) fn write_byte(fd: i32, kind: FdKind) {
     let byte = [1u8];
     // SAFETY: writes one byte from a valid buffer; never blocks (MSG_DONTWAIT
     // or an O_NONBLOCK fd). A full buffer (EAGAIN) already means "wake up".

@@ -20,6 +20,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
+from taut._asyncio import to_thread
 from taut._core import __version__
 from taut.executor import (
     Future,
@@ -209,5 +210,6 @@ __all__ = [
     "run_process",
     "sequential_call_timeout",
     "stats",
+    "to_thread",
     "tool_workers",
 ]

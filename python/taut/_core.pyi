@@ -5,6 +5,7 @@ from typing import Any, Callable, final
 __all__ = [
     "MAX_TIMEOUT",
     "Deadline",
+    "LoopChannel",
     "PoolCore",
     "WorkerSlot",
     "__version__",
@@ -217,6 +218,19 @@ class WorkerSlot:
         """True once the executor gave up on this worker."""
 
 @final
+class LoopChannel:
+    """Completions for one asyncio event loop: workers push ``(target, ok,
+    value)`` without running Python code and write one byte to ``fd`` only
+    when the loop is not already due to drain; the loop's reader callback
+    takes them all at once. Owns ``fd`` (closes it when dropped)."""
+
+    def __new__(cls, fd: int) -> LoopChannel: ...
+    def take(self) -> list[tuple[Any, bool | None, Any]]:
+        """Every completion so far, oldest first (read the wake-up bytes
+        first). ``ok`` None: a room notice whose target is a callable."""
+    def __len__(self) -> int: ...
+
+@final
 class PoolCore:
     """The Rust side of one ``taut.ThreadPoolExecutor``: the FIFO queue and
     the worker ceiling. Its methods never run Python code."""
@@ -246,6 +260,27 @@ class PoolCore:
     ) -> tuple[bool, int | None]:
         """``submit`` with queue notices through ``tracker``; returns
         ``(spawn, position)``, position None when the call starts at once."""
+    def submit_async(
+        self,
+        channel: LoopChannel,
+        waiter: Any,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None = None,
+    ) -> tuple[bool, int]:
+        """Queue a call whose outcome settles the asyncio future ``waiter``
+        on its loop through ``channel``; ``(spawn, seq)``. Raises like
+        ``submit``; ``remove(seq)`` withdraws it while queued."""
+    def wait_for_room_async(
+        self, channel: LoopChannel, callback: Callable[[], object], front: bool = False
+    ) -> int:
+        """An asyncio submitter found the queue full: ``callback()`` runs on
+        its loop when there may be room (FIFO; ``front``: ahead of the
+        others). Returns an id for ``cancel_room_wait``."""
+    def cancel_room_wait(self, id: int) -> bool:
+        """Withdraw a room waiter; False if it was already told."""
+    def pass_room_on(self) -> None:
+        """A told room waiter gives its turn to the next one."""
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""

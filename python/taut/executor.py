@@ -17,10 +17,11 @@ import contextvars
 import itertools
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
@@ -70,6 +71,13 @@ class PoolStats(NamedTuple):
     failed: int
     cancelled: int
     abandoned: int
+
+
+def _running_loop() -> Any:
+    """The event loop running on this thread, if any (without importing
+    asyncio: if nothing imported it, no loop can be running)."""
+    asyncio = sys.modules.get("asyncio")
+    return None if asyncio is None else asyncio._get_running_loop()
 
 
 def _wait_seconds(timeout: float | None) -> float | None:
@@ -328,13 +336,18 @@ def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
 # The kinds of slow steps a WorkerSlot hands out (see _work).
 _STEP_START = 0
 _STEP_FINISH = 1
+_STEP_SKIP = 2
 
 
 def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
     """The worker-loop steps that need Python: starting a call whose future
     has waiters, notices or a cancellation; completing one that has
-    waiters or done callbacks. Returns the next step."""
-    if step[0] == _STEP_FINISH:
+    waiters or done callbacks; skipping an asyncio call whose awaiting task
+    was cancelled. Returns the next step."""
+    kind = step[0]
+    if kind == _STEP_SKIP:
+        return slot.skip()  # the call's objects go away with `step`, here
+    if kind == _STEP_FINISH:
         _, future, ok, value = step
         try:
             if ok:
@@ -347,13 +360,13 @@ def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
             if future._state == _CANCELLED:
                 future.set_running_or_notify_cancel()
         return slot.done(ok)
-    _, notices, future, fn, args, kwargs, tracker = step
+    _, notices, call, tracker, start = step
     _deliver_notices(notices)
-    if not future.set_running_or_notify_cancel():
+    if start is not None and not start():  # the future's set_running_or_notify_cancel
         return slot.skip()
     if tracker is not None:
         tracker.start()
-    return (future, fn, args, kwargs)  # run by _work like any other call
+    return call  # (future, fn, args, kwargs): run by _work like any other call
 
 
 def _work(slot: WorkerSlot) -> None:
@@ -536,6 +549,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             except QueueFull:
                 if not block:
                     raise
+                if _running_loop() is not None:
+                    # Waiting here would stall the event loop (and every
+                    # request it serves): refuse at once instead.
+                    raise QueueFull(
+                        f"the queue is full: max_queue={self._max_queue} calls waiting; "
+                        "submit() on an event loop's thread does not wait for room: "
+                        "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
+                    ) from None
                 core.wait_for_room()
             except RuntimeError:
                 self._check_open()
@@ -550,6 +571,19 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
         (GIL released, Ctrl-C honoured) until there is room."""
         return self._submit(fn, args, kwargs, block=True)
+
+    def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
+        """``await executor.run(fn, *args, **kwargs)``: ``fn`` runs on a worker,
+        on the asyncio-native path (no ``concurrent.futures`` future, no
+        ``call_soon_threadsafe`` per call). With a full bounded queue it waits
+        for room without blocking the loop, in FIFO order with other waiting
+        coroutines. Cancelling the awaiting task removes a call that has not
+        started; a running call finishes on its worker and its outcome is
+        dropped. (A plain function returning the coroutine: one coroutine
+        frame less per call.)"""
+        from taut._asyncio import run_in  # asyncio loads on first use only
+
+        return run_in(self, fn, args, kwargs)
 
     def try_submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
         """Like ``submit``, but raise :class:`QueueFull` instead of waiting

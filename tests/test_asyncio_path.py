@@ -1,0 +1,279 @@
+"""The asyncio-native path: ``await executor.run(...)`` and ``taut.to_thread``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import taut
+
+LONG = 30.0
+
+
+def test_run_returns_results_and_raises_exceptions_unchanged() -> None:
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(2) as ex:
+            assert await ex.run(pow, 2, 10) == 1024
+            assert await ex.run(dict, a=1) == {"a": 1}
+            with pytest.raises(ValueError, match="invalid literal"):
+                await ex.run(int, "x")
+            error = KeyError("k")
+
+            def raise_it() -> None:
+                raise error
+
+            with pytest.raises(KeyError) as caught:
+                await ex.run(raise_it)
+            assert caught.value is error
+
+    asyncio.run(main())
+
+
+def test_stop_iteration_from_the_call_still_settles_the_await() -> None:
+    # An asyncio future refuses StopIteration; the standard library's
+    # run_in_executor then never settles (the await hangs). Ours wraps it.
+    def stop() -> None:
+        raise StopIteration("done")
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1) as ex:
+            with pytest.raises(RuntimeError, match="StopIteration") as caught:
+                await asyncio.wait_for(ex.run(stop), LONG)
+            assert isinstance(caught.value.__cause__, StopIteration)
+
+    asyncio.run(main())
+
+
+def test_every_completion_reaches_its_task_exactly_once() -> None:
+    n = 3000
+
+    async def main() -> list[int]:
+        with taut.ThreadPoolExecutor(8) as ex:
+            return list(await asyncio.gather(*[ex.run(lambda i=i: i) for i in range(n)]))
+
+    assert asyncio.run(main()) == list(range(n))
+
+
+def test_to_thread_copies_the_context_and_uses_a_taut_default_executor() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    def read() -> str:
+        seen.append(threading.current_thread().name)
+        return var.get()
+
+    async def main() -> None:
+        var.set("caller")
+        # Not a taut default executor: taut's shared pool runs it.
+        assert await taut.to_thread(read) == "caller"
+        ex = taut.ThreadPoolExecutor(1, thread_name_prefix="mine")
+        asyncio.get_running_loop().set_default_executor(ex)
+        assert await taut.to_thread(read) == "caller"
+        assert seen[-1].startswith("mine")
+        ex.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_call_cancelled_while_queued_never_runs() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1) as ex:
+            gate = threading.Event()
+            blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            queued = asyncio.ensure_future(ex.run(ran.append, 1))
+            await asyncio.sleep(0)  # submitted
+            assert ex.stats().queued == 1
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            assert ex.stats().queued == 0  # taken out of the queue at once
+            gate.set()
+            await blocker
+            assert await ex.run(len, "ab") == 2  # the worker goes on
+
+    asyncio.run(main())
+    assert ran == []
+
+
+def test_cancellation_races_leave_no_call_run_twice_or_lost() -> None:
+    # Cancel tasks at random moments; every call runs at most once, and
+    # every task that was not cancelled gets its own result.
+    runs: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            runs[i] += 1
+        return i
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(4) as ex:
+            tasks = [asyncio.ensure_future(ex.run(work, i)) for i in range(2000)]
+            for task in tasks[::3]:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        for i, result in enumerate(results):
+            if not isinstance(result, asyncio.CancelledError):
+                assert result == i
+        assert all(count == 1 for count in runs.values())
+
+    asyncio.run(main())
+
+
+def test_a_loop_slow_to_drain_gets_every_completion() -> None:
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(4) as ex:
+            tasks = [asyncio.ensure_future(ex.run(abs, -i)) for i in range(500)]
+            await asyncio.sleep(0)  # all submitted
+            time.sleep(0.3)  # the loop is blocked while the workers finish
+            assert await asyncio.gather(*tasks) == list(range(500))
+
+    asyncio.run(main())
+
+
+def test_many_loops_in_many_threads_share_one_executor() -> None:
+    ex = taut.ThreadPoolExecutor(4)
+    results: dict[int, list[int]] = {}
+
+    def thread_main(t: int) -> None:
+        async def main() -> list[int]:
+            return list(await asyncio.gather(*[ex.run(pow, t, 2) for _ in range(200)]))
+
+        results[t] = asyncio.run(main())
+
+    threads = [threading.Thread(target=thread_main, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(LONG)
+    ex.shutdown()
+    assert results == {t: [t * t] * 200 for t in range(6)}
+
+
+def test_loop_closing_with_calls_in_flight_loses_nothing_later() -> None:
+    # A loop that closes while its calls still run: the workers finish them
+    # (outcomes dropped), and the executor keeps serving other loops.
+    ex = taut.ThreadPoolExecutor(2)
+    gate = threading.Event()
+
+    async def leave_early() -> None:
+        running = asyncio.ensure_future(ex.run(gate.wait, LONG))
+        await asyncio.sleep(0.01)
+        assert not running.done()  # asyncio.run cancels it on the way out
+
+    asyncio.run(leave_early())
+    gate.set()
+
+    async def later() -> int:
+        return await ex.run(len, "abc")
+
+    assert asyncio.run(later()) == 3
+    ex.shutdown()
+
+
+def test_bounded_queue_waits_for_room_without_blocking_the_loop_in_fifo_order() -> None:
+    order: list[int] = []
+
+    async def main() -> float:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            gate = threading.Event()
+            first = asyncio.ensure_future(ex.run(gate.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            waiting = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(5)]
+            # The loop keeps ticking while four of them wait for room.
+            ticks = 0
+            start = time.perf_counter()
+            while ticks < 20:
+                await asyncio.sleep(0.001)
+                ticks += 1
+            stalled = time.perf_counter() - start
+            assert ex.stats().queued == 1
+            gate.set()
+            await first
+            await asyncio.gather(*waiting)
+            return stalled
+
+    stalled = asyncio.run(main())
+    assert order == [0, 1, 2, 3, 4]
+    assert stalled < 5.0  # twenty 1 ms ticks; a blocked loop would never tick
+
+
+def test_cancelling_a_task_waiting_for_room_withdraws_it() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            gate = threading.Event()
+            first = asyncio.ensure_future(ex.run(gate.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            queued = asyncio.ensure_future(ex.run(ran.append, 1))
+            waiting = asyncio.ensure_future(ex.run(ran.append, 2))
+            behind = asyncio.ensure_future(ex.run(ran.append, 3))
+            await asyncio.sleep(0.01)
+            waiting.cancel()
+            gate.set()
+            await first
+            await queued
+            await behind  # the withdrawn waiter did not hold up the next one
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+
+    asyncio.run(main())
+    assert ran == [1, 3]
+
+
+def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
+    async def main() -> None:
+        ex = taut.ThreadPoolExecutor(1, max_queue=1)
+        gate = threading.Event()
+        ex.submit(gate.wait, LONG)
+        while ex.stats().running == 0:
+            await asyncio.sleep(0.001)
+        ex.submit(abs, 1)  # fills the queue
+        start = time.perf_counter()
+        with pytest.raises(taut.QueueFull, match=r"executor\.run"):
+            await asyncio.get_running_loop().run_in_executor(ex, abs, 2)
+        assert time.perf_counter() - start < 5.0  # refused, not waited
+        gate.set()
+        ex.shutdown()
+
+    asyncio.run(main())
+
+
+def test_shutdown_wakes_tasks_waiting_for_room() -> None:
+    async def main() -> None:
+        ex = taut.ThreadPoolExecutor(1, max_queue=1)
+        gate = threading.Event()
+        ex.submit(gate.wait, LONG)
+        while ex.stats().running == 0:
+            await asyncio.sleep(0.001)
+        ex.submit(abs, 1)
+        waiting = asyncio.ensure_future(ex.run(abs, 2))
+        await asyncio.sleep(0.01)
+        ex.shutdown(wait=False)
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            await asyncio.wait_for(waiting, LONG)
+        gate.set()
+
+    asyncio.run(main())
+
+
+def test_run_after_shutdown_raises() -> None:
+    async def main() -> None:
+        ex = taut.ThreadPoolExecutor(1)
+        ex.shutdown()
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            await ex.run(abs, 1)
+
+    asyncio.run(main())

@@ -578,7 +578,7 @@ def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[
     section = readme.split("### An agent turn: `ToolCall` and `ToolRunner`", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md (agent turn)", "exec"), namespace)  # noqa: S102
+    exec(compile(code, "README.md (agent turn)", "exec"), namespace)
     printed = capsys.readouterr().out.splitlines()
     expected = [
         line.removeprefix("# ") for line in code.splitlines() if line.startswith("# c")

@@ -20,7 +20,6 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
-from taut._asyncio import to_thread
 from taut._core import __version__
 from taut.executor import (
     Future,
@@ -31,6 +30,7 @@ from taut.executor import (
 )
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
+    from taut._asyncio import to_thread
     from taut.bounded import run_bounded_async, run_bounded_sync
     from taut.config import (
         ConfigWarning,
@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
 # Each lazily loaded module and the public names it defines. Keep in step with
 # the TYPE_CHECKING imports above (tests/test_import.py checks both ways).
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    "taut._asyncio": ("to_thread",),
     "taut.bounded": ("run_bounded_async", "run_bounded_sync"),
     "taut.config": (
         "ConfigWarning",

@@ -14,9 +14,10 @@ as ``PlanningConstraints.time_budget`` reads them (``PT5M`` is 300 s; years and
 months, which have no fixed length, are refused). In the config and in the
 environment ``0`` disables a timeout (the result is ``None``). A key that looks
 like a misspelling of one taut reads (``concurent_batch``) gets a
-:class:`ConfigWarning` naming the key it most likely means. An invalid value (a bool, NaN, a negative number, text, a list, a
-mapping) is skipped with one :class:`ConfigWarning` naming the key, the value and
-its source, and resolution falls through to the next source. A missing or broken
+:class:`ConfigWarning` naming the key it most likely means. An invalid value
+(a bool, NaN, a negative number, text, a list, a mapping) is skipped with one
+:class:`ConfigWarning` naming the key, the value and its source, and
+resolution falls through to the next source. A missing or broken
 config file never breaks the code it protects: it warns and falls through. Use
 ``python -m taut config check FILE`` to see every problem with its location.
 Files are untrusted input: see :mod:`taut.config.files` for what is refused

@@ -43,6 +43,9 @@ pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// `(seq, position)` of tracked jobs whose queue position changed.
+pub type PositionUpdates = Vec<(u64, usize)>;
+
 /// Why a submission was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused<J> {
@@ -485,6 +488,20 @@ impl<J> Pool<J> {
         Some((queued.job, updates))
     }
 
+    /// Take the oldest queued job out, by hand (the `_work_queue.get()` of
+    /// code written for the standard library's pool): its seq, the job and
+    /// the position updates of the tracked jobs behind it.
+    pub fn pop_front(&self) -> Option<(u64, J, PositionUpdates)> {
+        let mut st = self.lock();
+        let Queued { seq, job } = st.queue.pop_front()?;
+        self.queued.store(st.queue.len(), Ordering::Release);
+        st.tracked.remove(&seq);
+        let updates = Self::position_updates(&mut st);
+        drop(st);
+        self.room.notify_one();
+        Some((seq, job, updates))
+    }
+
     /// The worker running a job is given up on (its call timed out): it no
     /// longer counts against the ceiling, and a replacement is started if
     /// work is waiting. Returns whether the caller must start a worker.
@@ -846,6 +863,22 @@ mod tests {
         pool.submit(1, false).unwrap();
         assert!(pool.abandon_worker());
         assert_eq!(pool.stats().abandoned, 1);
+    }
+
+    #[test]
+    fn pop_front_takes_the_oldest_job_by_hand() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        let a = pool.submit(1, false).unwrap();
+        let b = pool.submit(2, true).unwrap();
+        assert_eq!(b.waiting_at, Some(2));
+        let (seq, taken, updates) = pool.pop_front().unwrap();
+        assert_eq!((seq, taken), (a.seq, 1));
+        assert_eq!(updates, vec![(b.seq, 1)]);
+        assert_eq!(pool.stats().queued, 1);
+        assert_eq!(pool.pop_front().map(|(_, j, _)| j), Some(2));
+        assert!(pool.pop_front().is_none());
     }
 
     #[test]

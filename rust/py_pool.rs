@@ -806,6 +806,25 @@ impl PoolCore {
         Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
     }
 
+    /// Take the oldest queued call out by hand (see `Pool::pop_front`):
+    /// None if the queue is empty, else `(notices, call)` as for `remove`
+    /// (the call's first item is a `taut.Future`, or the asyncio future
+    /// of an `executor.run` call).
+    fn pop_queued(&self, py: Python<'_>) -> PyResult<Option<(Py<PyList>, Py<PyTuple>)>> {
+        let shared = &self.shared;
+        if shared.orphaned.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let Some((seq, job, updates)) = shared.pool.pop_front() else {
+            return Ok(None);
+        };
+        let waiting = shared.waiting.bind(py);
+        waiting.del_item(seq).ok();
+        let notices = notices(waiting, &updates)?;
+        shared.wake_room_waiters(py, false);
+        Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
+    }
+
     /// Give up on the worker running call `seq`: it leaves the ceiling (a
     /// replacement may start: the second value says whether the caller must
     /// start a thread) and exits after the call. False if `seq` is not

@@ -289,6 +289,9 @@ class PoolCore:
     def remove(self, seq: int) -> tuple[list[tuple[Any, int]], _Call] | None:
         """Take a cancelled call out of the queue: ``(notices, call)`` for
         the caller to deliver and drop; None if a worker has it."""
+    def pop_queued(self) -> tuple[list[tuple[Any, int]], _Call] | None:
+        """Take the oldest queued call out by hand (``_work_queue.get()``):
+        ``(notices, call)``, None if the queue is empty."""
     def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, bool]:
         """Give up on the worker running ``seq``: ``(abandoned, spawn)``."""
     def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:

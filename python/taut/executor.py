@@ -28,6 +28,7 @@ from concurrent.futures.thread import BrokenThreadPool
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from taut._core import PoolCore, WorkerSlot, clamp_timeout
+from taut._stdlib_views import IdleSemaphore, WorkQueue
 
 __all__ = [
     "Future",
@@ -189,6 +190,9 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 # behind it their new positions.
                 self.set_running_or_notify_cancel()
                 _deliver_notices(removed[0])
+        elif self._seq == -1 and self._state == _CANCELLED:
+            # Taken out of the queue by hand (_work_queue.get()): likewise.
+            self.set_running_or_notify_cancel()
         return True
 
     def add_done_callback(self, fn: Callable[[_cf.Future[Any]], object]) -> None:
@@ -508,6 +512,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
+        # The standard library's privates that real clients read, as views.
+        self._work_queue = WorkQueue(self)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self)  # type: ignore[assignment]
         # A dropped executor lets its workers finish the queue and exit.
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         _live_executors.add(self)

@@ -1,0 +1,130 @@
+"""The standard library pool's private attributes, as views of the Rust core.
+
+Real clients of ``concurrent.futures.ThreadPoolExecutor`` read its privates:
+google-cloud-pubsub drains ``_work_queue`` at shutdown to hand back work that
+never started, monitoring reads ``_work_queue.qsize()`` and
+``_idle_semaphore._value``. A drop-in keeps their meaning; these objects
+give it, without a second queue next to the real one.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import Future as _ConcurrentFuture
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from taut.executor import ThreadPoolExecutor
+
+
+class WorkItem:
+    """A call taken out of the queue by hand, like the standard library's
+    ``_WorkItem``: ``run()`` runs it and completes its future."""
+
+    __slots__ = ("args", "fn", "future", "kwargs")
+
+    def __init__(
+        self,
+        future: _ConcurrentFuture[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.future = future
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self.fn(*self.args, **self.kwargs)
+        except BaseException as exc:
+            self.future.set_exception(exc)
+            self = None  # type: ignore[assignment]  # break the traceback cycle
+        else:
+            self.future.set_result(result)
+
+    def __repr__(self) -> str:
+        return f"<taut WorkItem {self.fn!r} args={self.args!r} kwargs={self.kwargs!r}>"
+
+
+class WorkQueue:
+    """``executor._work_queue``: the ``queue.SimpleQueue`` methods such code
+    uses, over the pool's own queue.
+
+    ``get``/``get_nowait`` take the oldest waiting call *out* of the pool
+    (no worker will run it) and return it as a :class:`WorkItem`; its future
+    stays pending until the taker runs or cancels it (cancelling then wakes
+    ``wait()``/``as_completed()`` as usual). ``put(None)`` is accepted as the
+    standard library's wake-up sentinel and does nothing: taut's workers are
+    woken by ``shutdown`` itself.
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self._executor = executor
+
+    def qsize(self) -> int:
+        return self._executor.stats().queued
+
+    def empty(self) -> bool:
+        return self.qsize() == 0
+
+    def get_nowait(self) -> WorkItem:
+        return self.get(block=False)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> WorkItem:
+        """The oldest waiting call, taken out of the pool. ``block``: wait for
+        one (checking every millisecond) up to ``timeout`` seconds; raises
+        ``queue.Empty`` when there is none."""
+        from taut.executor import _deliver_notices, _wait_seconds
+
+        limit = _wait_seconds(timeout) if block else 0.0
+        end = None if limit is None else time.monotonic() + limit
+        while True:
+            taken = self._executor._core.pop_queued()
+            if taken is not None:
+                notices, (future, fn, args, kwargs) = taken
+                _deliver_notices(notices)
+                if not isinstance(future, _ConcurrentFuture):
+                    # An `await executor.run(...)` call: its awaiting task
+                    # learns it will not run; look for the next one.
+                    future.get_loop().call_soon_threadsafe(future.cancel)
+                    continue
+                # Out of the pool: cancel() no longer looks for it there.
+                future._core = None  # type: ignore[attr-defined]
+                future._seq = -1  # type: ignore[attr-defined]
+                return WorkItem(future, fn, args, kwargs or {})
+            if end is not None and time.monotonic() >= end:
+                raise queue.Empty
+            time.sleep(0.001)
+
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        if item is not None:
+            raise TypeError(
+                "taut's _work_queue accepts only None (the standard library's wake-up "
+                f"sentinel); submit work with executor.submit(), got {item!r}"
+            )
+
+    put_nowait = put
+
+
+class IdleSemaphore:
+    """``executor._idle_semaphore``: ``_value`` is the number of idle workers,
+    as in the standard library. ``acquire`` takes nothing (the Rust core
+    reuses idle workers itself); it says whether one is idle."""
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self._executor = executor
+
+    @property
+    def _value(self) -> int:
+        return self._executor.stats().idle
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return self._value > 0
+
+    def release(self, n: int = 1) -> None:
+        pass

@@ -1,0 +1,109 @@
+"""The standard library pool's privates that real clients touch, with their
+standard meaning: ``_work_queue``, ``_idle_semaphore``, ``_shutdown``,
+``_broken``, ``_max_workers``, ``_threads``."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import queue
+import threading
+
+import pytest
+
+import taut
+
+LONG = 30.0
+
+
+def _busy(ex: taut.ThreadPoolExecutor) -> threading.Event:
+    gate = threading.Event()
+    ex.submit(gate.wait, LONG)
+    while ex.stats().running == 0:
+        gate.wait(0.001)
+    return gate
+
+
+def test_pubsub_style_shutdown_drain_hands_back_calls_that_never_started() -> None:
+    # google-cloud-pubsub's ThreadScheduler.shutdown(): drain the executor's
+    # queue with get(block=False) until Empty, skipping the None sentinel,
+    # collect each work item's message, then shut the executor down.
+    ex = taut.ThreadPoolExecutor(1)
+    gate = _busy(ex)
+    ran: list[str] = []
+    futures = [ex.submit(ran.append, f"message-{i}") for i in range(5)]
+    assert ex._work_queue.qsize() == 5
+    dropped = []
+    try:
+        while True:
+            work_item = ex._work_queue.get(block=False)
+            if work_item is None:
+                continue
+            dropped.append(work_item.args[0])
+    except queue.Empty:
+        pass
+    ex.shutdown(wait=False)
+    gate.set()
+    ex.shutdown(wait=True)
+    assert dropped == [f"message-{i}" for i in range(5)]
+    assert ran == []  # none of them ran after shutdown
+    assert ex._work_queue.empty()
+    # Their futures are pending: cancelling one settles it and wakes waiters.
+    assert not any(f.done() for f in futures)
+    waiter = threading.Thread(target=cf.wait, args=(futures[:1],))
+    waiter.start()
+    assert futures[0].cancel()
+    waiter.join(LONG)
+    assert not waiter.is_alive()
+    with pytest.raises(cf.CancelledError):
+        futures[0].result(timeout=LONG)
+
+
+def test_a_work_item_taken_out_can_be_run_by_hand() -> None:
+    with taut.ThreadPoolExecutor(1) as ex:
+        gate = _busy(ex)
+        future = ex.submit(pow, 2, 8)
+        item = ex._work_queue.get_nowait()
+        assert (item.fn, item.args, item.kwargs) == (pow, (2, 8), {})
+        assert item.future is future
+        item.run()
+        assert future.result(timeout=0) == 256
+        gate.set()
+
+
+def test_get_waits_up_to_its_timeout_and_put_takes_only_the_sentinel() -> None:
+    with taut.ThreadPoolExecutor(1) as ex:
+        with pytest.raises(queue.Empty):
+            ex._work_queue.get(timeout=0.01)
+        ex._work_queue.put(None)  # the stdlib's wake-up sentinel: accepted
+        with pytest.raises(TypeError, match="only None"):
+            ex._work_queue.put(object())
+
+
+def test_idle_semaphore_value_counts_idle_workers() -> None:
+    with taut.ThreadPoolExecutor(2) as ex:
+        assert ex._idle_semaphore._value == 0
+        ex.submit(abs, 1).result()
+        # The worker went idle after its call (parked or about to).
+        for _ in range(3000):
+            if ex._idle_semaphore._value == 1:
+                break
+            threading.Event().wait(0.001)
+        assert ex._idle_semaphore._value == 1
+        assert ex._idle_semaphore.acquire(timeout=0) is True
+
+
+def test_shutdown_and_broken_keep_their_stdlib_meaning() -> None:
+    ex = taut.ThreadPoolExecutor(1)
+    assert ex._shutdown is False and ex._broken is False
+    ex.shutdown()
+    assert ex._shutdown is True
+
+    def fail() -> None:
+        raise RuntimeError("initializer fails")
+
+    broken = taut.ThreadPoolExecutor(1, initializer=fail)
+    future = broken.submit(abs, 1)
+    with pytest.raises(cf.thread.BrokenThreadPool):
+        future.result(timeout=LONG)
+    assert isinstance(broken._broken, str) and "initializer" in broken._broken
+    broken.shutdown()

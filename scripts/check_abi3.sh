@@ -17,6 +17,8 @@ for py in /root/.pyenv/versions/3.*/bin/python3 /usr/bin/python3.[0-9]*; do
     "$py" -m venv "$env_dir" 2>/dev/null || { echo "skip $py: no venv module"; continue; }
     "$env_dir/bin/python" -m pip install -q "$wheel"
     "$env_dir/bin/python" scripts/smoke.py
+    # Programs that end with abandoned, queued or running work exit cleanly.
+    "$env_dir/bin/python" tests/exit_matrix.py --runs "${TAUT_EXIT_RUNS_EACH:-3}"
     found=$((found + 1))
 done
 echo "abi3 wheel checked on $found interpreters"

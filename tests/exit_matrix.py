@@ -31,6 +31,10 @@ from dataclasses import dataclass
 # program that only imports taut takes on this machine right now (measured
 # in the same run: on a loaded machine starting Python alone can take 1 s).
 EXIT_BUDGET = 2.0
+# What the pytest run asserts instead: on a busy 2-core machine a clean exit
+# can take longer than 2 s, while the failures this guards against are crashes
+# and hangs (a hung exit never ends). The command line reports the 2 s figure.
+HANG_BUDGET = 10.0
 
 _POLL = """
 def poll_forever():
@@ -216,12 +220,12 @@ class Outcome:
     stderr: str
     seconds: float
 
-    def problem(self, case: Case, startup: float) -> str | None:
+    def problem(self, case: Case, startup: float, allowed: float = EXIT_BUDGET) -> str | None:
         if self.returncode != 0:
             return f"exit code {self.returncode}"
         if self.stderr.strip():
             return f"stderr: {self.stderr.strip()[-500:]}"
-        budget = startup + case.own_work + EXIT_BUDGET
+        budget = startup + case.own_work + allowed
         if self.seconds > budget:
             return f"took {self.seconds:.2f} s (budget {budget:.2f} s)"
         return None
@@ -261,11 +265,17 @@ def startup_seconds(python: str = sys.executable) -> float:
     return max(run_once(_STARTUP, python).seconds for _ in range(3))
 
 
-def run_case(case: Case, runs: int, startup: float, python: str = sys.executable) -> list[str]:
+def run_case(
+    case: Case,
+    runs: int,
+    startup: float,
+    python: str = sys.executable,
+    allowed: float = EXIT_BUDGET,
+) -> list[str]:
     """Run `case` `runs` times (two at a time); the problems seen."""
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(lambda _: run_once(case, python), range(runs)))
-    return [p for p in (o.problem(case, startup) for o in outcomes) if p is not None]
+    return [p for p in (o.problem(case, startup, allowed) for o in outcomes) if p is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -277,3 +277,24 @@ def test_run_after_shutdown_raises() -> None:
             await ex.run(abs, 1)
 
     asyncio.run(main())
+
+
+def test_shutdown_with_cancel_futures_cancels_queued_awaits_on_their_loop() -> None:
+    async def main() -> None:
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        first = asyncio.ensure_future(ex.run(gate.wait, LONG))
+        while ex.stats().running == 0:
+            await asyncio.sleep(0.001)
+        queued = asyncio.ensure_future(ex.run(abs, -1))
+        await asyncio.sleep(0)
+        # From another thread, as a supervisor would.
+        stopper = threading.Thread(target=ex.shutdown, kwargs={"cancel_futures": True})
+        stopper.start()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(queued, LONG)
+        gate.set()
+        await first
+        stopper.join(LONG)
+
+    asyncio.run(main())

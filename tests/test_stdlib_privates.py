@@ -107,3 +107,23 @@ def test_shutdown_and_broken_keep_their_stdlib_meaning() -> None:
         future.result(timeout=LONG)
     assert isinstance(broken._broken, str) and "initializer" in broken._broken
     broken.shutdown()
+
+
+def test_a_dropped_executor_shuts_down_without_the_garbage_collector() -> None:
+    # The views hold the Rust core, not the executor: no reference cycle, so
+    # dropping the last reference shuts the pool down at once, as in the
+    # standard library (CPython's test_del_shutdown; with a cycle its
+    # workers would wait for a gc pass).
+    import gc
+
+    ex = taut.ThreadPoolExecutor(2)
+    ex.submit(abs, 1).result(timeout=LONG)
+    threads = list(ex._threads)
+    gc.disable()
+    try:
+        del ex
+        for t in threads:
+            t.join(LONG)
+            assert not t.is_alive()
+    finally:
+        gc.enable()

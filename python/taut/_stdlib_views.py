@@ -4,7 +4,9 @@ Real clients of ``concurrent.futures.ThreadPoolExecutor`` read its privates:
 google-cloud-pubsub drains ``_work_queue`` at shutdown to hand back work that
 never started, monitoring reads ``_work_queue.qsize()`` and
 ``_idle_semaphore._value``. A drop-in keeps their meaning; these objects
-give it, without a second queue next to the real one.
+give it, without a second queue next to the real one. They hold the
+executor's Rust core, never the executor itself: a cycle would keep a dropped
+executor (and its workers) alive until the garbage collector ran.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ from __future__ import annotations
 import queue
 import time
 from concurrent.futures import Future as _ConcurrentFuture
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from taut.executor import ThreadPoolExecutor
+from taut._core import PoolCore
 
 
 class WorkItem:
@@ -63,11 +64,11 @@ class WorkQueue:
     woken by ``shutdown`` itself.
     """
 
-    def __init__(self, executor: ThreadPoolExecutor) -> None:
-        self._executor = executor
+    def __init__(self, core: PoolCore) -> None:
+        self._core = core
 
     def qsize(self) -> int:
-        return self._executor.stats().queued
+        return self._core.stats()[4]
 
     def empty(self) -> bool:
         return self.qsize() == 0
@@ -84,7 +85,7 @@ class WorkQueue:
         limit = _wait_seconds(timeout) if block else 0.0
         end = None if limit is None else time.monotonic() + limit
         while True:
-            taken = self._executor._core.pop_queued()
+            taken = self._core.pop_queued()
             if taken is not None:
                 notices, (future, fn, args, kwargs) = taken
                 _deliver_notices(notices)
@@ -116,12 +117,12 @@ class IdleSemaphore:
     as in the standard library. ``acquire`` takes nothing (the Rust core
     reuses idle workers itself); it says whether one is idle."""
 
-    def __init__(self, executor: ThreadPoolExecutor) -> None:
-        self._executor = executor
+    def __init__(self, core: PoolCore) -> None:
+        self._core = core
 
     @property
     def _value(self) -> int:
-        return self._executor.stats().idle
+        return self._core.stats()[2]
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         return self._value > 0

@@ -331,6 +331,25 @@ def _python_exit() -> None:
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
 
 
+def _settle_on_its_loop(waiter: Any, error: BaseException | None) -> None:
+    """An ``executor.run`` call drained from the queue: its awaiting task
+    learns it will not run (cancelled, or ``error``), on its own loop (asyncio
+    futures are not thread-safe)."""
+
+    def settle() -> None:
+        if waiter.done():
+            return
+        if error is None:
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+
+    try:
+        waiter.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass  # its loop is closed: nobody awaits it any more
+
+
 def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
     """Tell queued tracked calls their new positions."""
     for tracker, position in notices:
@@ -402,7 +421,6 @@ def _work(slot: WorkerSlot) -> None:
             # lands just before or after it in this loop: either way it is
             # that call's outcome (fail() re-raises if no call is running).
             step = slot.fail(exc)
-            del exc
 
 
 def _worker_main(
@@ -513,8 +531,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown_lock = threading.Lock()
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
         # The standard library's privates that real clients read, as views.
-        self._work_queue = WorkQueue(self)  # type: ignore[assignment]
-        self._idle_semaphore = IdleSemaphore(self)  # type: ignore[assignment]
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         # A dropped executor lets its workers finish the queue and exit.
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         _live_executors.add(self)
@@ -717,6 +735,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _fail_queued(self, error: BaseException) -> None:
         for future, *_ in self._core.drain():
+            if not isinstance(future, Future):
+                _settle_on_its_loop(future, error)
+                continue
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
@@ -820,6 +841,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
                 for future, *_ in self._core.drain(waiting_only=True):
+                    if not isinstance(future, Future):
+                        _settle_on_its_loop(future, None)
+                        continue
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
@@ -841,11 +865,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._slots = {}
         self._exited = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
+        self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
+        self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()
         old.orphan()
         for future, *_ in queued or ():
+            if not isinstance(future, Future):
+                continue  # the parent's event loop does not run in the child
             if future.cancel():
                 future.set_running_or_notify_cancel()
 

@@ -97,8 +97,8 @@ def test_threading_timer_start_cancel(benchmark: BenchmarkFixture) -> None:
 def test_lateness_table(benchmark: BenchmarkFixture) -> None:
     rows = benchmark.pedantic(lambda: bench.bench_lateness(quick=True), rounds=1, iterations=1)
     for row in rows:
-        benchmark.extra_info[f"{row.case} taut"] = row.taut
-        benchmark.extra_info[f"{row.case} {row.baseline_name}"] = row.baseline
+        benchmark.extra_info[f"{row.key}.taut"] = row.taut
+        benchmark.extra_info[f"{row.key}.baseline"] = row.baseline
 
 
 # -- (d) pending deadlines ----------------------------------------------------------
@@ -108,6 +108,6 @@ def test_lateness_table(benchmark: BenchmarkFixture) -> None:
 def test_pending_table(benchmark: BenchmarkFixture) -> None:
     rows = benchmark.pedantic(lambda: bench.bench_pending(quick=True), rounds=1, iterations=1)
     for row in rows:
-        benchmark.extra_info[f"{row.case} taut"] = row.taut
-        benchmark.extra_info[f"{row.case} {row.baseline_name}"] = row.baseline
+        benchmark.extra_info[f"{row.key}.taut"] = row.taut
+        benchmark.extra_info[f"{row.key}.baseline"] = row.baseline
     assert all(row.taut < row.baseline for row in rows)

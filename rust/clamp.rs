@@ -142,6 +142,12 @@ mod tests {
         assert!(early <= now);
         assert!(deadline_after(f64::INFINITY) > now);
         assert!(deadline_after(f64::NAN) >= now);
+        // Saturated means at the limit, not merely somewhere past `now`: not a
+        // microsecond more fits in either direction.
+        assert!(far.checked_add(Duration::from_micros(1)).is_none());
+        assert!(early.checked_sub(Duration::from_micros(1)).is_none());
+        assert!(now.duration_since(early) > Duration::from_secs(3600 * 24 * 365));
+        assert!(saturating_sub(early, Duration::from_secs(5)) <= early);
         let plus = saturating_add(now, duration_from_secs(MAX_TIMEOUT_SECS + 3600.0));
         assert_eq!(
             plus.duration_since(now),

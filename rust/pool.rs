@@ -967,4 +967,245 @@ mod tests {
         assert_eq!(pool.stats().completed, u64::from(total));
         assert_eq!(pool.stats().workers, 0);
     }
+
+    #[test]
+    fn spin_until_spins_until_done_or_the_limit() {
+        // Done only after many turns: the spin must not give up after the
+        // first clock check (every 32 turns) while the limit is far.
+        let mut turns = 0;
+        assert!(spin_until(Duration::from_secs(30), || {
+            turns += 1;
+            turns >= 1_000
+        }));
+        assert_eq!(turns, 1_000);
+        assert!(!spin_until(Duration::from_millis(1), || false));
+    }
+
+    #[test]
+    fn released_counts_each_return_for_work_and_max_queue_reads_back() {
+        let pool = Pool::new(1, 3);
+        assert_eq!(pool.max_queue(), 3);
+        assert_eq!(Pool::<u32>::new(1, 0).max_queue(), 0);
+        pool.submit(1, false).unwrap();
+        pool.submit(2, false).unwrap();
+        assert_eq!(pool.released(), 0);
+        assert_eq!(job(pool.wait_take(None)), Some(1));
+        assert_eq!(pool.released(), 1);
+        assert_eq!(job(pool.wait_take(None)), Some(2));
+        assert_eq!(pool.released(), 2);
+    }
+
+    #[test]
+    fn every_tracked_job_behind_a_removed_one_moves_up() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        let a = pool.submit(1, true).unwrap();
+        let b = pool.submit(2, true).unwrap();
+        let c = pool.submit(3, true).unwrap();
+        assert_eq!(
+            [a.waiting_at, b.waiting_at, c.waiting_at],
+            [Some(1), Some(2), Some(3)]
+        );
+        let (_, updates) = pool.remove(a.seq).unwrap();
+        assert_eq!(updates, vec![(b.seq, 1), (c.seq, 2)]);
+        assert_eq!(pool.position(c.seq), Some(2));
+    }
+
+    #[test]
+    fn outcomes_are_counted_where_they_happen() {
+        let pool = Pool::new(2, 0);
+        for i in 0..4 {
+            pool.submit(i, false).unwrap();
+        }
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        // Job 0 raised; its worker takes job 2 at once.
+        assert_eq!(job(pool.done_and_try_take(false)), Some(2));
+        // Job 2's future was cancelled before it could start.
+        pool.skipped_cancelled();
+        // The worker on job 1 is abandoned (job 3 waits: a replacement
+        // starts), and its call returns normally later.
+        assert!(pool.abandon_worker());
+        pool.done_abandoned(true);
+        let s = pool.stats();
+        assert_eq!(
+            (s.completed, s.failed, s.cancelled, s.abandoned),
+            (1, 1, 1, 1)
+        );
+        assert_eq!((s.running, s.queued, s.workers), (0, 1, 2));
+        pool.done_abandoned(false);
+        assert_eq!(pool.stats().failed, 2);
+    }
+
+    #[test]
+    fn a_parked_worker_waits_out_its_idle_timeout() {
+        let pool = Arc::new(Pool::<u32>::new(1, 0));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.wait_take(Some(Duration::from_secs(600))));
+        while pool.stats().idle == 0 {
+            thread::yield_now();
+        }
+        // Far past the worker's 50 µs spin, far before its 600 s idle timeout.
+        let until = Instant::now() + Duration::from_millis(200);
+        while !worker.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !worker.is_finished(),
+            "retired long before its idle timeout"
+        );
+        pool.submit(7, false).unwrap();
+        assert_eq!(job(worker.join().unwrap()), Some(7));
+    }
+
+    /// Start a worker thread that takes one job and wait until it has
+    /// spun out and parked (far past the 50 µs spin; nothing observable
+    /// tells "parked" from "spinning" without the lock).
+    fn parked_worker(pool: &Arc<Pool<u32>>) -> thread::JoinHandle<Take<u32>> {
+        let p = Arc::clone(pool);
+        let worker = thread::spawn(move || p.wait_take(None));
+        while pool.stats().idle == 0 {
+            thread::yield_now();
+        }
+        thread::sleep(Duration::from_millis(200));
+        worker
+    }
+
+    /// Join `worker` if it finishes within a generous bound; else shut the
+    /// pool down (which releases it) and fail instead of hanging.
+    fn join_or_fail(pool: &Pool<u32>, worker: thread::JoinHandle<Take<u32>>) -> Take<u32> {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !worker.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let finished = worker.is_finished();
+        pool.shutdown();
+        let take = worker.join().unwrap();
+        assert!(finished, "the parked worker was never woken");
+        take
+    }
+
+    #[test]
+    fn a_submission_wakes_a_parked_worker_at_the_ceiling() {
+        let pool = Arc::new(Pool::<u32>::new(1, 0));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let worker = parked_worker(&pool);
+        let s = pool.submit(5, false).unwrap();
+        assert!(
+            !s.spawn,
+            "at the ceiling: wake the parked worker, start none"
+        );
+        assert_eq!(s.waiting_at, None, "a woken worker is on its way");
+        assert_eq!(job(join_or_fail(&pool, worker)), Some(5));
+    }
+
+    #[test]
+    fn abandoning_without_waiting_work_starts_nobody() {
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        assert!(!pool.abandon_worker());
+        let s = pool.stats();
+        assert_eq!(
+            (s.max_workers, s.workers, s.running, s.abandoned),
+            (1, 0, 0, 1)
+        );
+    }
+
+    #[test]
+    fn shrinking_wakes_a_parked_worker_to_retire() {
+        let pool = Arc::new(Pool::<u32>::new(2, 0));
+        for i in 0..2 {
+            pool.submit(i, false).unwrap();
+        }
+        for _ in 0..2 {
+            assert!(job(pool.first_take(None)).is_some());
+            pool.done(true);
+        }
+        let one = parked_worker(&pool);
+        let two = parked_worker(&pool);
+        assert_eq!(pool.resize(1), 0);
+        let until = Instant::now() + Duration::from_secs(30);
+        while !one.is_finished() && !two.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let retired = one.is_finished() || two.is_finished();
+        pool.shutdown();
+        assert!(retired, "no parked worker woke up to retire");
+        assert_eq!(one.join().unwrap(), Take::Exit);
+        assert_eq!(two.join().unwrap(), Take::Exit);
+        assert_eq!(pool.stats().max_workers, 1);
+    }
+
+    #[test]
+    fn drain_hands_back_queued_jobs_in_order_and_counts_them() {
+        let pool = Pool::new(1, 0);
+        for i in 0..4 {
+            pool.submit(i, i % 2 == 0).unwrap();
+        }
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(pool.drain(), vec![1, 2, 3]);
+        let s = pool.stats();
+        assert_eq!((s.queued, s.cancelled, s.running), (0, 3, 1));
+        pool.submit(4, false).unwrap();
+        pool.submit(5, false).unwrap();
+        assert_eq!(pool.try_drain(), Some(vec![4, 5]));
+        assert_eq!(pool.try_drain(), Some(vec![]));
+    }
+
+    #[test]
+    fn wait_for_room_waits_while_full_and_wakes_on_room_or_shutdown() {
+        let pool = Arc::new(Pool::new(1, 1));
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.submit(1, false).unwrap(); // the queue is full now
+        assert!(
+            !pool.wait_for_room(Duration::from_millis(10)),
+            "full: times out"
+        );
+        let p = Arc::clone(&pool);
+        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(600)));
+        // Far past the time to block; then making room must wake it, long
+        // before its own timeout would end the wait anyway.
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(job(pool.done_and_try_take(true)), Some(1));
+        let until = Instant::now() + Duration::from_secs(30);
+        while !waiter.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let woken = waiter.is_finished();
+        if !woken {
+            pool.shutdown(); // releases it, so the failure does not hang
+        }
+        assert!(waiter.join().unwrap());
+        assert!(woken, "making room did not wake the waiter");
+        assert!(
+            pool.wait_for_room(Duration::from_secs(600)),
+            "not full: at once"
+        );
+        pool.submit(2, false).unwrap();
+        let p = Arc::clone(&pool);
+        let waiter = thread::spawn(move || p.wait_for_room(Duration::from_secs(30)));
+        pool.shutdown();
+        assert!(waiter.join().unwrap(), "shutdown wakes the waiter");
+    }
+
+    #[test]
+    fn a_worker_that_never_started_gives_back_its_place() {
+        let pool = Pool::new(1, 0);
+        assert!(pool.submit(0, false).unwrap().spawn);
+        assert!(!pool.submit(1, false).unwrap().spawn);
+        pool.worker_gone();
+        assert_eq!(pool.stats().workers, 0);
+        assert!(
+            pool.submit(2, false).unwrap().spawn,
+            "its place is free again"
+        );
+    }
 }

@@ -12,10 +12,14 @@
 //! Every process is addressed by its identity, the pid together with its start time
 //! (`/proc/PID/stat` field 22), never by a bare pid: signals go through a pidfd
 //! opened at discovery and verified against the start time, or, on kernels without
-//! pidfds, after re-checking the start time just before `kill`. The caller's own
-//! process is never signalled, and the caller's own process group and session are
-//! never expanded. Nothing here needs Python, so the deadline timer can run it
-//! without the GIL.
+//! pidfds, after re-checking the start time just before `kill`.
+//!
+//! The caller is never harmed: the caller itself, its ancestors (whose trees hold
+//! the caller) and every member of its own process group are never stopped nor
+//! signalled, wherever a tree reaches them (parent links, group or session
+//! expansion). A root that is such a process is refused; inside a tree they are
+//! skipped, not traversed, and reported. The caller's session is never expanded.
+//! Nothing here needs Python, so the deadline timer can run it without the GIL.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
@@ -60,11 +64,13 @@ impl Stat {
 }
 
 /// What one call did: whether any root still existed (a zombie counts, as for
-/// `kill(2)`), and the identities of the processes that were signalled.
+/// `kill(2)`), the identities of the processes that were signalled, and those of
+/// the protected processes the trees reached and left alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
     pub root_found: bool,
     pub signalled: Vec<ProcId>,
+    pub skipped: Vec<ProcId>,
 }
 
 /// Parse the text of `/proc/PID/stat`. The command name (field 2) is in
@@ -126,35 +132,128 @@ pub fn scan() -> io::Result<Vec<Stat>> {
     Ok(out)
 }
 
-/// The caller's own process, process group and session: never signalled, never
+/// Why a process must be left alone, whatever tree it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protected {
+    /// The calling process itself.
+    Caller,
+    /// The caller's parent, grandparent, ... up to init: its tree holds the caller.
+    Ancestor,
+    /// A member of the caller's own process group (the group that a terminal's
+    /// Ctrl-C, a supervisor's `killpg` and the caller's own shell job address).
+    OwnGroup,
+}
+
+/// The caller as a kill must see it: its own process, process group and session,
+/// and every ancestor seen so far. The caller, its ancestors and the members of
+/// its group are never stopped, signalled or traversed; its session is never
 /// expanded.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Own {
     pub pid: i32,
     pub pgrp: i32,
     pub session: i32,
+    /// Only grows: a parent that died and let the caller be reparented stays
+    /// protected, which errs on the safe side if its pid is reused.
+    ancestors: HashSet<i32>,
 }
 
 impl Own {
+    /// The calling process, with its ancestors read from `/proc`.
     pub fn current() -> Own {
         // SAFETY: these calls take no pointers and cannot fail for the caller.
-        unsafe {
-            Own {
-                pid: libc::getpid(),
-                pgrp: libc::getpgrp(),
-                session: libc::getsid(0),
-            }
+        let (pid, pgrp, session) = unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
+        let mut own = Own::new(pid, pgrp, session);
+        own.learn_ancestors(read_stat);
+        own
+    }
+
+    /// A caller with no known ancestors yet.
+    pub fn new(pid: i32, pgrp: i32, session: i32) -> Own {
+        Own {
+            pid,
+            pgrp,
+            session,
+            ancestors: HashSet::new(),
         }
+    }
+
+    /// Follow the parent links from the caller through `lookup` and remember every
+    /// ancestor found. Called again on each scan and before the final signal: a
+    /// reparenting (to init or a subreaper) can give the caller a new ancestor.
+    pub fn learn_ancestors(&mut self, lookup: impl Fn(i32) -> Option<Stat>) {
+        // A scan is not an atomic snapshot, so the chain read from it may loop.
+        let mut walked = HashSet::new();
+        let mut pid = self.pid;
+        while walked.insert(pid) {
+            let Some(stat) = lookup(pid) else { return };
+            if stat.ppid <= 0 {
+                return;
+            }
+            self.ancestors.insert(stat.ppid);
+            pid = stat.ppid;
+        }
+    }
+
+    /// [`Own::learn_ancestors`] over one scan.
+    pub fn learn_ancestors_from(&mut self, stats: &[Stat]) {
+        let by_pid: HashMap<i32, Stat> = stats.iter().map(|s| (s.pid, *s)).collect();
+        self.learn_ancestors(|pid| by_pid.get(&pid).copied());
+    }
+
+    /// Whether `stat` must be left alone, and why.
+    pub fn protects(&self, stat: &Stat) -> Option<Protected> {
+        if stat.pid == self.pid {
+            Some(Protected::Caller)
+        } else if self.ancestors.contains(&stat.pid) {
+            Some(Protected::Ancestor)
+        } else if stat.pgrp == self.pgrp {
+            Some(Protected::OwnGroup)
+        } else {
+            None
+        }
+    }
+
+    /// `InvalidInput` naming `stat`'s pid when it is protected: a target that is
+    /// the caller, holds the caller in its tree, or shares the caller's group.
+    pub fn refuse(&self, stat: &Stat) -> io::Result<()> {
+        let pid = stat.pid;
+        let why = match self.protects(stat) {
+            None => return Ok(()),
+            Some(Protected::Caller) => {
+                format!("pid must not be the caller's own process, got {pid}")
+            }
+            Some(Protected::Ancestor) => format!(
+                "pid must not be an ancestor of the caller (its tree holds the caller), got {pid}"
+            ),
+            Some(Protected::OwnGroup) => format!(
+                "pid must not be in the caller's own process group {}, got {pid}; start the \
+                 command in a group of its own (start_new_session=True or process_group=0) \
+                 to kill its tree",
+                self.pgrp
+            ),
+        };
+        Err(io::Error::new(io::ErrorKind::InvalidInput, why))
     }
 }
 
-/// The members of the trees rooted at `seeds` within one scan: the seeds still
-/// present with the same start time, their descendants by parent link, and every
-/// member of a process group or session that a member leads (which is how
-/// processes reparented to init are still found). The caller's own process is
-/// neither a member nor traversed, and its own group and session are never
+/// One scan's view of the trees rooted at some seeds: the members to signal, in
+/// discovery order, and the protected processes the trees reached and left alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    pub members: Vec<Stat>,
+    pub skipped: Vec<Stat>,
+}
+
+/// The trees rooted at `seeds` within one scan: the seeds still present with the
+/// same start time, their descendants by parent link, and every member of a
+/// process group or session that a member leads (which is how processes
+/// reparented to init are still found). What `own` protects is skipped: the
+/// caller and its ancestors end the walk there (their other children are not the
+/// tree's); a member of the caller's group is passed through, so its own
+/// descendants are still reached. The caller's group and session are never
 /// expanded.
-pub fn closure(stats: &[Stat], seeds: &HashSet<ProcId>, own: Own) -> Vec<Stat> {
+pub fn closure(stats: &[Stat], seeds: &HashSet<ProcId>, own: &Own) -> Tree {
     let mut by_pid: HashMap<i32, usize> = HashMap::with_capacity(stats.len());
     let mut children: HashMap<i32, Vec<usize>> = HashMap::new();
     let mut by_pgrp: HashMap<i32, Vec<usize>> = HashMap::new();
@@ -169,31 +268,41 @@ pub fn closure(stats: &[Stat], seeds: &HashSet<ProcId>, own: Own) -> Vec<Stat> {
     let mut queue = VecDeque::new();
     for seed in seeds {
         if let Some(&i) = by_pid.get(&seed.pid) {
-            if stats[i].start_time == seed.start_time && !seen[i] && stats[i].pid != own.pid {
+            if stats[i].start_time == seed.start_time && !seen[i] {
                 seen[i] = true;
                 queue.push_back(i);
             }
         }
     }
-    let mut out = Vec::new();
+    let mut tree = Tree::default();
     while let Some(i) = queue.pop_front() {
         let s = stats[i];
-        out.push(s);
-        let mut related: Vec<usize> = children.get(&s.pid).cloned().unwrap_or_default();
-        if s.pid == s.pgrp && s.pgrp != own.pgrp {
-            related.extend(by_pgrp.get(&s.pgrp).into_iter().flatten());
-        }
-        if s.pid == s.session && s.session != own.session {
-            related.extend(by_session.get(&s.session).into_iter().flatten());
+        let mut related: Vec<usize> = Vec::new();
+        match own.protects(&s) {
+            None => {
+                tree.members.push(s);
+                related.extend(children.get(&s.pid).into_iter().flatten());
+                if s.pid == s.pgrp {
+                    related.extend(by_pgrp.get(&s.pgrp).into_iter().flatten());
+                }
+                if s.pid == s.session && s.session != own.session {
+                    related.extend(by_session.get(&s.session).into_iter().flatten());
+                }
+            }
+            Some(Protected::OwnGroup) => {
+                tree.skipped.push(s);
+                related.extend(children.get(&s.pid).into_iter().flatten());
+            }
+            Some(Protected::Caller | Protected::Ancestor) => tree.skipped.push(s),
         }
         for j in related {
-            if !seen[j] && stats[j].pid != own.pid {
+            if !seen[j] {
                 seen[j] = true;
                 queue.push_back(j);
             }
         }
     }
-    out
+    tree
 }
 
 #[cfg(target_os = "linux")]
@@ -222,13 +331,18 @@ mod sys {
             return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }));
         }
         let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ENOSYS) | Some(libc::EPERM) => {
-                PIDFD_SUPPORTED.store(false, Ordering::Relaxed);
-                Ok(None)
-            }
-            _ => Err(err),
+        if means_no_pidfds(err.raw_os_error()) {
+            PIDFD_SUPPORTED.store(false, Ordering::Relaxed);
+            return Ok(None);
         }
+        Err(err)
+    }
+
+    /// Whether `pidfd_open` failing with `errno` says that the kernel gives us no
+    /// pidfds at all (ENOSYS before 5.3, EPERM from a seccomp filter; it makes
+    /// no permission check of its own), rather than something about one process.
+    pub fn means_no_pidfds(errno: Option<i32>) -> bool {
+        matches!(errno, Some(libc::ENOSYS) | Some(libc::EPERM))
     }
 
     pub fn pidfd_send_signal(fd: &OwnedFd, sig: i32) -> io::Result<()> {
@@ -267,6 +381,68 @@ mod sys {
     }
 }
 
+/// An OS error about one process or about `/proc`, kept with its errno so that
+/// the bindings can raise the matching `OSError` subclass (`PermissionError`,
+/// `ProcessLookupError`, ...) with a message that says what failed.
+#[derive(Debug)]
+pub struct OsFailure {
+    pub errno: i32,
+    pub what: String,
+}
+
+impl std::fmt::Display for OsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", strerror(self.errno), self.what)
+    }
+}
+
+impl std::error::Error for OsFailure {}
+
+impl OsFailure {
+    pub fn error(errno: i32, what: String) -> io::Error {
+        io::Error::new(
+            io::Error::from_raw_os_error(errno).kind(),
+            OsFailure { errno, what },
+        )
+    }
+
+    /// `err` with `what` added, keeping its errno.
+    pub fn wrap(err: io::Error, what: &str) -> io::Error {
+        match err.raw_os_error() {
+            Some(errno) => Self::error(errno, what.to_owned()),
+            None => err,
+        }
+    }
+}
+
+/// The errno and its description (without the " (os error N)" that
+/// `io::Error`'s `Display` appends), for an `OSError`'s `strerror`.
+pub fn errno_of(err: &io::Error) -> Option<(i32, String)> {
+    if let Some(errno) = err.raw_os_error() {
+        return Some((errno, strerror(errno)));
+    }
+    let failure = err.get_ref()?.downcast_ref::<OsFailure>()?;
+    Some((failure.errno, failure.to_string()))
+}
+
+fn strerror(errno: i32) -> String {
+    let text = io::Error::from_raw_os_error(errno).to_string();
+    match text.rfind(" (os error ") {
+        Some(cut) => text[..cut].to_owned(),
+        None => text,
+    }
+}
+
+/// What became of one signal sent to a [`Member`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered,
+    /// The process is gone, or its pid now names another process.
+    Gone,
+    /// The kernel refused (EPERM): the process belongs to another user.
+    Refused,
+}
+
 /// A process about to be signalled, with a pidfd when the kernel has them.
 #[derive(Debug)]
 pub struct Member {
@@ -275,10 +451,11 @@ pub struct Member {
 }
 
 impl Member {
-    /// Pin the process `id` names. `None` if it is gone or its pid now belongs to
-    /// another process. The start time is read *after* opening the pidfd: if it
-    /// still matches, the pidfd refers to the process that was discovered.
-    pub fn open(id: ProcId) -> Option<Member> {
+    /// Pin the process `id` names, with its stat as read after pinning. `None` if
+    /// it is gone or its pid now belongs to another process. The start time is
+    /// read *after* opening the pidfd: if it still matches, the pidfd refers to
+    /// the process that was discovered.
+    pub fn open(id: ProcId) -> Option<(Member, Stat)> {
         let fd = sys::pidfd_open(id.pid).ok()?;
         Self::verify(id, fd)
     }
@@ -286,13 +463,13 @@ impl Member {
     #[cfg(test)]
     /// Like [`Member::open`] but never uses a pidfd (the fallback for old kernels;
     /// public so the start-time check can be tested on a kernel that has pidfds).
-    pub fn open_without_pidfd(id: ProcId) -> Option<Member> {
+    pub fn open_without_pidfd(id: ProcId) -> Option<(Member, Stat)> {
         Self::verify(id, None)
     }
 
-    fn verify(id: ProcId, fd: Option<std::os::fd::OwnedFd>) -> Option<Member> {
+    fn verify(id: ProcId, fd: Option<std::os::fd::OwnedFd>) -> Option<(Member, Stat)> {
         match read_stat(id.pid) {
-            Some(s) if s.start_time == id.start_time => Some(Member { id, fd }),
+            Some(s) if s.start_time == id.start_time => Some((Member { id, fd }, s)),
             _ => None,
         }
     }
@@ -302,9 +479,8 @@ impl Member {
         self.fd.is_some()
     }
 
-    /// Send `sig`. `Ok(false)` if the process is gone, is no longer the same
-    /// process, or may not be signalled by us (EPERM); other errors are returned.
-    pub fn send(&self, sig: i32) -> io::Result<bool> {
+    /// Send `sig`; errors other than "gone" and "refused" are returned.
+    pub fn send(&self, sig: i32) -> io::Result<Delivery> {
         let result = match &self.fd {
             Some(fd) => sys::pidfd_send_signal(fd, sig),
             None => {
@@ -312,9 +488,10 @@ impl Member {
                 // remains; the start time narrows PID reuse to that window.
                 match read_stat(self.id.pid) {
                     Some(s) if s.start_time == self.id.start_time => {}
-                    _ => return Ok(false),
+                    _ => return Ok(Delivery::Gone),
                 }
-                // SAFETY: a positive pid (checked at construction) and a signal number.
+                // SAFETY: a positive pid (it came from a scan of /proc) and a
+                // signal number.
                 if unsafe { libc::kill(self.id.pid, sig) } == 0 {
                     Ok(())
                 } else {
@@ -323,11 +500,12 @@ impl Member {
             }
         };
         match result {
-            Ok(()) => Ok(true),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::EPERM)) => {
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            Ok(()) => Ok(Delivery::Delivered),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ESRCH) => Ok(Delivery::Gone),
+                Some(libc::EPERM) => Ok(Delivery::Refused),
+                _ => Err(e),
+            },
         }
     }
 }
@@ -338,7 +516,8 @@ const STOP_WAIT: Duration = Duration::from_millis(200);
 /// A bound on rescans, so a pathological tree cannot keep the caller forever.
 const MAX_ROUNDS: usize = 64;
 
-fn wait_stopped(ids: &[ProcId]) {
+/// Wait until every process in `ids` is stopped or gone, or `limit` has passed.
+fn wait_stopped(ids: &[ProcId], limit: Duration) {
     let start = Instant::now();
     let mut pending: Vec<ProcId> = ids.to_vec();
     let mut pause = Duration::from_micros(50);
@@ -347,7 +526,7 @@ fn wait_stopped(ids: &[ProcId]) {
             Some(s) if s.start_time == id.start_time => !s.is_stopped_or_exited(),
             _ => false,
         });
-        if pending.is_empty() || start.elapsed() >= STOP_WAIT {
+        if pending.is_empty() || start.elapsed() >= limit {
             return;
         }
         std::thread::sleep(pause);
@@ -369,84 +548,177 @@ pub fn check_signal(sig: i32) -> io::Result<()> {
     }
 }
 
-/// Freeze the trees rooted at `roots` (processes named by identity), then send
-/// `sig` to every member, then `SIGCONT` unless `sig` is `SIGKILL` or `SIGSTOP`.
-pub fn signal_trees(roots: &[ProcId], sig: i32) -> io::Result<Outcome> {
-    check_signal(sig)?;
-    let own = Own::current();
-    let root_found = roots.iter().any(|r| {
-        r.pid > 0
-            && r.pid != own.pid
-            && read_stat(r.pid).is_some_and(|s| s.start_time == r.start_time)
-    });
-    if !root_found {
-        return Ok(Outcome::default());
+/// What [`pin`] made of one process found by a scan.
+#[derive(Debug)]
+pub enum Pinned {
+    /// Gone, or its pid names another process now.
+    Gone,
+    /// Protected as read after pinning: it joined the caller's group since the
+    /// scan (once stopped it cannot any more: a frozen tree cannot call setpgid).
+    Protected,
+    /// To be signalled; `stopped` if `SIGSTOP` was delivered to it.
+    Member { member: Member, stopped: bool },
+}
+
+/// Pin the process `id` and, with `freeze`, stop it, unless it is protected now.
+/// A zombie is not stopped (it cannot fork) but stays a member, so its group and
+/// session are still expanded and it counts as signalled.
+pub fn pin(id: ProcId, own: &Own, freeze: bool) -> Pinned {
+    let Some((member, now)) = Member::open(id) else {
+        return Pinned::Gone;
+    };
+    if own.protects(&now).is_some() {
+        return Pinned::Protected;
     }
-    let mut members: Vec<Member> = Vec::new();
-    let mut known: HashSet<ProcId> = roots.iter().copied().filter(|r| r.pid > 0).collect();
-    let mut tried: HashSet<ProcId> = HashSet::new();
-    for round in 0..MAX_ROUNDS {
-        let stats = match scan() {
-            Ok(stats) => stats,
-            Err(e) if round == 0 => return Err(e),
-            // Everything found so far is frozen; signal what we have.
-            Err(_) => break,
-        };
-        let found = closure(&stats, &known, own);
-        let mut stopped = Vec::new();
-        for stat in found {
-            let id = stat.id();
-            if !tried.insert(id) {
-                continue;
-            }
-            known.insert(id);
-            let Some(member) = Member::open(id) else {
-                continue;
-            };
-            // A zombie cannot be stopped and cannot fork; keep it as a member so
-            // its group and session are still expanded and it counts as signalled.
-            if !stat.has_exited()
-                && sig != libc::SIGCONT
-                && member.send(libc::SIGSTOP).unwrap_or(false)
-            {
-                stopped.push(id);
-            }
-            members.push(member);
-        }
-        if stopped.is_empty() && round > 0 {
-            break;
-        }
-        wait_stopped(&stopped);
-    }
+    let stopped = freeze
+        && !now.has_exited()
+        && matches!(member.send(libc::SIGSTOP), Ok(Delivery::Delivered));
+    Pinned::Member { member, stopped }
+}
+
+/// The last round: `sig` to every member that is not protected now, then
+/// `SIGCONT` unless `sig` is `SIGKILL` or `SIGSTOP`. A member that is protected
+/// now (it joined the caller's group before its stop took effect) gets only the
+/// `SIGCONT` that undoes the stop, and is reported as skipped.
+pub fn deliver(members: &[Member], sig: i32, own: &Own) -> io::Result<(Vec<ProcId>, Vec<ProcId>)> {
     let mut signalled = Vec::with_capacity(members.len());
+    let mut skipped = Vec::new();
+    let mut to_continue = Vec::with_capacity(members.len());
     let mut first_error = None;
-    for member in &members {
+    let mut refused = None;
+    for member in members {
+        let protected = read_stat(member.id.pid).is_some_and(|now| {
+            now.start_time == member.id.start_time && own.protects(&now).is_some()
+        });
+        if protected {
+            let _ = member.send(libc::SIGCONT);
+            skipped.push(member.id);
+            continue;
+        }
+        to_continue.push(member);
         match member.send(sig) {
-            Ok(true) => signalled.push(member.id),
-            Ok(false) => {}
+            Ok(Delivery::Delivered) => signalled.push(member.id),
+            Ok(Delivery::Gone) => {}
+            Ok(Delivery::Refused) => {
+                refused.get_or_insert(member.id.pid);
+            }
             Err(e) => {
-                first_error.get_or_insert(e);
+                let what = format!("signalling pid {}", member.id.pid);
+                first_error.get_or_insert(OsFailure::wrap(e, &what));
             }
         }
     }
     if sig != libc::SIGKILL && sig != libc::SIGSTOP {
         // Also on errors: a frozen tree left behind would be worse than none.
-        for member in &members {
+        for member in to_continue {
             let _ = member.send(libc::SIGCONT);
         }
     }
-    match first_error {
-        Some(e) if signalled.is_empty() => Err(e),
-        _ => Ok(Outcome {
-            root_found,
-            signalled,
-        }),
+    if signalled.is_empty() {
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if let Some(pid) = refused {
+            // As kill(2) would: nothing was signalled because we may not.
+            return Err(OsFailure::error(
+                libc::EPERM,
+                format!("signalling pid {pid}"),
+            ));
+        }
+    }
+    Ok((signalled, skipped))
+}
+
+/// Freeze the trees rooted at `roots` (processes named by identity), then send
+/// `sig` to every member, then `SIGCONT` unless `sig` is `SIGKILL` or `SIGSTOP`.
+/// Protected processes (see [`Own`]) are left alone and reported as skipped,
+/// roots included: this is the second round of a graceful kill, whose roots
+/// were members a moment ago.
+pub fn signal_trees(roots: &[ProcId], sig: i32) -> io::Result<Outcome> {
+    signal_trees_scanning(roots, sig, scan)
+}
+
+/// [`signal_trees`] with the scan of `/proc` given, so that its failures can be
+/// tested: a failed first scan is an error, a failed rescan signals what is
+/// already frozen.
+fn signal_trees_scanning(
+    roots: &[ProcId],
+    sig: i32,
+    mut scan: impl FnMut() -> io::Result<Vec<Stat>>,
+) -> io::Result<Outcome> {
+    check_signal(sig)?;
+    let mut own = Own::current();
+    let root_found = roots
+        .iter()
+        .any(|r| read_stat(r.pid).is_some_and(|s| s.start_time == r.start_time));
+    if !root_found {
+        return Ok(Outcome::default());
+    }
+    let mut members: Vec<Member> = Vec::new();
+    let mut skipped: Vec<ProcId> = Vec::new();
+    let mut known: HashSet<ProcId> = roots.iter().copied().collect();
+    let mut tried: HashSet<ProcId> = HashSet::new();
+    for round in 0..MAX_ROUNDS {
+        let stats = match scan() {
+            Ok(stats) => stats,
+            Err(e) if round == 0 => return Err(OsFailure::wrap(e, "reading /proc")),
+            // Everything found so far is frozen; signal what we have.
+            Err(_) => break,
+        };
+        own.learn_ancestors_from(&stats);
+        let tree = closure(&stats, &known, &own);
+        for stat in tree.skipped {
+            if tried.insert(stat.id()) {
+                skipped.push(stat.id());
+            }
+        }
+        let mut stopped = Vec::new();
+        for stat in tree.members {
+            let id = stat.id();
+            if !tried.insert(id) {
+                continue;
+            }
+            match pin(id, &own, sig != libc::SIGCONT) {
+                Pinned::Gone => {}
+                Pinned::Protected => skipped.push(id),
+                Pinned::Member { member, stopped: s } => {
+                    known.insert(id);
+                    if s {
+                        stopped.push(id);
+                    }
+                    members.push(member);
+                }
+            }
+        }
+        if stopped.is_empty() && round > 0 {
+            break;
+        }
+        wait_stopped(&stopped, STOP_WAIT);
+    }
+    // A reparenting while we scanned may have given the caller a new ancestor.
+    own.learn_ancestors(read_stat);
+    let (signalled, late) = deliver(&members, sig, &own)?;
+    skipped.extend(late);
+    Ok(Outcome {
+        root_found,
+        signalled,
+        skipped,
+    })
+}
+
+/// `InvalidInput` if `pid` is a process the caller must never signal (see
+/// [`Own`]); `Ok` also when there is no such process.
+pub fn check_target(pid: i32) -> io::Result<()> {
+    match read_stat(pid) {
+        Some(stat) => Own::current().refuse(&stat),
+        None => Ok(()),
     }
 }
 
 /// Signal the tree rooted at `pid`. With `start_time`, the root must be that
 /// exact process (otherwise it counts as gone). `root_found` is false when there
-/// is no such process; the caller's own pid is refused.
+/// is no such process. A root the caller must never signal (itself, an ancestor,
+/// a member of its group) is refused with `InvalidInput`.
 pub fn signal_tree(pid: i32, sig: i32, start_time: Option<u64>) -> io::Result<Outcome> {
     if pid <= 0 {
         return Err(io::Error::new(
@@ -461,15 +733,28 @@ pub fn signal_tree(pid: i32, sig: i32, start_time: Option<u64>) -> io::Result<Ou
     if start_time.is_some_and(|t| t != stat.start_time) {
         return Ok(Outcome::default());
     }
+    Own::current().refuse(&stat)?;
     signal_trees(&[stat.id()], sig)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
     use std::process::{Child, Command};
 
+    /// A shell command in a process group of its own: its tree may be killed.
     fn spawn(script: &str) -> Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    /// A shell command in the caller's own process group: protected.
+    fn spawn_in_our_group(script: &str) -> Child {
         Command::new("sh").arg("-c").arg(script).spawn().unwrap()
     }
 
@@ -478,13 +763,64 @@ mod tests {
         let _ = child.wait();
     }
 
+    fn id_of(child: &Child) -> ProcId {
+        let pid = child.id() as i32;
+        ProcId {
+            pid,
+            start_time: process_start_time(pid).unwrap(),
+        }
+    }
+
+    /// Whether our child `pid` was stopped and then continued (`CLD_CONTINUED`),
+    /// without consuming the report. The kernel records it when the `SIGCONT` is
+    /// sent, so it is visible at once, with no waiting.
+    fn was_continued(pid: i32) -> bool {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WCONTINUED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(rc, 0, "waitid: {}", io::Error::last_os_error());
+        // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed).
+        unsafe { info.si_pid() == pid && info.si_code == libc::CLD_CONTINUED }
+    }
+
+    fn st(pid: i32, ppid: i32, pgrp: i32, session: i32) -> Stat {
+        Stat {
+            pid,
+            state: b'S',
+            ppid,
+            pgrp,
+            session,
+            start_time: pid as u64 * 3,
+        }
+    }
+
+    fn pids(stats: &[Stat]) -> Vec<i32> {
+        let mut out: Vec<i32> = stats.iter().map(|s| s.pid).collect();
+        out.sort();
+        out
+    }
+
+    fn seeds(stats: &[Stat]) -> HashSet<ProcId> {
+        stats.iter().map(|s| s.id()).collect()
+    }
+
     #[test]
     fn parses_names_with_parentheses_and_spaces() {
         let mut text =
             b"42 (a) b) (c) S 7 8 9 0 -1 4194304 1 2 3 4 5 6 7 8 20 0 1 0 12345 100 200".to_vec();
         text.push(b'\n');
         let s = parse_stat(42, &text).unwrap();
-        assert_eq!((s.state, s.ppid, s.pgrp, s.session), (b'S', 7, 8, 9));
+        assert_eq!(
+            (s.pid, s.state, s.ppid, s.pgrp, s.session),
+            (42, b'S', 7, 8, 9)
+        );
         assert_eq!(s.start_time, 12345);
         assert!(parse_stat(1, b"1 (x) S 0").is_none());
         assert!(parse_stat(1, b"garbage").is_none());
@@ -496,38 +832,112 @@ mod tests {
         let s = read_stat(own.pid).unwrap();
         assert_eq!(s.pid, own.pid);
         assert_eq!(s.pgrp, own.pgrp);
+        assert_eq!(s.session, own.session);
         assert!(s.start_time > 0);
         assert!(read_stat(-1).is_none());
+        assert!(read_stat(0).is_none());
     }
 
     #[test]
-    fn closure_follows_parents_groups_and_sessions_but_not_our_own() {
-        let own = Own {
-            pid: 10,
-            pgrp: 10,
-            session: 10,
-        };
-        let st = |pid, ppid, pgrp, session| Stat {
-            pid,
-            state: b'S',
-            ppid,
-            pgrp,
-            session,
-            start_time: pid as u64 * 3,
-        };
+    fn states_that_count_as_exited_or_stopped() {
+        for (state, exited, stopped_or_exited) in [
+            (b'R', false, false),
+            (b'S', false, false),
+            (b'D', false, false),
+            (b'T', false, true),
+            (b't', false, true),
+            (b'Z', true, true),
+            (b'X', true, true),
+            (b'x', true, true),
+        ] {
+            let s = Stat {
+                state,
+                ..st(1, 0, 1, 1)
+            };
+            assert_eq!(s.has_exited(), exited, "{}", state as char);
+            assert_eq!(
+                s.is_stopped_or_exited(),
+                stopped_or_exited,
+                "{}",
+                state as char
+            );
+        }
+    }
+
+    #[test]
+    fn learns_ancestors_through_loops_and_gaps() {
+        let table = |stats: Vec<Stat>| move |pid: i32| stats.iter().find(|s| s.pid == pid).copied();
+        let mut own = Own::new(10, 10, 3);
+        own.learn_ancestors(table(vec![
+            st(10, 5, 10, 3),
+            st(5, 1, 5, 3),
+            st(1, 0, 0, 0),
+        ]));
+        assert_eq!(own.protects(&st(5, 1, 5, 3)), Some(Protected::Ancestor));
+        assert_eq!(own.protects(&st(1, 0, 0, 0)), Some(Protected::Ancestor));
+        // A scan is no snapshot: a chain that loops still ends.
+        own.learn_ancestors(table(vec![
+            st(10, 7, 10, 3),
+            st(7, 8, 7, 3),
+            st(8, 7, 8, 3),
+        ]));
+        for pid in [5, 1, 7, 8] {
+            assert_eq!(own.protects(&st(pid, 0, pid, 3)), Some(Protected::Ancestor));
+        }
+        // Unknown processes and a caller missing from the table add nothing.
+        let mut fresh = Own::new(10, 10, 3);
+        fresh.learn_ancestors(table(vec![st(5, 1, 5, 3)]));
+        assert_eq!(fresh.protects(&st(5, 1, 5, 3)), None);
+        fresh.learn_ancestors_from(&[st(10, 5, 10, 3), st(5, 0, 5, 3)]);
+        assert_eq!(fresh.protects(&st(5, 0, 5, 3)), Some(Protected::Ancestor));
+        assert_eq!(fresh.protects(&st(0, 0, 0, 0)), None);
+    }
+
+    #[test]
+    fn protects_the_caller_its_ancestors_and_its_group() {
+        let mut own = Own::new(10, 10, 3);
+        own.learn_ancestors_from(&[st(10, 5, 10, 3), st(5, 1, 10, 3)]);
+        assert_eq!(own.protects(&st(10, 5, 10, 3)), Some(Protected::Caller));
+        // An ancestor in our group is named as the ancestor it is.
+        assert_eq!(own.protects(&st(5, 1, 10, 3)), Some(Protected::Ancestor));
+        assert_eq!(own.protects(&st(30, 10, 10, 3)), Some(Protected::OwnGroup));
+        assert_eq!(own.protects(&st(31, 10, 31, 3)), None);
+        let msg = |s: Stat| own.refuse(&s).unwrap_err().to_string();
+        assert!(msg(st(10, 5, 10, 3)).contains("caller's own process, got 10"));
+        assert!(msg(st(5, 1, 10, 3)).contains("ancestor of the caller"));
+        assert!(msg(st(5, 1, 10, 3)).ends_with("got 5"));
+        assert!(msg(st(30, 10, 10, 3)).contains("own process group 10, got 30"));
+        assert_eq!(
+            own.refuse(&st(30, 10, 10, 3)).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert!(own.refuse(&st(31, 10, 31, 3)).is_ok());
+    }
+
+    #[test]
+    fn closure_follows_parents_groups_and_sessions_but_never_harms_the_caller() {
         let stats = vec![
-            st(10, 1, 10, 10),  // us
-            st(20, 10, 10, 10), // root, in our group
-            st(21, 20, 10, 10), // child
+            st(1, 0, 0, 0),     // init
+            st(3, 21, 3, 3),    // member that leads our session: never expanded
+            st(5, 1, 40, 3),    // our parent, in group 40
+            st(6, 5, 6, 3),     // our sibling: reachable only through 5 or session 3
+            st(10, 5, 10, 3),   // us
+            st(20, 10, 20, 3),  // root, in a group of its own
+            st(21, 20, 20, 3),  // child
             st(22, 21, 22, 22), // grandchild in its own session
-            st(23, 1, 22, 22),  // orphan of 22's session, reparented to init
-            st(30, 10, 10, 10), // our other child: never reached
+            st(23, 1, 23, 22),  // orphan of 22's session (own group), reparented to init
+            st(24, 21, 10, 3),  // joined our group: skipped, passed through
+            st(25, 24, 25, 25), // its child: still the tree's
+            st(26, 1, 20, 3),   // orphan of the root's group
+            st(30, 10, 10, 3),  // our other child: never reached
             st(31, 1, 31, 31),  // unrelated
+            st(40, 21, 40, 3),  // leads group 40, which holds our parent
         ];
-        let seeds: HashSet<ProcId> = [stats[1].id()].into_iter().collect();
-        let mut pids: Vec<i32> = closure(&stats, &seeds, own).iter().map(|s| s.pid).collect();
-        pids.sort();
-        assert_eq!(pids, vec![20, 21, 22, 23]);
+        let mut own = Own::new(10, 10, 3);
+        own.learn_ancestors_from(&stats);
+        let tree = closure(&stats, &seeds(&stats[5..6]), &own);
+        assert_eq!(pids(&tree.members), vec![3, 20, 21, 22, 23, 25, 26, 40]);
+        assert_eq!(pids(&tree.skipped), vec![5, 24]);
 
         // A seed whose pid was reused (other start time) matches nothing.
         let stale: HashSet<ProcId> = [ProcId {
@@ -536,21 +946,286 @@ mod tests {
         }]
         .into_iter()
         .collect();
-        assert!(closure(&stats, &stale, own).is_empty());
+        assert_eq!(closure(&stats, &stale, &own), Tree::default());
 
-        // Our own pid is never a member even when it descends from the root.
-        let parent: HashSet<ProcId> = [ProcId {
-            pid: 10,
-            start_time: 30,
-        }]
-        .into_iter()
-        .collect();
-        assert!(closure(&stats, &parent, own).is_empty());
+        // Protected seeds are skipped, and the walk ends at the caller and at
+        // its ancestors (their other children are not the tree's).
+        let tree = closure(&stats, &seeds(&stats[4..5]), &own);
+        assert!(tree.members.is_empty());
+        assert_eq!(pids(&tree.skipped), vec![10]);
+        let tree = closure(&stats, &seeds(&stats[2..3]), &own);
+        assert!(tree.members.is_empty());
+        assert_eq!(pids(&tree.skipped), vec![5]);
+        // A seed in our group passes its own descendants on, nothing else.
+        let tree = closure(&stats, &seeds(&stats[9..10]), &own);
+        assert_eq!(pids(&tree.members), vec![25]);
+        assert_eq!(pids(&tree.skipped), vec![24]);
+    }
+
+    #[test]
+    fn refuses_the_caller_its_parent_and_its_group() {
+        // SIGCONT: harmless to everyone even if a refusal were missing.
+        let own = Own::current();
+        let err = signal_tree(own.pid, libc::SIGCONT, None).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("caller's own process"), "{err}");
+        // SAFETY: getppid takes nothing and cannot fail.
+        let parent = unsafe { libc::getppid() };
+        let err = signal_tree(parent, libc::SIGCONT, None).unwrap_err();
+        assert!(err.to_string().contains("ancestor of the caller"), "{err}");
+        assert!(check_target(parent).is_err());
+        assert!(check_target(own.pid).is_err());
+
+        let ours = spawn_in_our_group("exec sleep 30");
+        let theirs = spawn("exec sleep 30");
+        let err = signal_tree(ours.id() as i32, libc::SIGKILL, None).unwrap_err();
+        assert!(err.to_string().contains("own process group"), "{err}");
+        assert!(check_target(ours.id() as i32).is_err());
+        assert!(check_target(theirs.id() as i32).is_ok());
+        assert!(is_running(id_of(&ours)));
+        // A root named by identity in a second round is skipped, not refused.
+        let outcome = signal_trees(&[id_of(&ours)], libc::SIGKILL).unwrap();
+        assert!(outcome.root_found);
+        assert!(outcome.signalled.is_empty());
+        assert_eq!(outcome.skipped, vec![id_of(&ours)]);
+        assert_eq!(
+            signal_trees(&[], libc::SIGKILL).unwrap(),
+            Outcome::default()
+        );
+        reap(ours);
+        reap(theirs);
+    }
+
+    #[test]
+    fn pin_stops_only_what_it_may() {
+        let own = Own::current();
+        let ours = spawn_in_our_group("exec sleep 30");
+        assert!(matches!(pin(id_of(&ours), &own, true), Pinned::Protected));
+        let theirs = spawn("exec sleep 30");
+        let id = id_of(&theirs);
+        let wrong = ProcId {
+            start_time: id.start_time + 1,
+            ..id
+        };
+        assert!(matches!(pin(wrong, &own, true), Pinned::Gone));
+        assert!(matches!(
+            pin(id, &own, false),
+            Pinned::Member { stopped: false, .. }
+        ));
+        let Pinned::Member { member, stopped } = pin(id, &own, true) else {
+            panic!("not pinned");
+        };
+        assert!(stopped);
+        assert_eq!(member.id, id);
+        wait_stopped(&[id], Duration::from_secs(30));
+        assert!(read_stat(id.pid).unwrap().is_stopped_or_exited());
+        reap(ours);
+        reap(theirs);
+    }
+
+    #[test]
+    fn wait_stopped_gives_up_on_processes_that_do_not_stop() {
+        let child = spawn("exec sleep 30");
+        let id = id_of(&child);
+        let started = Instant::now();
+        wait_stopped(&[id], Duration::from_millis(20));
+        // A lower bound only: a busy machine can make the wait longer, never
+        // shorter. Giving up early would signal a tree that is not frozen yet.
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert!(!read_stat(id.pid).unwrap().is_stopped_or_exited());
+        // A pid that names another process now is not waited for (lopsided:
+        // at once, against a limit of a minute).
+        let other = ProcId {
+            start_time: id.start_time + 1,
+            ..id
+        };
+        let started = Instant::now();
+        wait_stopped(&[other], Duration::from_secs(60));
+        assert!(started.elapsed() < Duration::from_secs(30));
+        reap(child);
+    }
+
+    #[test]
+    fn deliver_continues_catchable_signals_and_skips_our_group() {
+        let own = Own::current();
+        // Stopped first, as the freeze leaves them.
+        let stopped = |child: &Child| {
+            let Pinned::Member { member, .. } = pin(id_of(child), &own, true) else {
+                panic!("not pinned");
+            };
+            wait_stopped(&[member.id], Duration::from_secs(30));
+            member
+        };
+        // SIGURG is ignored by sleep: the process survives to be looked at.
+        let a = spawn("exec sleep 30");
+        let member = stopped(&a);
+        assert_eq!(
+            deliver(&[member], libc::SIGURG, &own).unwrap(),
+            (vec![id_of(&a)], vec![])
+        );
+        assert!(was_continued(a.id() as i32));
+        // SIGSTOP and SIGKILL are never followed by SIGCONT.
+        let b = spawn("exec sleep 30");
+        let member = stopped(&b);
+        assert_eq!(
+            deliver(&[member], libc::SIGSTOP, &own).unwrap().0,
+            vec![id_of(&b)]
+        );
+        assert!(!was_continued(b.id() as i32));
+
+        // A member that is in our group by the time of the signal is left alone.
+        let ours = spawn_in_our_group("exec sleep 30");
+        let (member, _) = Member::open(id_of(&ours)).unwrap();
+        let c = spawn("exec sleep 30");
+        let (other, _) = Member::open(id_of(&c)).unwrap();
+        assert_eq!(
+            deliver(&[member, other], libc::SIGKILL, &own).unwrap(),
+            (vec![id_of(&c)], vec![id_of(&ours)])
+        );
+        assert!(is_running(id_of(&ours)));
+        for child in [a, b, c, ours] {
+            reap(child);
+        }
+    }
+
+    #[test]
+    fn freezes_the_tree_before_signalling() {
+        // Without the freeze nothing stops the root, so nothing continues it.
+        let child = spawn("exec sleep 30");
+        let id = id_of(&child);
+        let outcome = signal_tree(id.pid, libc::SIGURG, None).unwrap();
+        assert_eq!(outcome.signalled, vec![id]);
+        assert!(was_continued(id.pid));
+        assert!(is_running(id));
+        reap(child);
+    }
+
+    #[test]
+    fn a_failed_scan_is_an_error_first_and_the_end_of_the_freeze_later() {
+        let child = spawn("exec sleep 30");
+        let id = id_of(&child);
+        let no_proc = || Err(io::Error::from_raw_os_error(libc::ENOENT));
+        let err = signal_trees_scanning(&[id], libc::SIGKILL, no_proc).unwrap_err();
+        assert_eq!(
+            errno_of(&err),
+            Some((
+                libc::ENOENT,
+                "No such file or directory (reading /proc)".to_owned()
+            ))
+        );
+        assert!(is_running(id));
+        // The first scan works, the rescan fails: what was frozen is signalled.
+        let mut scans = 0;
+        let once = || {
+            scans += 1;
+            if scans == 1 {
+                scan()
+            } else {
+                no_proc()
+            }
+        };
+        let outcome = signal_trees_scanning(&[id], libc::SIGKILL, once).unwrap();
+        assert_eq!(outcome.signalled, vec![id]);
+        reap(child);
+    }
+
+    #[test]
+    fn rescans_until_a_round_finds_nobody_new() {
+        // b shows up as a's child only from the second scan on, as a process
+        // forked between the first scan and a's stop would: it is frozen in
+        // round 1, so a round 2 must look for what b may have forked.
+        let (a, b) = (spawn("exec sleep 30"), spawn("exec sleep 30"));
+        let (a_id, b_id) = (id_of(&a), id_of(&b));
+        let mut scans = 0;
+        let staged = || {
+            scans += 1;
+            let mut stats = scan()?;
+            stats.retain(|s| s.pid != b_id.pid);
+            if scans > 1 {
+                stats.push(Stat {
+                    ppid: a_id.pid,
+                    ..read_stat(b_id.pid).unwrap()
+                });
+            }
+            Ok(stats)
+        };
+        let outcome = signal_trees_scanning(&[a_id], libc::SIGKILL, staged).unwrap();
+        assert_eq!(outcome.signalled, vec![a_id, b_id]);
+        assert_eq!(scans, 3);
+        // Nothing new after the first round: one rescan, also when nothing was
+        // stopped (SIGCONT freezes nothing).
+        let c = spawn("exec sleep 30");
+        for sig in [libc::SIGCONT, libc::SIGKILL] {
+            let mut scans = 0;
+            let counted = || {
+                scans += 1;
+                scan()
+            };
+            let outcome = signal_trees_scanning(&[id_of(&c)], sig, counted).unwrap();
+            assert_eq!(outcome.signalled, vec![id_of(&c)]);
+            assert_eq!(scans, 2, "signal {sig}");
+        }
+        for child in [a, b, c] {
+            reap(child);
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn uses_pidfds_where_the_kernel_gives_them() {
+        // Asked of the kernel directly, so the test holds on kernels without
+        // pidfds too: there the start-time check is the fallback.
+        // SAFETY: pidfd_open of our own pid; the descriptor is closed at once.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0 as libc::c_uint) };
+        let child = spawn("exec sleep 30");
+        let (member, _) = Member::open(id_of(&child)).unwrap();
+        if fd >= 0 {
+            // SAFETY: the kernel just gave us this descriptor.
+            unsafe { libc::close(fd as i32) };
+            assert!(member.has_pidfd());
+        }
+        reap(child);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_enosys_and_eperm_mean_no_pidfds() {
+        assert!(sys::means_no_pidfds(Some(libc::ENOSYS)));
+        assert!(sys::means_no_pidfds(Some(libc::EPERM)));
+        assert!(!sys::means_no_pidfds(Some(libc::ESRCH)));
+        assert!(!sys::means_no_pidfds(Some(libc::EMFILE)));
+        assert!(!sys::means_no_pidfds(None));
+    }
+
+    #[test]
+    fn os_errors_keep_their_errno() {
+        let failure = OsFailure::error(libc::EPERM, "signalling pid 7".into());
+        assert_eq!(failure.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            errno_of(&failure),
+            Some((
+                libc::EPERM,
+                "Operation not permitted (signalling pid 7)".to_owned()
+            ))
+        );
+        let raw = io::Error::from_raw_os_error(libc::ESRCH);
+        assert_eq!(
+            errno_of(&raw),
+            Some((libc::ESRCH, "No such process".to_owned()))
+        );
+        let wrapped = OsFailure::wrap(raw, "reading /proc");
+        assert_eq!(
+            errno_of(&wrapped),
+            Some((libc::ESRCH, "No such process (reading /proc)".to_owned()))
+        );
+        let plain = io::Error::new(io::ErrorKind::InvalidInput, "bad");
+        assert!(errno_of(&plain).is_none());
+        assert!(errno_of(&OsFailure::wrap(plain, "x")).is_none());
     }
 
     #[test]
     fn start_time_mismatch_is_never_signalled() {
-        let child = spawn("sleep 30");
+        let child = spawn("exec sleep 30");
         let pid = child.id() as i32;
         let start = process_start_time(pid).unwrap();
         let wrong = ProcId {
@@ -564,30 +1239,29 @@ mod tests {
             id: wrong,
             fd: None,
         };
-        assert!(!stale.send(libc::SIGKILL).unwrap());
-        assert!(is_running(ProcId {
+        assert_eq!(stale.send(libc::SIGKILL).unwrap(), Delivery::Gone);
+        let right_id = ProcId {
             pid,
-            start_time: start
-        }));
+            start_time: start,
+        };
+        assert!(is_running(right_id));
         assert!(
             !signal_tree(pid, libc::SIGKILL, Some(start + 1))
                 .unwrap()
                 .root_found
         );
-        assert!(is_running(ProcId {
-            pid,
-            start_time: start
-        }));
-        let right = Member::open_without_pidfd(ProcId {
-            pid,
-            start_time: start,
-        })
-        .unwrap();
+        assert!(signal_trees(&[wrong], libc::SIGKILL).unwrap() == Outcome::default());
+        assert!(is_running(right_id));
+        let (right, stat) = Member::open_without_pidfd(right_id).unwrap();
+        assert_eq!(stat.id(), right_id);
         assert!(!right.has_pidfd());
-        let pinned = Member::open(right.id).unwrap();
+        let (pinned, _) = Member::open(right.id).unwrap();
         assert_eq!(pinned.has_pidfd(), sys::pidfd_supported());
-        assert!(right.send(libc::SIGKILL).unwrap());
+        assert_eq!(right.send(libc::SIGKILL).unwrap(), Delivery::Delivered);
         reap(child);
+        // Reaped: the pidfd still names it, and says it is gone.
+        assert_eq!(pinned.send(libc::SIGKILL).unwrap(), Delivery::Gone);
+        assert!(!is_running(right_id));
     }
 
     #[test]
@@ -607,6 +1281,7 @@ mod tests {
         let outcome = signal_tree(pid, libc::SIGKILL, None).unwrap();
         assert!(outcome.root_found);
         assert!(outcome.signalled.contains(&grandchild));
+        assert!(outcome.skipped.is_empty());
         let deadline = Instant::now() + Duration::from_secs(10);
         while is_running(grandchild) {
             assert!(Instant::now() < deadline, "grandchild survived");
@@ -621,9 +1296,17 @@ mod tests {
         let pid = child.id() as i32;
         child.wait().unwrap();
         assert!(!signal_tree(pid, libc::SIGKILL, None).unwrap().root_found);
-        assert!(signal_tree(0, libc::SIGKILL, None).is_err());
-        assert!(signal_tree(-1, libc::SIGKILL, None).is_err());
+        for bad in [0, -1] {
+            let err = signal_tree(bad, libc::SIGKILL, None).unwrap_err();
+            assert!(err.to_string().ends_with(&format!("got {bad}")), "{err}");
+        }
         assert!(signal_tree(1, 0, None).is_err());
         assert!(signal_tree(1, 65, None).is_err());
+        assert!(signal_trees(&[], 0).is_err());
+        assert!(check_signal(1).is_ok() && check_signal(64).is_ok());
+        assert_eq!(
+            check_signal(65).unwrap_err().to_string(),
+            "sig must be a signal number between 1 and 64, got 65"
+        );
     }
 }

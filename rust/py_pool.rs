@@ -179,6 +179,7 @@ struct Names {
     acquire: Py<PyString>,
     release: Py<PyString>,
     cond: Py<PyString>,
+    cond_lock: Py<PyString>,
     state: Py<PyString>,
     pending: Py<PyString>,
     running: Py<PyString>,
@@ -203,6 +204,7 @@ impl Names {
             acquire: PyString::intern(py, "acquire").unbind(),
             release: PyString::intern(py, "release").unbind(),
             cond: PyString::intern(py, "_cond").unbind(),
+            cond_lock: PyString::intern(py, "_lock").unbind(),
             state: PyString::intern(py, "_state").unbind(),
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
@@ -277,18 +279,40 @@ fn with_state_lock<T>(
 /// the future's own method (waiters, cancelled, lock busy).
 fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = future.py();
-    let started = with_state_lock(py, names, || {
-        if !future.getattr(names.cond.bind(py))?.is_none() {
-            return Ok(None);
-        }
-        if !future
+    let is_pending = || -> PyResult<bool> {
+        Ok(future
             .getattr(names.state.bind(py))?
-            .is(names.pending.bind(py))
+            .is(names.pending.bind(py)))
+    };
+    let started = with_state_lock(py, names, || {
+        let cond = future.getattr(names.cond.bind(py))?;
+        if cond.is_none() {
+            if !is_pending()? {
+                return Ok(None);
+            }
+            future.setattr(names.state.bind(py), names.running.bind(py))?;
+            return Ok(Some(()));
+        }
+        // Someone waits on the future (its Condition exists): once it has
+        // one, its state changes under the Condition's lock. PENDING ->
+        // RUNNING notifies nobody, so taking that lock (without blocking)
+        // is all `set_running_or_notify_cancel` would do. This is the common
+        // case of `submit(f).result()` on a pool whose worker was parked.
+        let lock = cond.getattr(names.cond_lock.bind(py))?;
+        if !lock
+            .call_method1(names.acquire.bind(py), (false,))?
+            .is_truthy()?
         {
             return Ok(None);
         }
-        future.setattr(names.state.bind(py), names.running.bind(py))?;
-        Ok(Some(()))
+        let started = is_pending().and_then(|pending| {
+            if pending {
+                future.setattr(names.state.bind(py), names.running.bind(py))?;
+            }
+            Ok(pending.then_some(()))
+        });
+        lock.call_method0(names.release.bind(py))?;
+        started
     })?;
     Ok(started.is_some())
 }

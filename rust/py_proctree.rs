@@ -1,14 +1,27 @@
-//! Python bindings for `proctree`: type conversion and error mapping only. Every
-//! call releases the GIL while it scans `/proc` and signals.
+//! Python bindings for `proctree`: argument conversion and error mapping only.
+//! Every call releases the GIL while it scans `/proc` and signals.
+//!
+//! Arguments are taken as Python objects and converted here, so a pid or start
+//! time out of the platform's range is a `ValueError` naming the parameter and
+//! the value (PyO3's own conversion would raise `OverflowError`), and OS errors
+//! become the `OSError` subclass their errno selects, in one function.
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt};
 
 use crate::gil;
 use crate::proctree::{self, ProcId};
 use crate::py_timer::Deadline;
 
+/// The one place where `proctree`'s errors become Python exceptions:
+/// `InvalidInput` is a `ValueError`; an OS error is `OSError(errno, strerror)`,
+/// which CPython turns into its subclass (`PermissionError` for EPERM,
+/// `ProcessLookupError` for ESRCH, `FileNotFoundError` for ENOENT, ...).
 fn to_py_err(err: std::io::Error) -> PyErr {
+    if let Some((errno, strerror)) = proctree::errno_of(&err) {
+        return PyOSError::new_err((errno, strerror));
+    }
     if err.kind() == std::io::ErrorKind::InvalidInput {
         PyValueError::new_err(err.to_string())
     } else {
@@ -16,83 +29,170 @@ fn to_py_err(err: std::io::Error) -> PyErr {
     }
 }
 
-fn ids(procs: Vec<(i32, u64)>) -> Vec<ProcId> {
-    procs
-        .into_iter()
-        .map(|(pid, start_time)| ProcId { pid, start_time })
-        .collect()
+/// `repr(value) (type)`, cut short for huge ints such as `10**400`.
+fn describe(value: &Bound<'_, PyAny>) -> String {
+    let mut shown = value
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<unrepresentable>".to_owned());
+    if shown.len() > 40 {
+        let cut = (0..=37)
+            .rev()
+            .find(|&i| shown.is_char_boundary(i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push_str("...");
+    }
+    let ty = value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    format!("{shown} ({ty})")
+}
+
+/// An int argument within `lo..=hi`: `TypeError` for a bool or a non-int,
+/// `ValueError` (never `OverflowError`) for an int out of range.
+fn int_in(name: &str, value: &Bound<'_, PyAny>, lo: i64, hi: i64, what: &str) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be {what} (int), got {}",
+            describe(value)
+        )));
+    }
+    let out_of_range = || {
+        PyValueError::new_err(format!(
+            "{name} must be {what} between {lo} and {hi}, got {}",
+            describe(value)
+        ))
+    };
+    match value.extract::<i64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(_) => Err(out_of_range()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => Err(out_of_range()),
+        Err(e) => Err(e),
+    }
+}
+
+fn pid_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+    let pid = int_in("pid", value, 1, i32::MAX.into(), "a positive process id")?;
+    Ok(pid as i32)
+}
+
+fn sig_arg(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+    Ok(int_in("sig", value, 1, 64, "a signal number")? as i32)
+}
+
+fn start_time_arg(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => {
+            let t = int_in("start_time", v, 0, i64::MAX, "clock ticks after boot")?;
+            Ok(Some(t as u64))
+        }
+    }
+}
+
+/// `procs`: an iterable of `(pid, start_time)` pairs.
+fn ids_arg(procs: &Bound<'_, PyAny>) -> PyResult<Vec<ProcId>> {
+    let mut out = Vec::new();
+    for item in procs.try_iter()? {
+        let item = item?;
+        let Ok((pid, start_time)) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() else {
+            return Err(PyTypeError::new_err(format!(
+                "procs must hold (pid, start_time) pairs, got {}",
+                describe(&item)
+            )));
+        };
+        out.push(ProcId {
+            pid: pid_arg(&pid)?,
+            start_time: int_in(
+                "start_time",
+                &start_time,
+                0,
+                i64::MAX,
+                "clock ticks after boot",
+            )? as u64,
+        });
+    }
+    Ok(out)
 }
 
 fn pairs(procs: Vec<ProcId>) -> Vec<(i32, u64)> {
     procs.into_iter().map(|p| (p.pid, p.start_time)).collect()
 }
 
+type Signalled = (Vec<(i32, u64)>, Vec<(i32, u64)>);
+
 /// Freeze, signal and (for catchable signals) continue the tree rooted at `pid`.
 /// Returns `None` if the root is gone (or is not the process `start_time` names),
-/// else the `(pid, start_time)` identities that were signalled.
+/// else `(signalled, skipped)`: the `(pid, start_time)` identities signalled, and
+/// those of protected processes the tree reached and left alone. A root that is
+/// the caller, an ancestor of it or a member of its group is a `ValueError`.
 #[pyfunction]
 #[pyo3(signature = (pid, sig, start_time=None))]
 pub fn signal_process_tree(
     py: Python<'_>,
-    pid: i32,
-    sig: i32,
-    start_time: Option<u64>,
-) -> PyResult<Option<Vec<(i32, u64)>>> {
+    pid: &Bound<'_, PyAny>,
+    sig: &Bound<'_, PyAny>,
+    start_time: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Signalled>> {
+    let (pid, sig, start_time) = (pid_arg(pid)?, sig_arg(sig)?, start_time_arg(start_time)?);
     let outcome =
         gil::detach(py, || proctree::signal_tree(pid, sig, start_time)).map_err(to_py_err)?;
-    Ok(outcome.root_found.then(|| pairs(outcome.signalled)))
+    Ok(outcome
+        .root_found
+        .then(|| (pairs(outcome.signalled), pairs(outcome.skipped))))
 }
 
 /// Like `signal_process_tree` for several roots named by identity (the second
-/// round of a graceful kill). Returns the identities signalled.
+/// round of a graceful kill). Returns `(signalled, skipped)`.
 #[pyfunction]
 pub fn signal_process_trees(
     py: Python<'_>,
-    procs: Vec<(i32, u64)>,
-    sig: i32,
-) -> PyResult<Vec<(i32, u64)>> {
-    let roots = ids(procs);
+    procs: &Bound<'_, PyAny>,
+    sig: &Bound<'_, PyAny>,
+) -> PyResult<Signalled> {
+    let (roots, sig) = (ids_arg(procs)?, sig_arg(sig)?);
     let outcome = gil::detach(py, || proctree::signal_trees(&roots, sig)).map_err(to_py_err)?;
-    Ok(pairs(outcome.signalled))
+    Ok((pairs(outcome.signalled), pairs(outcome.skipped)))
 }
 
 /// The identities among `procs` that still run (zombies have exited).
 #[pyfunction]
-pub fn running_processes(py: Python<'_>, procs: Vec<(i32, u64)>) -> Vec<(i32, u64)> {
-    let procs = ids(procs);
-    pairs(gil::detach(py, || {
+pub fn running_processes(py: Python<'_>, procs: &Bound<'_, PyAny>) -> PyResult<Vec<(i32, u64)>> {
+    let procs = ids_arg(procs)?;
+    Ok(pairs(gil::detach(py, || {
         procs
             .into_iter()
             .filter(|p| proctree::is_running(*p))
             .collect()
-    }))
+    })))
 }
 
 /// The start time of `pid` in clock ticks after boot (`/proc/PID/stat` field 22),
 /// or `None` if there is no such process.
 #[pyfunction]
-pub fn process_start_time(pid: i32) -> Option<u64> {
-    proctree::process_start_time(pid)
+pub fn process_start_time(pid: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    Ok(proctree::process_start_time(pid_arg(pid)?))
 }
 
 /// At the expiry of `deadline`, kill the tree rooted at `pid` (named by
 /// `start_time` when given) with `sig`. The timer thread only starts a short-lived
 /// thread for it, so scanning `/proc` never delays other deadlines, and nothing
-/// needs the GIL. If the deadline has already expired, this happens at once.
+/// needs the GIL. If the deadline has already expired, this happens at once. A
+/// root the caller must never signal is refused now, and again at expiry.
 #[pyfunction]
 #[pyo3(signature = (deadline, pid, sig, start_time=None))]
 pub fn signal_process_tree_at(
     deadline: &Bound<'_, Deadline>,
-    pid: i32,
-    sig: i32,
-    start_time: Option<u64>,
+    pid: &Bound<'_, PyAny>,
+    sig: &Bound<'_, PyAny>,
+    start_time: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    if pid <= 0 {
-        return Err(PyValueError::new_err(format!(
-            "pid must be a positive process id, got {pid}"
-        )));
-    }
-    proctree::check_signal(sig).map_err(to_py_err)?;
+    let (pid, sig, start_time) = (pid_arg(pid)?, sig_arg(sig)?, start_time_arg(start_time)?);
+    proctree::check_target(pid).map_err(to_py_err)?;
     deadline.get().entry().add_action(Box::new(move || {
         let kill = move || {
             let _ = proctree::signal_tree(pid, sig, start_time);

@@ -654,6 +654,12 @@ pub fn heap_len() -> usize {
     shared().lock().slots.len()
 }
 
+/// Allocated heap slots (tests check that compaction gives memory back).
+#[cfg(test)]
+fn heap_capacity() -> usize {
+    shared().lock().slots.capacity()
+}
+
 /// Whether the timer thread of this process is running.
 pub fn is_running() -> bool {
     shared().running.load(AO::Acquire)
@@ -681,6 +687,27 @@ mod tests {
         assert!(e.is_expired());
         assert!(!e.cancel(), "cancel after expiry reports it had fired");
         assert!(e.is_closed());
+    }
+
+    #[test]
+    fn state_flags_report_only_their_own_bit() {
+        let e = arm(in_ms(60_000));
+        assert!(e.is_pending() && !e.is_expired() && !e.is_cancelled());
+        assert!(!e.is_closed() && !e.was_delivered());
+        e.mark_delivered();
+        assert!(e.was_delivered());
+        assert!(e.is_pending(), "delivered is not a fate");
+        assert!(!e.is_expired() && !e.is_cancelled() && !e.is_closed());
+        assert!(e.cancel());
+        assert!(e.is_cancelled() && !e.is_pending() && !e.is_expired() && !e.is_closed());
+        assert!(e.was_delivered(), "cancel keeps the other flags");
+
+        let due = arm(Instant::now() - Duration::from_secs(1));
+        assert!(due.wait(Some(Duration::from_secs(10))));
+        assert!(due.is_expired() && !due.is_pending() && !due.is_cancelled());
+        assert!(!due.is_closed() && !due.was_delivered());
+        assert!(!due.cancel());
+        assert!(due.is_closed() && due.is_expired() && !due.is_cancelled());
     }
 
     #[test]
@@ -818,8 +845,53 @@ mod tests {
         assert!(far.cancel());
     }
 
+    /// Tests that arm tens of thousands of entries and then measure the
+    /// (process-wide) heap take this, so they do not see each other's slots.
+    static HEAP_HEAVY: Mutex<()> = Mutex::new(());
+
+    fn heap_heavy() -> MutexGuard<'static, ()> {
+        HEAP_HEAVY.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[test]
+    fn cancelled_slots_behind_a_pending_deadline_are_compacted() {
+        // The timer thread drops cancelled slots only when they reach the top
+        // of the heap. Behind a pending far-away deadline they never do: only
+        // compaction (on arm) removes them, and it keeps every pending slot.
+        let _heavy = heap_heavy();
+        let n = 100_000u64;
+        let base = in_ms(600_000);
+        let anchor = arm(base);
+        let kept: Vec<_> = (1..=n / 10)
+            .map(|i| arm(base + Duration::from_nanos(i)))
+            .collect();
+        let gone: Vec<_> = (0..n)
+            .map(|i| arm(base + Duration::from_secs(1) + Duration::from_nanos(i)))
+            .collect();
+        assert!(heap_capacity() as u64 > n);
+        for e in &gone {
+            assert!(e.cancel());
+        }
+        drop(gone);
+        for _ in 0..n {
+            arm(base + Duration::from_secs(2)).cancel();
+        }
+        // Without compaction the heap would hold 2n + n/10 slots of ours.
+        assert!((heap_len() as u64) < n, "not compacted, len {}", heap_len());
+        assert!(
+            (heap_capacity() as u64) < n,
+            "memory kept, capacity {}",
+            heap_capacity()
+        );
+        assert!(anchor.is_pending() && kept.iter().all(|e| e.is_pending()));
+        for e in kept.iter().chain([&anchor]) {
+            assert!(e.cancel());
+        }
+    }
+
     #[test]
     fn many_pending_then_cancelled_are_compacted() {
+        let _heavy = heap_heavy();
         let n = 200_000;
         let base = in_ms(600_000);
         let entries: Vec<_> = (0..n)
@@ -840,6 +912,7 @@ mod tests {
 
     #[test]
     fn many_pending_fire() {
+        let _heavy = heap_heavy();
         let n = 20_000u64;
         let count = Arc::new(AtomicU64::new(0));
         let base = in_ms(20);
@@ -865,26 +938,50 @@ mod tests {
 
     #[test]
     fn concurrent_arm_cancel_from_threads() {
+        // Four threads race cancels against the timer thread: a cancel that
+        // wins drops the action unrun; one that loses reports the deadline as
+        // fired, and the action runs exactly once.
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 thread::spawn(move || {
-                    let mut fired = 0;
                     for i in 0..5_000u64 {
                         let e = arm(Instant::now() + Duration::from_micros((i * 7 + t) % 300));
-                        if i % 2 == 0 && !e.cancel() {
-                            fired += 1;
-                        }
-                        if i % 2 == 1 {
+                        let ran = Arc::new(AtomicU64::new(0));
+                        let r = Arc::clone(&ran);
+                        e.add_action(Box::new(move || {
+                            r.fetch_add(1, AO::SeqCst);
+                        }));
+                        if i % 2 == 0 {
+                            if e.cancel() {
+                                assert!(e.is_cancelled() && !e.is_expired());
+                                assert!(!e.wait(Some(Duration::ZERO)));
+                                assert_eq!(ran.load(AO::SeqCst), 0, "cancelled, yet ran");
+                            } else {
+                                assert!(e.is_expired() && !e.is_cancelled() && e.is_closed());
+                                wait_for_count(&ran, 1);
+                            }
+                        } else {
                             assert!(e.wait(Some(Duration::from_secs(20))));
+                            assert!(e.is_expired());
+                            wait_for_count(&ran, 1);
                         }
                     }
-                    fired
                 })
             })
             .collect();
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    /// Wait (bounded) for an action counter to reach `n`, then check it stays
+    /// there: actions run on the timer thread, after the entry's flag flips.
+    fn wait_for_count(count: &AtomicU64, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count.load(AO::SeqCst) < n && Instant::now() < deadline {
+            thread::yield_now();
+        }
+        assert_eq!(count.load(AO::SeqCst), n);
     }
 
     #[test]

@@ -1,31 +1,51 @@
-"""A journaled batch for the crash test in test_journal.py (run as a subprocess).
+"""A journaled batch for the crash tests of the journal contract suite (run as
+a subprocess).
 
-Usage: python _journal_batch.py DB COUNTER_DIR N GATED_FROM GATE_FILE
+Usage: python _journal_batch.py SPEC COUNTER_DIR N GATED_FROM GATE_FILE LEASE
 
+SPEC is ``sqlite:RUN:PATH`` or ``postgres:RUN:`` (DSN from TAUT_TEST_POSTGRES_DSN).
 Calls ``i < GATED_FROM`` run at once; calls ``i >= GATED_FROM`` wait until
 GATE_FILE exists, so the test can SIGKILL the process at a known point. Every
 execution of a call leaves one file in COUNTER_DIR before the call returns.
+A run whose lease is held by a live (or not yet expired) runner prints
+``busy`` and exits with code 3.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from taut.journal import SqliteJournal
+from taut.journal import JournalBusy, PostgresJournal, SqliteJournal
+
+
+def open_journal(spec: str, lease: float) -> Any:
+    kind, run, path = spec.split(":", 2)
+    if kind == "sqlite":
+        return SqliteJournal(path, run=run, lease=lease)
+    return PostgresJournal(os.environ["TAUT_TEST_POSTGRES_DSN"], run=run, lease=lease)
 
 
 def main() -> None:
-    db, counter_dir, n_text, gated_text, gate = sys.argv[1:6]
+    spec, counter_dir, n_text, gated_text, gate, lease = sys.argv[1:7]
     n, gated_from = int(n_text), int(gated_text)
-    journal = SqliteJournal(db)
+    journal = open_journal(spec, float(lease))
     ids = [f"call-{i}" for i in range(n)]
     # Two reservations: the journal's cursor carries on from the first.
     half = n // 2
-    records = journal.reserve(ids[:half]) + journal.reserve(ids[half:])
+    try:
+        first = journal.reserve(ids[:half])
+    except JournalBusy as exc:
+        print(f"busy {exc}", flush=True)
+        sys.exit(3)
+    second = journal.reserve(ids[half:])
+    assert (first.start, second.start) == (0, half)
+    records = first + second
 
     def call(i: int) -> dict[str, int]:
         name = f"{ids[i]}.{os.getpid()}.{uuid.uuid4().hex}"
@@ -39,6 +59,14 @@ def main() -> None:
             raise ValueError(f"boom {i}")
         return {"i": i, "square": i * i}
 
+    say_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        # One line at a time: print() writes text and newline separately, and
+        # lines of worker threads would interleave ("done 4done 5").
+        with say_lock:
+            print(line, flush=True)
+
     def run(i: int) -> None:
         try:
             value = call(i)
@@ -46,8 +74,7 @@ def main() -> None:
             journal.complete(i, ids[i], "error", None, exc)
         else:
             journal.complete(i, ids[i], "ok", value, None)
-        sys.stdout.write(f"done {i}\n")  # one write: lines from threads never interleave
-        sys.stdout.flush()
+        say(f"done {i}")
 
     with ThreadPoolExecutor(4) as pool:
         futures = []
@@ -55,7 +82,7 @@ def main() -> None:
             if record is None:
                 futures.append(pool.submit(run, i))
             else:
-                print(f"replay {i} {record.status}", flush=True)
+                say(f"replay {i} {record.status}")
         for future in futures:
             future.result()  # a journal write failure must fail the batch
     print("finished", flush=True)

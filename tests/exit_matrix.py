@@ -195,6 +195,10 @@ time.sleep(0.05)
 ex = taut.ThreadPoolExecutor(2)
 busy = [ex.submit(poll_forever) for _ in range(2)]
 queued = [ex.submit(abs, -1) for _ in range(5)]
+import warnings
+# CPython 3.12+ warns about fork() in a threaded process: the program's own
+# choice here, not taut's output.
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 pid = os.fork()
 if pid == 0:
     # The child: fresh workers on demand, its own work, a normal exit.

@@ -93,9 +93,11 @@ def test_sync_times_out_promptly_and_abandons_the_worker(pool: Any) -> None:
         assert after.timeouts == before.timeouts + 1
         assert pool.stats().abandoned == 1
         # The pool keeps its capacity: both workers are free for new work while
-        # the abandoned one still sleeps.
-        both = [pool.submit(lambda: threading.get_ident()) for _ in range(2)]
-        assert len({f.result(timeout=10) for f in both}) >= 1
+        # the abandoned one still sleeps. The two calls wait for each other, so
+        # they finish only if they run at the same time on two workers.
+        meet = threading.Barrier(2, timeout=10)
+        both = [pool.submit(meet.wait) for _ in range(2)]
+        assert sorted(f.result(timeout=30) for f in both) == [0, 1]
         assert run_bounded_sync(lambda: "again", 10, executor=pool).value == "again"
     finally:
         release.set()

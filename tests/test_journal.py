@@ -1,17 +1,13 @@
-"""Durable call journals: reserve/replay/truncate semantics, durability, crash recovery."""
+"""SqliteJournal specifics: the file, WAL, busy timeouts, fork, pickle; the
+contract every journal shares is in test_journal_contract.py."""
 
 from __future__ import annotations
 
-import collections
+import multiprocessing
 import os
-import pickle
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,127 +23,13 @@ from taut.journal import (
     SqliteJournal,
 )
 
-Factory = Callable[[], Any]
-
-
-@pytest.fixture(params=["sqlite", "memory"])
-def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
-    """Returns a function opening a new journal object over the same storage."""
-    opened: list[SqliteJournal] = []
-    if request.param == "sqlite":
-
-        def factory() -> Any:
-            journal = SqliteJournal(tmp_path / "j.db")
-            opened.append(journal)
-            return journal
-
-    else:
-        first = InMemoryJournal()
-        used = [False]
-
-        def factory() -> Any:
-            if not used[0]:
-                used[0] = True
-                return first
-            return first.reopen()
-
-    yield factory
-    for journal in opened:
-        journal.close()
-
 
 def test_protocol_and_exports(tmp_path: Path) -> None:
     with SqliteJournal(tmp_path / "j.db") as journal:
         assert isinstance(journal, Journal)
     assert isinstance(InMemoryJournal(), Journal)
     assert taut.SqliteJournal is SqliteJournal and taut.JournalRecord is JournalRecord
-
-
-def test_fresh_reserve_is_all_pending(make: Factory) -> None:
-    journal = make()
-    assert journal.reserve(["a", "b", "c"]) == [None, None, None]
-    assert journal.records() == [(0, "a", "pending"), (1, "b", "pending"), (2, "c", "pending")]
-    assert journal.reserve([]) == []
-
-
-def test_replay_terminal_rerun_pending(make: Factory) -> None:
-    journal = make()
-    journal.reserve(["a", "b", "c", "d"])
-    journal.complete(0, "a", "ok", {"x": [1, 2]}, None)
-    journal.complete(1, "b", "error", None, ValueError("bad b"))
-    journal.complete(3, "d", "timeout", None, None)
-    again = make()
-    got = again.reserve(["a", "b", "c", "d"])
-    assert got[0] == JournalRecord(0, "a", "ok", {"x": [1, 2]}, None)
-    assert got[1] is not None and got[1].status == "error"
-    assert isinstance(got[1].error, ValueError) and str(got[1].error) == "bad b"
-    assert got[2] is None  # pending: run again
-    assert got[3] == JournalRecord(3, "d", "timeout", None, None)
-    again.complete(2, "c", "ok", 3, None)
-    third = make().reserve(["a", "b", "c", "d"])
-    assert all(r is not None for r in third)
-
-
-def test_cursor_continues_across_reserve_calls(make: Factory) -> None:
-    journal = make()
-    assert journal.cursor == 0
-    journal.reserve(["a", "b"])
-    assert journal.cursor == 2
-    journal.reserve(["c"])
-    assert journal.cursor == 3
-    assert make().cursor == 0
-    journal.complete(2, "c", "ok", "C", None)
-    journal.complete(0, "a", "ok", "A", None)
-    again = make()
-    first = again.reserve(["a", "b"])
-    second = again.reserve(["c"])
-    assert first[0] is not None and first[0].value == "A" and first[1] is None
-    assert second == [JournalRecord(2, "c", "ok", "C", None)]
-
-
-def test_mismatch_truncates_from_that_position(make: Factory) -> None:
-    journal = make()
-    journal.reserve(["a", "b", "c"])
-    journal.reserve(["d", "e"])
-    for pos, cid in enumerate("abcde"):
-        journal.complete(pos, cid, "ok", cid.upper(), None)
-    again = make()
-    got = again.reserve(["a", "X", "c"])
-    assert got[0] is not None and got[0].value == "A"
-    # Position 1 differs: it and everything after it (even "c", and the later
-    # batch "d", "e") is dropped and recorded afresh.
-    assert got[1:] == [None, None]
-    assert again.records() == [(0, "a", "ok"), (1, "X", "pending"), (2, "c", "pending")]
-    assert again.reserve(["d", "e"]) == [None, None]
-
-
-def test_mismatch_in_later_batch(make: Factory) -> None:
-    journal = make()
-    journal.reserve(["a", "b"])
-    journal.complete(0, "a", "ok", 1, None)
-    journal.complete(1, "b", "ok", 2, None)
-    again = make()
-    assert again.reserve(["Z"]) == [None]
-    assert again.records() == [(0, "Z", "pending")]
-
-
-def test_complete_validation(make: Factory) -> None:
-    journal = make()
-    journal.reserve(["a", "b"])
-    for status in ("not_started", "cancelled", "pending", "OK"):
-        with pytest.raises(ValueError, match="status must be one of"):
-            journal.complete(0, "a", status, None, None)
-    with pytest.raises(JournalError, match="not reserved for call 'zz'"):
-        journal.complete(0, "zz", "ok", None, None)
-    with pytest.raises(JournalError, match="not reserved"):
-        journal.complete(7, "a", "ok", None, None)
-    journal.complete(0, "a", "ok", 1, None)
-    with pytest.raises(JournalError, match="already has outcome 'ok'"):
-        journal.complete(0, "a", "timeout", None, None)
-    with pytest.raises(TypeError, match="call_ids must be"):
-        journal.reserve("abc")
-    with pytest.raises(TypeError, match="call_ids must be strings"):
-        journal.reserve([1])
+    assert issubclass(taut.JournalBusy, taut.JournalError)
 
 
 class Unpicklable(Exception):
@@ -174,6 +56,7 @@ def test_errors_that_do_not_unpickle_become_journaled_errors(tmp_path: Path) -> 
     journal.reserve(["a", "b"])
     journal.complete(0, "a", "error", None, NeedsTwoArgs(1, 2))
     journal.complete(1, "b", "error", None, Unpicklable("nope"))
+    journal.close()
     got = SqliteJournal(tmp_path / "j.db").reserve(["a", "b"])
     for record, name, message in ((got[0], "NeedsTwoArgs", "1/2"), (got[1], "Unpicklable", "nope")):
         assert record is not None
@@ -210,6 +93,125 @@ def test_write_failure_reaches_the_caller(tmp_path: Path) -> None:
     journal.complete(0, "a", "ok", 1, None)
 
 
+def test_a_write_waits_out_a_short_lock_within_the_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = SqliteJournal(path, timeout=30.0)
+    journal.reserve(["a"])
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN EXCLUSIVE")
+    releaser = threading.Timer(0.2, lambda: blocker.execute("ROLLBACK"))
+    releaser.start()
+    try:
+        journal.complete(0, "a", "ok", 1, None)  # waits, then succeeds
+    finally:
+        releaser.join()
+        blocker.close()
+    assert journal.records() == [(0, "a", "ok")]
+
+
+def test_timeout_goes_through_clamp_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with pytest.raises(ValueError, match="timeout must not be NaN"):
+        SqliteJournal(path, timeout=float("nan"))
+    with pytest.raises(TypeError, match=r"timeout must be .* got True \(bool\)"):
+        SqliteJournal(path, timeout=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="timeout must be"):
+        SqliteJournal(path, timeout="5")  # type: ignore[arg-type]
+    for huge in (10**400, float("inf"), None):
+        journal = SqliteJournal(path, timeout=huge)  # clamped, never raw to sqlite3
+        assert journal._timeout == taut.MAX_TIMEOUT
+        journal.reserve(["a"])
+        journal.close()
+    zero = SqliteJournal(path, timeout=-3)
+    assert zero._timeout == 0.0
+
+
+def _open_and_write(path: str, gate: str, run: str, results: Any) -> None:
+    while not os.path.exists(gate):
+        time.sleep(0.0005)
+    try:
+        journal = SqliteJournal(path, run=run, timeout=30.0)
+        journal.reserve(["a"])
+        journal.complete(0, "a", "ok", run, None)
+        journal.close()
+        results.put("ok")
+    except BaseException as exc:  # reported to the parent
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.timeout(300)
+def test_processes_opening_one_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    # issue 7 §3: switching a new file to WAL and creating the schema while other
+    # processes do the same failed at once with "database is locked" (measured:
+    # 1 open in 240 on this machine); they must honour the busy timeout.
+    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    failures: list[str] = []
+    for trial in range(25):
+        path, gate = tmp_path / f"j{trial}.db", tmp_path / f"gate{trial}"
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=_open_and_write, args=(str(path), str(gate), f"r{k}", results))
+            for k in range(6)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(0.2)
+        gate.touch()
+        failures += [r for r in (results.get(timeout=60) for _ in procs) if r != "ok"]
+        for p in procs:
+            p.join(timeout=60)
+        with SqliteJournal(path, run="r0") as check:
+            assert check.records() == [(0, "a", "ok")]
+    assert failures == []
+
+
+class _LockedAtFirst:
+    """A sqlite3 connection whose first ``failures`` statements fail the way a
+    concurrent WAL switch or WAL-index recovery makes them fail: at once, with
+    "database is locked", without SQLite's busy handler waiting."""
+
+    def __init__(self, conn: sqlite3.Connection, failures: list[int]) -> None:
+        self._conn = conn
+        self._failures = failures
+
+    def execute(self, *args: Any) -> Any:
+        if self._failures[0] > 0:
+            self._failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return self._conn.execute(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("failures", [1, 5, 20])
+def test_open_retries_an_immediate_lock_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    real_connect = sqlite3.connect
+    left = [failures]
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *a, **kw: _LockedAtFirst(real_connect(*a, **kw), left)
+    )
+    journal = SqliteJournal(tmp_path / "j.db", timeout=30.0)
+    assert left == [0]
+    journal.reserve(["a"])
+    journal.complete(0, "a", "ok", 1, None)
+
+
+def test_open_gives_up_when_the_timeout_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *a, **kw: _LockedAtFirst(real_connect(*a, **kw), [10**9])
+    )
+    began = time.monotonic()
+    with pytest.raises(JournalError, match=r"cannot open journal .* database is locked"):
+        SqliteJournal(tmp_path / "j.db", timeout=0.2)
+    assert time.monotonic() - began >= 0.2
+
+
 def test_corrupt_file_raises(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     path.write_bytes(b"this is not a database" * 100)
@@ -222,17 +224,11 @@ def test_unreadable_stored_value_raises_on_replay(tmp_path: Path) -> None:
     journal = SqliteJournal(path)
     journal.reserve(["a"])
     journal.complete(0, "a", "ok", 1, None)
+    journal.close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE taut_journal SET value = ?", (b"garbage",))
     with pytest.raises(JournalError, match="cannot replay call 'a'"):
         SqliteJournal(path).reserve(["a"])
-
-
-def test_closed_journal_raises(tmp_path: Path) -> None:
-    journal = SqliteJournal(tmp_path / "j.db")
-    journal.close()
-    with pytest.raises(JournalError, match="closed"):
-        journal.reserve(["a"])
 
 
 def test_wal_mode_and_synchronous(tmp_path: Path) -> None:
@@ -250,60 +246,36 @@ def test_wal_mode_and_synchronous(tmp_path: Path) -> None:
         SqliteJournal(path, synchronous="OFF")
 
 
+def test_file_from_before_codecs_and_leases_still_replays(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE taut_journal (run TEXT NOT NULL, position INTEGER NOT NULL, "
+            "call_id TEXT NOT NULL, status TEXT NOT NULL, value BLOB, error BLOB, "
+            "PRIMARY KEY (run, position)) WITHOUT ROWID"
+        )
+        import pickle
+
+        conn.execute(
+            "INSERT INTO taut_journal VALUES ('default', 0, 'a', 'ok', ?, NULL)",
+            (pickle.dumps({"old": True}),),
+        )
+    got = SqliteJournal(path).reserve(["a"])
+    assert got == [JournalRecord(0, "a", "ok", {"old": True}, None)]
+
+
 def test_runs_are_independent(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     one = SqliteJournal(path, run="one")
     two = SqliteJournal(path, run="two")
     one.reserve(["a"])
-    two.reserve(["b"])
+    two.reserve(["b"])  # another run: its own lease
     one.complete(0, "a", "ok", 1, None)
+    two.close()
     assert SqliteJournal(path, run="two").reserve(["b"]) == [None]
-    assert SqliteJournal(path, run="one").reserve(["a"])[0] is not None
     one.clear()
     assert one.records() == []
-    assert two.records() == [(0, "b", "pending")]
-
-
-def test_parallel_completions_and_reservations(make: Factory) -> None:
-    journal = make()
-    n = 200
-    ids = [f"c{i}" for i in range(n)]
-    journal.reserve(ids)
-    errors: list[BaseException] = []
-
-    def finish(i: int) -> None:
-        try:
-            journal.complete(i, ids[i], "ok", i * 2, None)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=finish, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    got = make().reserve(ids)
-    assert [r.value for r in got if r is not None] == [i * 2 for i in range(n)]
-    # Reservations from many threads never hand out the same position twice.
-    other = make()
-    other.reserve(ids)
-    positions: list[int] = []
-    lock = threading.Lock()
-
-    def grab(k: int) -> None:
-        other.reserve([f"x{k}"])
-        with lock:
-            positions.append(len(positions))
-
-    threads = [threading.Thread(target=grab, args=(k,)) for k in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    records = other.records()
-    assert len(records) == n + 20
-    assert sorted(p for p, _, _ in records) == list(range(n + 20))
+    assert SqliteJournal(path, run="two").records() == [(0, "b", "pending")]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -322,111 +294,47 @@ def test_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     journal.complete(0, "a", "ok", "from parent", None)
+    journal.close()
     got = SqliteJournal(tmp_path / "j.db").reserve(["a", "b"])
     assert [r.value for r in got if r is not None] == ["from parent", "from child"]
 
 
 def test_journal_file_is_pickle_trusted_state_documented() -> None:
+    import pickle
+
     import taut.journal as mod
 
     assert mod.__doc__ is not None and "trusted local state" in mod.__doc__
     assert "trusted local state" in (SqliteJournal.__doc__ or "")
-    assert pickle.loads(pickle.dumps(JournaledError("x.Y", "m"))).message == "m"
+    error = pickle.loads(pickle.dumps(JournaledError("x.Y", "m", "Traceback ...")))
+    assert (error.message, error.traceback_text) == ("m", "Traceback ...")
 
 
-# --------------------------------------------------------------------------- crash
-BATCH = Path(__file__).with_name("_journal_batch.py")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_fork_while_another_thread_holds_the_journal_lock(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    held, release = threading.Event(), threading.Event()
 
+    def hold() -> None:
+        with journal._lock:  # a write in progress on another thread at fork time
+            held.set()
+            release.wait()
 
-def executions(counter_dir: Path) -> collections.Counter[str]:
-    return collections.Counter(name.split(".")[0] for name in os.listdir(counter_dir))
-
-
-def run_batch(
-    db: Path, counter: Path, n: int, gated_from: int, gate: Path
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(BATCH), str(db), str(counter), str(n), str(gated_from), str(gate)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-@pytest.mark.timeout(120)
-def test_sigkill_halfway_then_rerun(tmp_path: Path) -> None:
-    db, counter, gate = tmp_path / "j.db", tmp_path / "counter", tmp_path / "gate"
-    counter.mkdir()
-    n, gated_from = 40, 20
-    ids = [f"call-{i}" for i in range(n)]
-
-    # Run 1: calls 0..19 finish; 20.. block on the gate. Kill it once every call
-    # before the gate is done and 4 gated calls are in flight.
-    proc = run_batch(db, counter, n, gated_from, gate)
-    assert proc.stdout is not None
-    done: set[int] = set()
-    for line in proc.stdout:
-        if line.startswith("done "):
-            done.add(int(line.split()[1]))
-        if len(done) == gated_from:
-            break
-    assert done == set(range(gated_from))
-    deadline = time.monotonic() + 60
-    while sum(executions(counter)[c] for c in ids[gated_from:]) < 4:
-        assert time.monotonic() < deadline, "gated calls never started"
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-
-    before = executions(counter)
-    status = {cid: st for _, cid, st in SqliteJournal(db).records()}
-    finished = {cid for cid, st in status.items() if st != "pending"}
-    assert finished == set(ids[:gated_from])
-    assert len(status) == n  # every slot was reserved before anything ran
-    in_flight = {cid for cid in ids[gated_from:] if before[cid]}
-    assert len(in_flight) == 4  # started but never journaled: must run again
-
-    # Run 2: the gate is open; finished calls replay, all others execute.
-    gate.touch()
-    proc = run_batch(db, counter, n, gated_from, gate)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    after = executions(counter)
-    for cid in ids[:gated_from]:
-        assert after[cid] == 1, f"{cid} ran again although it had finished"
-    for cid in ids[gated_from:]:
-        assert after[cid] == before[cid] + 1, f"{cid} did not run exactly once more"
-    replayed = sorted(
-        int(line.split()[1]) for line in out.splitlines() if line.startswith("replay")
-    )
-    assert replayed == list(range(gated_from))
-
-    # Nothing lost or duplicated: one terminal slot per call, in order, right outcomes.
-    journal = SqliteJournal(db)
-    records = journal.reserve(ids)
-    assert journal.records() == [(i, ids[i], records[i].status) for i in range(n)]  # type: ignore[union-attr]
-    for i, record in enumerate(records):
-        assert record is not None and record.call_id == ids[i] and record.position == i
-        if i % 7 == 3:
-            assert record.status == "error" and isinstance(record.error, ValueError)
-            assert str(record.error) == f"boom {i}"
-        else:
-            assert record.status == "ok" and record.value == {"i": i, "square": i * i}
-
-    # Run 3: everything replays; nothing executes.
-    proc = run_batch(db, counter, n, gated_from, gate)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert executions(counter) == after
-    assert sum(line.startswith("replay") for line in out.splitlines()) == n
-
-
-def test_two_live_objects_keep_positions(make: Factory) -> None:
-    first = make()
-    first.reserve(["a", "b", "c"])
-    second = make()
-    assert second.reserve(["X"]) == [None]  # truncates from 0
-    assert first.reserve(["d"]) == [None]  # still position 3, not shifted
-    first.complete(3, "d", "ok", 4, None)
-    assert first.records() == [(0, "X", "pending"), (3, "d", "ok")]
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 0
+        try:
+            journal.complete(0, "a", "ok", "from child", None)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # the child did not deadlock
+    assert journal.records() == [(0, "a", "ok")]

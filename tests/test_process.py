@@ -6,12 +6,15 @@ count as dead; we reap the ones we own), never with marker files."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -29,6 +32,7 @@ pytestmark = [
 # bounds for "promptly" so a busy 2-core machine never makes a test flaky.
 WORK = "30"
 PROMPT_S = 5.0
+SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_process_sandbox.py")
 
 
 def running(pid: int) -> bool:
@@ -98,7 +102,7 @@ def sh(script: str, **kwargs: object) -> subprocess.Popen[bytes]:
 def test_kills_children_and_grandchildren(
     spawned: list[subprocess.Popen[bytes]], strays: list[int]
 ) -> None:
-    root = sh(f"sh -c 'sleep {WORK} & sleep {WORK}' & sleep {WORK} & wait")
+    root = sh(f"sh -c 'sleep {WORK} & sleep {WORK}' & sleep {WORK} & wait", start_new_session=True)
     spawned.append(root)
     tree = wait_descendants(root.pid, 4)
     strays.extend(tree)
@@ -110,7 +114,7 @@ def test_kills_children_and_grandchildren(
 def test_kills_grandchild_that_started_its_own_session(
     spawned: list[subprocess.Popen[bytes]], strays: list[int]
 ) -> None:
-    root = sh(f"setsid sleep {WORK} & wait")
+    root = sh(f"setsid sleep {WORK} & wait", start_new_session=True)
     spawned.append(root)
     (grandchild,) = wait_descendants(root.pid, 1)
     strays.append(grandchild)
@@ -185,7 +189,9 @@ def test_sigterm_is_delivered_and_handled(spawned: list[subprocess.Popen[bytes]]
         "print('ready', flush=True)\n"
         f"time.sleep({WORK})\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
     spawned.append(child)
     assert child.stdout is not None
     assert child.stdout.readline() == b"ready\n"
@@ -198,7 +204,7 @@ def test_grace_escalates_to_sigkill_for_what_ignores_sigterm(
     spawned: list[subprocess.Popen[bytes]], strays: list[int]
 ) -> None:
     # SIG_IGN is inherited through exec, so the sleeper ignores SIGTERM too.
-    root = sh(f"trap '' TERM; sleep {WORK} & wait")
+    root = sh(f"trap '' TERM; sleep {WORK} & wait", start_new_session=True)
     spawned.append(root)
     tree = wait_descendants(root.pid, 1)
     strays.extend(tree)
@@ -210,7 +216,7 @@ def test_grace_escalates_to_sigkill_for_what_ignores_sigterm(
 
 
 def test_grace_returns_early_when_sigterm_works(spawned: list[subprocess.Popen[bytes]]) -> None:
-    child = subprocess.Popen(["sleep", WORK])
+    child = subprocess.Popen(["sleep", WORK], start_new_session=True)
     spawned.append(child)
     started = time.monotonic()
     # A long grace that need not be used: the default SIGTERM kills sleep.
@@ -226,45 +232,190 @@ def test_returns_false_for_a_process_already_gone() -> None:
     assert taut.kill_process_tree(child.pid, grace=0.1) is False
 
 
-def test_never_signals_the_callers_process_group(spawned: list[subprocess.Popen[bytes]]) -> None:
-    # Both children share our process group; killing one tree leaves the other
-    # (and us) alone.
+def stop_record(child: int) -> int | None:
+    """``CLD_STOPPED``/``CLD_CONTINUED`` if our child was ever stopped, else None
+    (the kernel records it when the signal is sent: no waiting)."""
+    info = os.waitid(os.P_PID, child, os.WSTOPPED | os.WCONTINUED | os.WNOHANG | os.WNOWAIT)
+    return None if info is None else info.si_code
+
+
+def test_refuses_a_child_in_the_callers_process_group(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    # A child started without a group of its own shares ours: refused, and
+    # neither it nor its own child is stopped or signalled.
     victim = sh(f"sleep {WORK} & wait")
-    bystander = subprocess.Popen(["sleep", WORK])
-    spawned.extend([victim, bystander])
-    assert os.getpgid(victim.pid) == os.getpgrp() == os.getpgid(bystander.pid)
-    wait_descendants(victim.pid, 1)
-    assert taut.kill_process_tree(victim.pid) is True
-    victim.wait(timeout=10)
-    assert running(bystander.pid)
-    os.kill(os.getpid(), 0)
-
-
-def test_never_signals_the_caller_even_inside_the_tree() -> None:
-    # Our parent's tree contains us: refusing our own pid is not enough, we
-    # must also skip ourselves when we are a descendant. Use SIGCONT, which is
-    # harmless to our parent and siblings if anything went wrong.
-    with pytest.raises(ValueError, match="caller's own process"):
+    spawned.append(victim)
+    assert os.getpgid(victim.pid) == os.getpgrp()
+    (grandchild,) = wait_descendants(victim.pid, 1)
+    with pytest.raises(
+        ValueError, match=rf"caller's own process group {os.getpgrp()}, got {victim.pid}"
+    ):
+        taut.kill_process_tree(victim.pid)
+    with pytest.raises(ValueError, match="start_new_session=True or process_group=0"):
+        taut.kill_process_tree(victim.pid, sig=signal.SIGTERM, grace=1)
+    assert stop_record(victim.pid) is None
+    assert running(victim.pid) and running(grandchild)
+    with pytest.raises(ValueError, match=r"pid must not be the caller's own process, got \d+"):
         taut.kill_process_tree(os.getpid())
-    members = _core.signal_process_tree(os.getppid(), signal.SIGCONT)
-    assert members is not None
-    assert os.getpid() not in [pid for pid, _ in members]
+    with pytest.raises(ValueError, match="ancestor of the caller"):
+        taut.kill_process_tree(os.getppid(), sig=signal.SIGCONT)
+
+
+def in_sandbox(scenario: str) -> dict[str, Any]:
+    """Run a scenario of tests/_process_sandbox.py as the leader of a session of
+    its own (a kill that went wrong harms only the sandbox) and return what it
+    saw; every process left in that session is killed afterwards."""
+    proc = subprocess.Popen(
+        [sys.executable, SANDBOX, scenario],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == proc.pid:
+                    p.kill()
+            except (OSError, psutil.Error):
+                pass
+        proc.wait(timeout=10)
+    assert proc.returncode == 0, err.decode()
+    facts: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    return facts
+
+
+def test_a_child_in_its_parents_group_cannot_harm_its_parent_or_siblings() -> None:
+    # The child aims at its parent (also its group leader), its sibling and
+    # itself: every call is refused, and no process of the group is stopped or
+    # signalled (their SIGUSR1/SIGTERM/SIGCONT are blocked, so a sent one would
+    # still be pending).
+    facts = in_sandbox("scenario_parent")
+    assert facts["same_group"] is True
+    lines = facts["caller"].splitlines()
+    assert len(lines) == 5, facts["caller"]
+    assert all(": refused: pid must not be" in line for line in lines), facts["caller"]
+    assert "parent: refused: pid must not be an ancestor of the caller" in lines[0]
+    assert "parent with grace: refused: pid must not be an ancestor" in lines[1]
+    assert "group leader: refused: pid must not be an ancestor" in lines[2]
+    assert "sibling: refused: pid must not be in the caller's own process group" in lines[3]
+    assert "self: refused: pid must not be the caller's own process" in lines[4]
+    assert facts["me"] == []
+    assert facts["sibling"] == []
+    assert facts["sibling_stopped"] is None
+
+
+def test_the_callers_group_leader_is_refused_even_when_not_an_ancestor() -> None:
+    # The caller joined a group led by a process that is not its ancestor, and
+    # aims at os.getpgrp(), directly and through a deadline.
+    facts = in_sandbox("scenario_leader")
+    lines = facts["caller"].splitlines()
+    assert len(lines) == 2, facts["caller"]
+    assert "group leader: refused: pid must not be in the caller's own process group" in lines[0]
+    assert "deadline: refused: pid must not be in the caller's own process group" in lines[1]
+    assert facts["me"] == []
+    assert facts["leader"] == []
+    assert facts["leader_stopped"] is None
+
+
+def test_a_descendant_in_the_callers_group_is_skipped_and_its_children_still_reached() -> None:
+    # x (a group of its own) -> y (joined the caller's group) -> z (a group of
+    # its own). Killing x signals x and z, never y, and warns about y.
+    facts = in_sandbox("scenario_links")
+    sigusr1, sigcont = int(signal.SIGUSR1), int(signal.SIGCONT)
+    assert facts["found"] is True
+    assert facts["y_in_our_group"] is True
+    assert facts["y"] == []
+    assert facts["x"] == sorted([sigusr1, sigcont])
+    assert facts["z"] == sorted([sigusr1, sigcont])
+    assert facts["x_stopped"] == os.CLD_CONTINUED  # frozen first, then continued
+    assert facts["me"] == []
+    (warning,) = facts["warnings"]
+    assert f"pids [{facts['pids']['y']}]" in warning
+
+
+def test_freezes_every_member_before_signalling(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    # Deterministic check of the freeze: the kernel records that a child was
+    # stopped and continued when SIGCONT is sent, so the root (our child) and the
+    # grandchild (asked of its parent through a pipe) must both have that record
+    # right after the call. SIGURG is ignored by default: everyone survives.
+    code = (
+        "import os, subprocess, sys\n"
+        f"g = subprocess.Popen(['sleep', '{WORK}'])\n"
+        "print(g.pid, flush=True)\n"
+        "sys.stdin.readline()\n"
+        "info = os.waitid(os.P_PID, g.pid, os.WSTOPPED | os.WCONTINUED | os.WNOHANG | os.WNOWAIT)\n"
+        "print(None if info is None else info.si_code, flush=True)\n"
+        "g.kill(); g.wait()\n"
+    )
+    root = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    spawned.append(root)
+    assert root.stdin is not None and root.stdout is not None
+    grandchild = int(root.stdout.readline())
+    assert stop_record(root.pid) is None
+    assert taut.kill_process_tree(root.pid, sig=signal.SIGURG) is True
+    assert stop_record(root.pid) == os.CLD_CONTINUED
+    root.stdin.write(b"\n")
+    root.stdin.flush()
+    assert root.stdout.readline() == f"{os.CLD_CONTINUED}\n".encode()
+    assert root.wait(timeout=10) == 0
+    assert wait_gone([grandchild]) == []
+
+
+def test_permission_error_when_no_member_may_be_signalled(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    # OS errors keep their errno across the bindings: a caller that may not
+    # signal any member gets PermissionError, as from os.kill.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a caller that may not signal our process")
+    target = subprocess.Popen(["sleep", WORK], start_new_session=True)
+    spawned.append(target)
+    # The interpreter lives under /root: start as root, then become nobody.
+    code = (
+        "import os, taut\n"
+        "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        f"    taut.kill_process_tree({target.pid})\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__, e.errno, e.strerror)\n"
+    )
+    nobody = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert nobody.stdout.strip() == (
+        f"PermissionError {errno.EPERM} Operation not permitted (signalling pid {target.pid})"
+    ), nobody.stderr
+    assert running(target.pid)
+    assert stop_record(target.pid) is None
 
 
 def test_start_time_identity_protects_against_pid_reuse(
     spawned: list[subprocess.Popen[bytes]],
 ) -> None:
-    child = subprocess.Popen(["sleep", WORK])
+    child = subprocess.Popen(["sleep", WORK], start_new_session=True)
     spawned.append(child)
     start = _core.process_start_time(child.pid)
     assert isinstance(start, int) and start > 0
     # The pid now names "another" process than the one recorded: never signalled.
     assert _core.signal_process_tree(child.pid, signal.SIGKILL, start + 1) is None
-    assert _core.signal_process_trees([(child.pid, start + 1)], signal.SIGKILL) == []
+    assert _core.signal_process_trees([(child.pid, start + 1)], signal.SIGKILL) == ([], [])
     assert _core.running_processes([(child.pid, start + 1)]) == []
     assert running(child.pid)
     assert _core.running_processes([(child.pid, start)]) == [(child.pid, start)]
-    assert _core.signal_process_tree(child.pid, signal.SIGKILL, start) == [(child.pid, start)]
+    assert _core.signal_process_tree(child.pid, signal.SIGKILL, start) == (
+        [(child.pid, start)],
+        [],
+    )
     assert child.wait(timeout=10) == -signal.SIGKILL
     assert _core.process_start_time(child.pid) is None
 
@@ -277,6 +428,14 @@ def test_start_time_identity_protects_against_pid_reuse(
         ({"pid": 0}, ValueError, r"got 0 \(int\)"),
         ({"pid": -1}, ValueError, r"got -1 \(int\)"),
         ({"pid": 1}, ValueError, "init"),
+        (
+            {"pid": 2**31},
+            ValueError,
+            r"pid must be a positive int process id up to 2147483647, got 2147483648 \(int\)",
+        ),
+        ({"pid": 2**63}, ValueError, r"got 9223372036854775808 \(int\)"),
+        ({"pid": 10**400}, ValueError, r"got 1000000000000000000000000000000000000\.\.\. \(int\)"),
+        ({"pid": -(2**63)}, ValueError, r"got -9223372036854775808 \(int\)"),
         ({"pid": 12345, "sig": 0}, ValueError, r"sig must be a valid signal number other than 0"),
         ({"pid": 12345, "sig": 999}, ValueError, r"got 999 \(int\)"),
         ({"pid": 12345, "sig": True}, TypeError, r"sig must be a signal number.*True \(bool\)"),
@@ -298,7 +457,7 @@ def test_argument_errors(kwargs: dict[str, object], error: type[Exception], matc
 
 
 def test_huge_grace_is_clamped(spawned: list[subprocess.Popen[bytes]]) -> None:
-    child = subprocess.Popen(["sleep", WORK])
+    child = subprocess.Popen(["sleep", WORK], start_new_session=True)
     spawned.append(child)
     assert taut.kill_process_tree(child.pid, grace=10**400) is True
     assert child.wait(timeout=10) == -signal.SIGTERM

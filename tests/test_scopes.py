@@ -109,6 +109,14 @@ def test_deadline_is_computed_on_entry(clock: FakeClock) -> None:
     assert remaining() is None
 
 
+def test_remaining_stops_at_zero_once_the_deadline_passed(clock: FakeClock) -> None:
+    with move_on_after(5) as scope:
+        clock.advance(7)
+        assert remaining() == 0.0
+        assert scope.remaining() == 0.0
+    assert scope.expired
+
+
 def test_nesting_earliest_wins(clock: FakeClock) -> None:
     with fail_after(10):
         with fail_after(3):

@@ -165,13 +165,7 @@ def test_max_agents_of_planning_constraints_sets_the_ceiling(runners: list[ToolR
 
 
 def _planning_constraints(max_agents: int) -> Any:
-    try:
-        from taut.constraints import PlanningConstraints  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # until the constraints module lands, the same shape
-
-        class PlanningConstraints:  # type: ignore[no-redef]
-            def __init__(self, max_agents: int) -> None:
-                self.max_agents = max_agents
+    from taut.constraints import PlanningConstraints
 
     return PlanningConstraints(max_agents=max_agents)
 

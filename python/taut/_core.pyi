@@ -147,21 +147,29 @@ def _set_main_thread(ident: int) -> None:
 
 def signal_process_tree(
     pid: int, sig: int, start_time: int | None = None
-) -> list[tuple[int, int]] | None:
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
     """Freeze the tree rooted at ``pid`` with ``SIGSTOP`` (rescanning ``/proc``
     until no new member appears: descendants by parent link, plus members of
     process groups and sessions that a member leads), send ``sig`` to every
     member, then ``SIGCONT`` unless ``sig`` is ``SIGKILL`` or ``SIGSTOP``.
-    The caller's own process is never signalled, its own group and session
-    never expanded. With ``start_time``, the root must be that exact process.
-    Returns ``None`` if the root is gone, else the ``(pid, start_time)``
-    identities signalled. ``ValueError`` for a pid <= 0 or a signal outside
-    1..64."""
+    The caller, its ancestors and the members of its process group are never
+    stopped nor signalled: as the root they are a ``ValueError``, inside the
+    tree they are skipped (an ancestor ends the walk, a group member passes its
+    descendants on); the caller's session is never expanded. With
+    ``start_time``, the root must be that exact process. Returns ``None`` if the
+    root is gone, else ``(signalled, skipped)`` as ``(pid, start_time)``
+    identities. ``TypeError``/``ValueError`` (never ``OverflowError``) for a pid
+    outside 1..2**31-1, a signal outside 1..64 or a bad start time; OS failures
+    raise the ``OSError`` subclass of their errno (``PermissionError`` when no
+    member could be signalled because we may not)."""
 
-def signal_process_trees(procs: list[tuple[int, int]], sig: int) -> list[tuple[int, int]]:
+def signal_process_trees(
+    procs: list[tuple[int, int]], sig: int
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Like ``signal_process_tree`` for several roots named by ``(pid,
-    start_time)``; roots no longer running as that process are skipped.
-    Returns the identities signalled."""
+    start_time)``; roots no longer running as that process are skipped, and so
+    are protected roots (reported in ``skipped``, not refused). Returns
+    ``(signalled, skipped)``."""
 
 def running_processes(procs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The ``(pid, start_time)`` identities among ``procs`` that still run
@@ -176,7 +184,8 @@ def signal_process_tree_at(
 ) -> None:
     """At the expiry of ``deadline``, do ``signal_process_tree(pid, sig,
     start_time)`` on a short-lived Rust thread that the timer thread starts,
-    without the GIL (at once if already expired; never if cancelled first)."""
+    without the GIL (at once if already expired; never if cancelled first).
+    A protected root is refused with ``ValueError`` now, and skipped at expiry."""
 
 # A call as the pool hands it out: (future, fn, args, kwargs or None).
 _Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]

@@ -211,12 +211,21 @@ def run_bounded_sync(
     wake = _Release(latch)
     # The Rust timer thread fires the deadline; releasing the latch needs the
     # GIL, so it runs on taut's callback thread and the timer never waits.
-    deadline.call_soon(wake)
+    try:
+        deadline.call_soon(wake)
+        timer_wakes = True
+    except RuntimeError:
+        # That thread could not start: the interpreter is shutting down
+        # (CPython 3.12+ starts no threads then). Wait with a timeout instead.
+        timer_wakes = False
     future.add_done_callback(wake)
     try:
-        # No timeout: a plain lock wait, which signal handlers interrupt, so
-        # Ctrl-C lands at once.
-        latch.acquire()
+        if timer_wakes:
+            # No timeout: a plain lock wait, which signal handlers interrupt,
+            # so Ctrl-C lands at once.
+            latch.acquire()
+        else:
+            _acquire_until(latch, deadline.at)
     except BaseException:
         deadline.cancel()
         if pool is not None:
@@ -231,6 +240,15 @@ def run_bounded_sync(
     else:
         _release_late_worker(pool, future, interrupt)
     return _sync_timed_out(started, budget, label, on_timeout)
+
+
+def _acquire_until(latch: _thread.LockType, at: float) -> None:
+    """Wait for `latch` until `time.monotonic()` reaches `at`, in slices an
+    OS wait accepts."""
+    while True:
+        left = at - time.monotonic()
+        if left <= 0 or latch.acquire(timeout=min(left, threading.TIMEOUT_MAX)):
+            return
 
 
 class _Release:

@@ -6,24 +6,30 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
-import platform
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from taut._bench import Row
+from taut._bench import Row, check_keys, machine_line
 from taut.demo import LANGUAGES
 
-# Benchmark areas, each a module of taut._bench with run(quick) -> list[Row].
-BENCH_AREAS = [
-    "taut._bench.executor",
-    "taut._bench.deadlines",
-    "taut._bench.bounded",
-    "taut._bench.config",
-]
+# Benchmark areas: the name ``--area`` takes, and the module of taut._bench
+# with run(quick) -> list[Row] behind it.
+BENCH_AREAS = {
+    "executor": "taut._bench.executor",
+    "deadlines": "taut._bench.deadlines",
+    "bounded": "taut._bench.bounded",
+    "config": "taut._bench.config",
+    "gateway": "taut._bench.gateway",
+}
+
+
+def _area_names() -> list[str]:
+    return list(BENCH_AREAS)
 
 
 def _format_value(value: float, unit: str) -> str:
@@ -40,8 +46,26 @@ def _format_value(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def _format_spread(row: Row) -> str:
+    spread = row.spread
+    if spread is None:
+        return "n/a"
+    return f"{spread[0]:.3g}-{spread[1]:.3g}x"
+
+
 def _table(rows: Sequence[Row]) -> str:
-    header = ("case", "baseline", "stdlib / baseline", "taut", "ratio", "target", "met")
+    header = (
+        "case",
+        "baseline",
+        "baseline (median)",
+        "taut (median)",
+        "ratio",
+        "spread (IQR)",
+        "rounds",
+        "taut is",
+        "target",
+        "met",
+    )
     lines = [
         (
             row.case,
@@ -49,8 +73,11 @@ def _table(rows: Sequence[Row]) -> str:
             _format_value(row.baseline, row.unit),
             _format_value(row.taut, row.unit),
             f"{row.ratio:.3f}x",
+            _format_spread(row),
+            str(row.rounds) if row.rounds else "-",
+            row.verdict,
             row.target,
-            "yes" if row.met else "NO",
+            row.status,
         )
         for row in rows
     ]
@@ -58,36 +85,88 @@ def _table(rows: Sequence[Row]) -> str:
     out = [" | ".join(h.ljust(w) for h, w in zip(header, widths))]
     out.append("-+-".join("-" * w for w in widths))
     out += [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
-    out += [f"  * {row.case.split(' ')[0]} {row.note}" for row in rows if row.note]
+    out += [f"  * {row.key}: {row.note}" for row in rows if row.note]
     return "\n".join(out)
 
 
+_LEGEND = (
+    "ratio = median of the per-round taut / baseline ratios "
+    "(below 1 is better where lower is better); "
+    "spread = interquartile range of the per-round ratios (n/a: fewer than 2 paired rounds); "
+    "'inconclusive' = the spread straddles 1.0, the rounds disagree on which side is better; "
+    "met = target checked (yes/NO) or info (no target, not counted)."
+)
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """The closing line: only rows with a real target count."""
+    checked = [r for r in rows if r.met is not None]
+    met = sum(1 for r in checked if r.met)
+    info = len(rows) - len(checked)
+    noisy = sum(1 for r in rows if r.inconclusive)
+    return (
+        f"{met}/{len(checked)} targets met ({info} informational rows not counted); "
+        f"{noisy} of {len(rows)} rows inconclusive"
+    )
+
+
+def _json_row(row: Row) -> dict[str, object]:
+    spread = row.spread
+    return {
+        "case": row.case,
+        "baseline_name": row.baseline_name,
+        "unit": row.unit,
+        "better": row.better,
+        "baseline": row.baseline,
+        "taut": row.taut,
+        "ratio": row.ratio,
+        "rounds": row.rounds,
+        "ratios": list(row.ratios),
+        "spread_iqr": list(spread) if spread is not None else None,
+        "inconclusive": row.inconclusive,
+        "verdict": row.verdict,
+        "target": row.target,
+        "met": row.met,
+        "note": row.note,
+    }
+
+
 def _bench(args: argparse.Namespace) -> int:
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        # Before the run, not after minutes of measuring.
+        print(
+            "python -m taut bench: --plot needs matplotlib: pip install 'taut[plot]'",
+            file=sys.stderr,
+        )
+        return 2
+    machine = machine_line()
+    if not args.json:
+        print(f"machine: {machine}{' (quick)' if args.quick else ''}", flush=True)
+        print(_LEGEND, flush=True)
+        print(flush=True)
     rows: list[Row] = []
-    for area in args.area or BENCH_AREAS:
-        module = importlib.import_module(area if "." in area else f"taut._bench.{area}")
+    for area in args.area or _area_names():
+        module = importlib.import_module(BENCH_AREAS[area])
         area_rows = module.run(quick=args.quick)
         rows.extend(area_rows)
+        check_keys(rows)
         if not args.json:
             print(_table(area_rows), flush=True)
             print(flush=True)
-    machine = (
-        f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"{platform.python_implementation()} {platform.python_version()}"
-    )
     if args.json:
         payload = {
             "machine": machine,
-            "rows": [dict(vars(r), ratio=r.ratio) for r in rows],
+            "quick": args.quick,
+            "summary": summary(rows),
+            "rows": {r.key: _json_row(r) for r in rows},
         }
         print(json.dumps(payload, indent=2))
     else:
-        missed = [r.case for r in rows if not r.met]
-        print(f"machine: {machine}; {len(rows) - len(missed)}/{len(rows)} targets met")
+        print(f"machine: {machine}; {summary(rows)}")
     if args.plot:
         from taut._bench.plot import plot_rows
 
-        plot_rows(rows, args.plot)
+        plot_rows(rows, args.plot, title=machine)
     return 0
 
 
@@ -242,13 +321,21 @@ def _register_demo(subparsers: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from taut import __version__
+
     parser = argparse.ArgumentParser(prog="python -m taut")
+    parser.add_argument("--version", action="version", version=f"taut {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="compare taut with the standard library, side by side")
     bench.add_argument("--quick", action="store_true", help="fewer rounds and smaller loads")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
-    bench.add_argument("--area", action="append", help="only this area (repeatable)")
+    bench.add_argument(
+        "--area",
+        action="append",
+        choices=_area_names(),
+        help=f"only this area, one of {', '.join(_area_names())} (repeatable)",
+    )
     bench.set_defaults(handler=_bench)
     _register_config(sub)
     _register_demo(sub)

@@ -787,7 +787,16 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             if exited is not None:
                 exited.set()
         if spawn:
-            self._spawn(1)
+            try:
+                self._spawn(1)
+            except RuntimeError:
+                # No new thread at interpreter shutdown (CPython 3.12+). With
+                # no worker left, the waiting calls would never run: fail
+                # them, so that whoever waits for them is woken.
+                if self._core.stats()[1] == 0:
+                    self._fail_queued(
+                        RuntimeError("cannot start a worker thread at interpreter shutdown")
+                    )
         return bool(abandoned)
 
     def interrupt(self, future: _cf.Future[Any], exc_type: type[BaseException]) -> bool:

@@ -6,7 +6,15 @@ reparented to init that still belong to a session or process group the tree
 leads. The tree is frozen with ``SIGSTOP`` until a rescan finds nobody new, so it
 cannot fork away while it is being killed; processes are addressed by pid *and*
 start time (through pidfds where the kernel has them), so a reused pid is never
-signalled; the caller itself and its own process group are never signalled.
+signalled.
+
+The caller is never harmed: the caller itself, its ancestors (parent,
+grandparent, ... whose trees hold the caller) and every member of the caller's
+own process group are never stopped nor signalled. Naming such a process as the
+target is a ``ValueError``; reached inside a tree (a descendant that joined the
+caller's group, an ancestor in a group the tree leads) it is left alone and named
+in a ``RuntimeWarning``. So a command whose tree is to be killed must run in a
+process group of its own: ``start_new_session=True`` or ``process_group=0``.
 
 ``run_process`` is ``subprocess.run(capture_output=True)`` with a deadline that
 the Rust timer thread enforces by killing the whole tree without the GIL, and a
@@ -25,6 +33,7 @@ import selectors
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -45,19 +54,33 @@ _GRACE_SLICE_S = 0.01
 _StrOrBytesPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 
+# pid_t is a 32-bit int on Linux: a larger pid names no process and would
+# overflow on its way to the kernel.
+_PID_MAX = 2**31 - 1
+
+
 def _describe(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    try:
+        shown = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        shown = "<int too long to print>"
+    if len(shown) > 40:
+        # 10**400 is a legal input; its 401 digits are not a useful message.
+        shown = shown[:37] + "..."
+    return f"{shown} ({type(value).__name__})"
 
 
 def _check_pid(pid: object) -> int:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TypeError(f"pid must be a positive int process id, got {_describe(pid)}")
-    if pid <= 0:
-        raise ValueError(f"pid must be a positive int process id, got {_describe(pid)}")
+    if not 0 < pid <= _PID_MAX:
+        raise ValueError(
+            f"pid must be a positive int process id up to {_PID_MAX}, got {_describe(pid)}"
+        )
     if pid == 1:
         raise ValueError("pid must not be 1: refusing to signal init and every process")
-    if pid == os.getpid():
-        raise ValueError(f"pid must not be the caller's own process, got {pid}")
+    # The caller, its ancestors and its process group are refused by the core,
+    # which decides from /proc at the moment of the call.
     return pid
 
 
@@ -97,16 +120,35 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     given), and after ``grace`` seconds ``SIGKILL`` goes to every member still
     running and to anything it started meanwhile. A zombie (exited, not yet
     reaped) still counts as present, as for ``os.kill``. Runs without the GIL.
+
+    The caller, its ancestors and the members of its own process group are never
+    stopped nor signalled. If ``pid`` is one of them this raises ``ValueError``
+    (so a child started without ``start_new_session=True`` or
+    ``process_group=0`` cannot be killed with this function: it shares the
+    caller's group). If the tree reaches one of them, it is left alone (an
+    ancestor's other children with it; a group member's own descendants are still
+    killed) and a ``RuntimeWarning`` names the pids.
+
+    ``TypeError``/``ValueError`` name the parameter and the value for a ``pid``
+    that is not an int in ``1..2**31-1`` (also ``2**63`` or ``10**400``), a bad
+    ``sig`` or ``grace``. OS failures raise the ``OSError`` subclass of their
+    errno: ``PermissionError`` when no member could be signalled because they
+    belong to another user, as ``os.kill`` would.
     """
     pid = _check_pid(pid)
     sig = _check_signal(sig)
     grace_s = _check_grace(grace)
     if grace_s is None:
-        return _core.signal_process_tree(pid, sig) is not None
+        outcome = _core.signal_process_tree(pid, sig)
+        if outcome is None:
+            return False
+        _warn_skipped(pid, outcome[1])
+        return True
     first = signal.SIGTERM if sig == signal.SIGKILL else sig
-    members = _core.signal_process_tree(pid, first)
-    if members is None:
+    outcome = _core.signal_process_tree(pid, first)
+    if outcome is None:
         return False
+    members, skipped = outcome
     until = time.monotonic() + grace_s
     running = _core.running_processes(members)
     while running:
@@ -116,8 +158,20 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
         time.sleep(min(_GRACE_SLICE_S, left))
         running = _core.running_processes(running)
     if running:
-        _core.signal_process_trees(running, signal.SIGKILL)
+        skipped = skipped + _core.signal_process_trees(running, signal.SIGKILL)[1]
+    _warn_skipped(pid, skipped)
     return True
+
+
+def _warn_skipped(pid: int, skipped: list[tuple[int, int]]) -> None:
+    if skipped:
+        pids = sorted({p for p, _ in skipped})
+        warnings.warn(
+            f"kill_process_tree({pid}) left {len(pids)} process(es) of the tree alone: "
+            f"the caller, its ancestors or members of its process group, pids {pids}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
@@ -202,11 +256,14 @@ def run_process(
 
     The child starts in a new session (``start_new_session=True``) unless
     ``start_new_session`` or ``process_group`` is passed, so grandchildren that
-    outlive their parent are still found by session. ``stdout``/``stderr`` default
-    to pipes and may be overridden; ``text``/``encoding``/``errors`` decode the
-    output; ``check=True`` raises ``CalledProcessError`` on a non-zero exit and
-    ``DeadlineExpired`` on timeout. On any exception in the caller (such as
-    ``KeyboardInterrupt``) the tree is killed before the exception propagates.
+    outlive their parent are still found by session. Keeping it in the caller's
+    process group (``start_new_session=False`` without another
+    ``process_group``) is a ``ValueError``: the caller's group is never killed.
+    ``stdout``/``stderr`` default to pipes and may be overridden;
+    ``text``/``encoding``/``errors`` decode the output; ``check=True`` raises
+    ``CalledProcessError`` on a non-zero exit and ``DeadlineExpired`` on timeout.
+    On any exception in the caller (such as ``KeyboardInterrupt``) the tree is
+    killed before the exception propagates.
     """
     budget = clamp_timeout(timeout)
     if not isinstance(check, bool):
@@ -237,8 +294,7 @@ def run_process(
         popen_kwargs["stdin"] = subprocess.PIPE
     popen_kwargs.setdefault("stdout", subprocess.PIPE)
     popen_kwargs.setdefault("stderr", subprocess.PIPE)
-    if "start_new_session" not in popen_kwargs and "process_group" not in popen_kwargs:
-        popen_kwargs["start_new_session"] = True
+    _own_group_for_the_tree(popen_kwargs)
 
     started = time.monotonic()
     if budget is not None and budget <= 0:
@@ -283,6 +339,23 @@ def run_process(
     if check:
         result.check_returncode()
     return result
+
+
+def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:
+    """The deadline kills the command's tree, which must never touch the caller's
+    process group: the command gets a session of its own unless it is asked for
+    a group of its own, and a request to keep it in the caller's group is refused."""
+    new_session = popen_kwargs.get("start_new_session")
+    group = popen_kwargs.get("process_group")
+    if new_session is None and group is None:
+        popen_kwargs["start_new_session"] = True
+    elif not new_session and (group is None or group == os.getpgrp()):
+        raise ValueError(
+            "run_process needs the command in a process group of its own (its tree is "
+            "killed at the deadline, and the caller's own group never is): leave "
+            "start_new_session unset or True, or pass process_group=0; got "
+            f"start_new_session={new_session!r}, process_group={group!r}"
+        )
 
 
 def _close_pipes(proc: subprocess.Popen[bytes]) -> None:

@@ -44,6 +44,7 @@ from taut._checks import check_timeout
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
+from taut.gather.limits import check_limiter
 
 __all__ = ["FROM_CONFIG", "QueueNotice", "ToolCall", "ToolResult", "ToolRunner"]
 
@@ -58,6 +59,11 @@ _DEFAULT_BATCH_TIMEOUT = 420.0
 _TEXTS = {
     "en": "Waiting for a free worker - position {position}",
     "de": "Warte auf einen freien Bearbeiter - Position {position}",
+}
+# Waiting for a fleet-wide limiter: no queue position is known there.
+_SLOT_TEXTS = {
+    "en": "Waiting for a free slot",
+    "de": "Warte auf einen freien Platz",
 }
 
 
@@ -187,7 +193,11 @@ class ToolRunner:
     left at ``<from config>`` they are read from the config at each batch.
     ``language`` picks the notice text (``'en'`` or ``'de'``). With
     ``interrupt=True`` a timed-out tool also gets :class:`TimeoutError` raised
-    in its thread (at its next bytecode boundary).
+    in its thread (at its next bytecode boundary). ``limiter`` (a
+    ``threading.BoundedSemaphore``, or a ``distributed.Semaphore`` shared by a
+    fleet) is a second ceiling in front of the pool: a call takes a slot
+    before it starts, within the deadline; while it waits for one its notice
+    says "Waiting for a free slot" (no position: the queue is the fleet's).
     """
 
     def __init__(
@@ -201,7 +211,9 @@ class ToolRunner:
         on_notice: Callable[[QueueNotice], object] | None = None,
         language: str = "en",
         interrupt: bool = False,
+        limiter: Any = None,
     ) -> None:
+        self._limiter = check_limiter(limiter)
         if language not in _TEXTS:
             raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
         if tool_workers is None:
@@ -325,11 +337,12 @@ class ToolRunner:
         waited: set[int] = set()
         lock = threading.Lock()
 
-        def emit(kind: str, pos: int, position: int | None) -> None:
+        def emit(kind: str, pos: int, position: int | None, text: str = "") -> None:
             if notify is None:
                 return
             call = batch[group[pos]]
-            text = _TEXTS[self._language].format(position=position) if position else ""
+            if position:
+                text = _TEXTS[self._language].format(position=position)
             try:
                 notify(QueueNotice(kind, ids[pos], call.name, position, text))
             except Exception:
@@ -353,8 +366,20 @@ class ToolRunner:
             job.on_start(on_start)  # after the fence: a fenced call never "starts"
             return executor.submit_tracked(job.runnable(), on_wait=on_wait)
 
+        def on_slot_wait(pos: int) -> None:
+            with lock:
+                first = pos not in waited
+                waited.add(pos)
+            if first:
+                emit("waiting", pos, None, _SLOT_TEXTS[self._language])
+
         outcomes = self._scheduler.gather(
-            handles, timeout=timeout, interrupt=self._interrupt, submit=submit
+            handles,
+            timeout=timeout,
+            interrupt=self._interrupt,
+            submit=submit,
+            limiter=self._limiter,
+            on_slot_wait=on_slot_wait,
         )
         for pos, outcome in enumerate(outcomes):
             if outcome.status == "not_started" and pos in waited:

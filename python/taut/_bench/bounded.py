@@ -11,11 +11,12 @@ a bounded call minus the time of the bare call, measured in the same run.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import threading
 import time
 from typing import Any, Callable
 
-from taut._bench import Row, interleaved_medians
+from taut._bench import Row, interleaved_samples, paired_row
 from taut.bounded import run_bounded_async, run_bounded_sync
 from taut.executor import default_executor
 
@@ -149,24 +150,26 @@ def _async_runners(loop: asyncio.AbstractEventLoop, n: int) -> dict[str, Callabl
     }
 
 
-def _row(case: str, baseline_name: str, medians: dict[str, float]) -> Row:
-    seed = max(medians["seed"] - medians["bare"], 1e-12)
-    ours = max(medians["taut"] - medians["bare"], 1e-12)
-    return Row(
+def _row(key: str, case: str, baseline_name: str, samples: dict[str, list[float]]) -> Row:
+    # Overhead = bounded call minus the bare call of the same round.
+    def overhead(name: str) -> list[float]:
+        return [max(x - bare, 1e-12) for x, bare in zip(samples[name], samples["bare"])]
+
+    bare = statistics.median(samples["bare"])
+    note = f"bare call {bare * 1e6:.2f} µs"
+    if "round_trip" in samples:
+        trip = statistics.median(samples["round_trip"])
+        note += f"; pool submit().result() round trip {trip * 1e6:.1f} µs"
+    return paired_row(
+        key=key,
         case=case,
         baseline_name=baseline_name,
-        baseline=seed,
-        taut=ours,
+        baseline=overhead("seed"),
+        taut=overhead("taut"),
         unit="s",
-        better="lower",
         target=f"<= {TARGET:g}x",
-        met=ours <= TARGET * seed,
-        note=f"bare call {medians['bare'] * 1e6:.2f} µs"
-        + (
-            f"; pool submit().result() round trip {medians['round_trip'] * 1e6:.1f} µs"
-            if "round_trip" in medians
-            else ""
-        ),
+        met=lambda r: r.ratio <= TARGET,
+        note=note,
     )
 
 
@@ -178,9 +181,10 @@ def run(quick: bool) -> list[Row]:
     run_bounded_sync(_fast, 10.0)
     rows = [
         _row(
+            "bounded.sync_overhead",
             "run_bounded_sync overhead (fast call)",
             "daemon thread + Event.wait",
-            interleaved_medians(_sync_runners(n), rounds),
+            interleaved_samples(_sync_runners(n), rounds),
         )
     ]
     loop = asyncio.new_event_loop()
@@ -188,9 +192,10 @@ def run(quick: bool) -> list[Row]:
         loop.run_until_complete(run_bounded_async(_fast_async(), 10.0))
         rows.append(
             _row(
+                "bounded.async_overhead",
                 "run_bounded_async overhead (fast call)",
                 "2 threading.Timer + call_soon_threadsafe",
-                interleaved_medians(_async_runners(loop, n), rounds),
+                interleaved_samples(_async_runners(loop, n), rounds),
             )
         )
     finally:

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from taut._bench import Row, interleaved_medians
+from taut._bench import Row, interleaved_samples, paired_row
 
 KEY = "tools.concurrent_batch"
 ENV = "TAUT_BENCH_CONCURRENT_TOOL_TIMEOUT_S"
@@ -53,31 +53,31 @@ def run(quick: bool) -> list[Row]:
                 return (time.perf_counter() - start) / calls
 
             resolve_timeout(KEY, default=420, env_var=ENV, config=path)  # warm the cache
-            med = interleaved_medians(
+            samples = interleaved_samples(
                 {"taut": taut_resolve, "reparse": reparse, "env": env_only}, rounds
             )
         finally:
             os.environ.pop(ENV, None)
     return [
-        Row(
+        paired_row(
+            key="config.resolve_vs_reparse",
             case="timeout resolve, config file + env",
             baseline_name="stat + yaml.safe_load per call",
-            baseline=med["reparse"],
-            taut=med["taut"],
+            baseline=samples["reparse"],
+            taut=samples["taut"],
             unit="s",
-            better="lower",
             target="< 0.05x",
-            met=med["taut"] < 0.05 * med["reparse"],
+            met=lambda r: r.ratio < 0.05,
         ),
-        Row(
+        paired_row(
+            key="config.resolve_cached_absolute",
             case="timeout resolve, cached (absolute)",
             baseline_name="os.environ.get + float",
-            baseline=med["env"],
-            taut=med["taut"],
+            baseline=samples["env"],
+            taut=samples["taut"],
             unit="s",
-            better="lower",
             target="taut < 10 µs",
-            met=med["taut"] < 10e-6,
+            met=lambda r: r.taut < 10e-6,
             note="cached resolve = one stat + one dict lookup",
         ),
     ]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import json
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 from taut import _core
-from taut._bench import Row, interleaved_medians
+from taut._bench import INFO, Row, interleaved_samples, paired_row, ratios_of
 from taut.deadline import DeadlineExpired
 
 _FAR = 3600.0
@@ -117,60 +117,57 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
     if has_timeout:
         runners["asyncio.timeout"] = _loop_timed(_asyncio_timeout, n // 4)
         runners["taut async scope"] = _loop_timed(_taut_async_scope, n // 4)
-    m = interleaved_medians(runners, rounds)
+    m = interleaved_samples(runners, rounds)
     taut = m["taut"]
     rows = []
     if has_timeout:
-        base = m["asyncio.timeout"]
         rows.append(
-            Row(
-                "(a) arm+cancel one deadline",
-                "asyncio.timeout enter/exit",
-                base,
-                taut,
-                "s",
-                "lower",
-                "<=1 µs and >=4x cheaper",
-                taut <= 1e-6 and base / taut >= 4,
+            paired_row(
+                key="deadlines.arm_cancel_vs_asyncio_timeout",
+                case="(a) arm+cancel one deadline",
+                baseline_name="asyncio.timeout enter/exit",
+                baseline=m["asyncio.timeout"],
+                taut=taut,
+                unit="s",
+                target="<=1 µs and >=4x cheaper",
+                met=lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
             )
         )
         rows.append(
-            Row(
-                "(a) async with move_on_after (full scope)",
-                "asyncio.timeout enter/exit",
-                base,
-                m["taut async scope"],
-                "s",
-                "lower",
-                "informational",
-                True,
+            paired_row(
+                key="deadlines.async_scope_vs_asyncio_timeout",
+                case="(a) async with move_on_after (full scope)",
+                baseline_name="asyncio.timeout enter/exit",
+                baseline=m["asyncio.timeout"],
+                taut=m["taut async scope"],
+                unit="s",
+                target=INFO,
+                met=None,
                 note="a whole taut scope, not only the timer",
             )
         )
-    base = m["call_later"]
     rows.append(
-        Row(
-            "(a) arm+cancel one deadline",
-            "loop.call_later+cancel",
-            base,
-            taut,
-            "s",
-            "lower",
-            "cheaper",
-            taut < base,
+        paired_row(
+            key="deadlines.arm_cancel_vs_call_later",
+            case="(a) arm+cancel one deadline",
+            baseline_name="loop.call_later+cancel",
+            baseline=m["call_later"],
+            taut=taut,
+            unit="s",
+            target="cheaper",
+            met=lambda r: r.ratio < 1.0,
         )
     )
-    base = m["threading.Timer"]
     rows.append(
-        Row(
-            "(a) arm+cancel one deadline",
-            "threading.Timer start+cancel",
-            base,
-            taut,
-            "s",
-            "lower",
-            ">=100x cheaper",
-            base / taut >= 100,
+        paired_row(
+            key="deadlines.arm_cancel_vs_threading_timer",
+            case="(a) arm+cancel one deadline",
+            baseline_name="threading.Timer start+cancel",
+            baseline=m["threading.Timer"],
+            taut=taut,
+            unit="s",
+            target=">=100x cheaper",
+            met=lambda r: r.ratio <= 0.01,
         )
     )
     return rows
@@ -293,20 +290,39 @@ def bench_lateness(quick: bool) -> list[Row]:
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
-        for q, name in ((0.5, "p50"), (0.99, "p99")):
-            t, s = _pct(taut_l, q), _pct(std_l, q)
-            rows.append(
-                Row(
-                    f"(c) GIL-free expiry lateness {name}, {label}",
-                    "threading.Timer",
-                    s,
-                    t,
-                    "s",
-                    "lower",
-                    "p99 <= 0.2 ms" if name == "p99" else "informational",
-                    t <= 0.0002 if name == "p99" else True,
-                )
+        # p50 rows: the spread of the per-sample ratios (samples alternate in
+        # chunks, so neighbours ran under the same load). A p99 is one number
+        # over all samples: no per-round spread.
+        key_label = label.replace(" ", "_")
+        rows.append(
+            Row(
+                key=f"deadlines.gil_free_lateness_p50_{key_label}",
+                case=f"(c) GIL-free expiry lateness p50, {label}",
+                baseline_name="threading.Timer",
+                baseline=_pct(std_l, 0.5),
+                taut=_pct(taut_l, 0.5),
+                unit="s",
+                better="lower",
+                target=INFO,
+                met=None,
+                ratios=ratios_of(taut_l, std_l),
             )
+        )
+        t99, s99 = _pct(taut_l, 0.99), _pct(std_l, 0.99)
+        rows.append(
+            Row(
+                key=f"deadlines.gil_free_lateness_p99_{key_label}",
+                case=f"(c) GIL-free expiry lateness p99, {label}",
+                baseline_name="threading.Timer",
+                baseline=s99,
+                taut=t99,
+                unit="s",
+                better="lower",
+                target="p99 <= 0.2 ms",
+                met=t99 <= 0.0002,
+                note=f"p99 of {len(taut_l)} samples each",
+            )
+        )
     n_int = 20 if quick else 100
     taut_i: list[float] = []
     std_i: list[float] = []
@@ -318,14 +334,18 @@ def bench_lateness(quick: bool) -> list[Row]:
         t, s = _pct(taut_i, q), _pct(std_i, q)
         rows.append(
             Row(
-                f"(c) DeadlineExpired into busy code {name}",
-                "threading.Timer + SetAsyncExc",
-                s,
-                t,
-                "s",
-                "lower",
-                f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
-                t <= budget,
+                key=f"deadlines.interrupt_lateness_{name}",
+                case=f"(c) DeadlineExpired into busy code {name}",
+                baseline_name="threading.Timer + SetAsyncExc",
+                baseline=s,
+                taut=t,
+                unit="s",
+                better="lower",
+                target=f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
+                met=t <= budget,
+                # taut and stdlib alternate sample by sample: pairs for the p50.
+                ratios=ratios_of(taut_i, std_i) if name == "p50" else (),
+                note="" if name == "p50" else f"p99 of {n_int} samples each",
             )
         )
     return rows
@@ -393,43 +413,44 @@ def bench_pending(quick: bool) -> list[Row]:
             runs[mode].append(_pending_run(mode, n, trace=False))
     traced = {mode: _pending_run(mode, n, trace=True)["traced"] for mode in runs}
 
-    def med(mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[mode])
+    def samples(mode: str, key: str) -> list[float]:
+        return [r[key] for r in runs[mode]]
 
-    t_taut, t_loop = med("taut", "time"), med("loop", "time")
-    m_taut, m_loop = med("taut", "rss"), med("loop", "rss")
     label = f"{n // 1000}k" if n < 1_000_000 else f"{n // 1_000_000}M"
+    rss = paired_row(
+        key="deadlines.pending_memory_rss",
+        case=f"(d) memory of {label} pending (RSS)",
+        baseline_name="loop.call_later",
+        baseline=samples("loop", "rss"),
+        taut=samples("taut", "rss"),
+        unit="B",
+        target="<= half",
+        met=lambda r: r.ratio <= 0.5,
+    )
     return [
-        Row(
-            f"(d) arm {label} pending deadlines",
-            "loop.call_later",
-            t_loop,
-            t_taut,
-            "s",
-            "lower",
-            ">=2x faster",
-            t_loop / t_taut >= 2,
+        paired_row(
+            key="deadlines.pending_arm_time",
+            case=f"(d) arm {label} pending deadlines",
+            baseline_name="loop.call_later",
+            baseline=samples("loop", "time"),
+            taut=samples("taut", "time"),
+            unit="s",
+            target=">=2x faster",
+            met=lambda r: r.ratio <= 0.5,
+        ),
+        dataclasses.replace(
+            rss, note=f"{rss.taut / n:.0f} vs {rss.baseline / n:.0f} B per deadline"
         ),
         Row(
-            f"(d) memory of {label} pending (RSS)",
-            "loop.call_later",
-            m_loop,
-            m_taut,
-            "B",
-            "lower",
-            "<= half",
-            m_taut <= m_loop / 2,
-            note=f"{m_taut / n:.0f} vs {m_loop / n:.0f} B per deadline",
-        ),
-        Row(
-            f"(d) Python heap of {label} pending (tracemalloc)",
-            "loop.call_later",
-            traced["loop"],
-            traced["taut"],
-            "B",
-            "lower",
-            "informational",
-            True,
+            key="deadlines.pending_python_heap",
+            case=f"(d) Python heap of {label} pending (tracemalloc)",
+            baseline_name="loop.call_later",
+            baseline=traced["loop"],
+            taut=traced["taut"],
+            unit="B",
+            better="lower",
+            target=INFO,
+            met=None,
             note="tracemalloc sees only Python allocations, not the Rust heap",
         ),
     ]

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures as cf
 import functools
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ import time
 from typing import Any, Callable
 
 import taut
-from taut._bench import Row, interleaved_medians
+from taut._bench import Row, interleaved_samples, paired_row
 
 Factory = Callable[..., cf.ThreadPoolExecutor]
 CONTENDERS: dict[str, Factory] = {
@@ -142,18 +143,22 @@ def memory_per_queued_task(name: str, n: int) -> float:
 
 
 def _row(
-    case: str, results: dict[str, float], unit: str, target_ratio: float, target: str
+    key: str,
+    case: str,
+    samples: dict[str, list[float]],
+    unit: str,
+    target_ratio: float,
+    target: str,
 ) -> Row:
-    ratio = results["taut"] / results["stdlib"]
-    return Row(
+    return paired_row(
+        key=key,
         case=case,
         baseline_name="ThreadPoolExecutor",
-        baseline=results["stdlib"],
-        taut=results["taut"],
+        baseline=samples["stdlib"],
+        taut=samples["taut"],
         unit=unit,
-        better="lower",
         target=target,
-        met=ratio <= target_ratio,
+        met=lambda r: r.ratio <= target_ratio,
     )
 
 
@@ -164,14 +169,15 @@ def run(quick: bool) -> list[Row]:
     n_trips = int(3_000 * scale)
     rows: list[Row] = []
 
-    def pair(fn: Callable[..., float], *args: Any) -> dict[str, float]:
+    def pair(fn: Callable[..., float], *args: Any) -> dict[str, list[float]]:
         runners: dict[str, Callable[[], float]] = {
             name: functools.partial(fn, factory, *args) for name, factory in CONTENDERS.items()
         }
-        return interleaved_medians(runners, rounds)
+        return interleaved_samples(runners, rounds)
 
     rows.append(
         _row(
+            "executor.throughput",
             f"(a) throughput, {n_tasks:,} no-op tasks, 4 workers (per task)",
             pair(throughput, n_tasks),
             "s",
@@ -181,6 +187,7 @@ def run(quick: bool) -> list[Row]:
     )
     rows.append(
         _row(
+            "executor.round_trip",
             "(b) submit(f).result() round trip",
             pair(round_trip, n_trips),
             "s",
@@ -190,6 +197,7 @@ def run(quick: bool) -> list[Row]:
     )
     rows.append(
         _row(
+            "executor.map",
             f"(c) map over {n_tasks:,} items (per item)",
             pair(map_items, n_tasks),
             "s",
@@ -199,6 +207,7 @@ def run(quick: bool) -> list[Row]:
     )
     rows.append(
         _row(
+            "executor.run_in_executor",
             "(d) await loop.run_in_executor(ex, f)",
             pair(run_in_executor, n_trips),
             "s",
@@ -207,9 +216,14 @@ def run(quick: bool) -> list[Row]:
         )
     )
     n_mem = 200_000 if quick else 1_000_000
-    mem = {name: memory_per_queued_task(name, n_mem) for name in CONTENDERS}
+    # A fresh process per measurement; interleaved like the timed rows.
+    mem = interleaved_samples(
+        {name: functools.partial(memory_per_queued_task, name, n_mem) for name in CONTENDERS},
+        1 if quick else 3,
+    )
     rows.append(
         _row(
+            "executor.memory_per_queued_task",
             f"(e) memory per queued task, {n_mem:,} queued",
             mem,
             "B",
@@ -225,25 +239,27 @@ def run(quick: bool) -> list[Row]:
         for name, factory in CONTENDERS.items()
     }
     io_runners["floor"] = functools.partial(io_floor, n_io, workers, sleep)
-    io = interleaved_medians(io_runners, max(3, rounds // 2))
-    floor = io["floor"]
+    io = interleaved_samples(io_runners, max(3, rounds // 2))
+    floor = statistics.median(io["floor"])
+    taut_io = statistics.median(io["taut"])
     rows.append(
-        Row(
+        paired_row(
+            key="executor.io_sleep",
             case=f"(f) {n_io:,} x sleep(1 ms) on {workers} workers (ideal {ideal * 1e3:.0f} ms)",
             baseline_name="ThreadPoolExecutor",
             baseline=io["stdlib"],
             taut=io["taut"],
             unit="s",
-            better="lower",
             # 1.1x the ideal is below what this machine can do at all when
             # the same sleeps run on plain threads (the floor): the target is
             # then taken against the floor, and the note shows both.
             target="<= 1.1x ideal (or floor), <= stdlib",
-            met=io["taut"] <= 1.1 * max(ideal, floor) and io["taut"] <= io["stdlib"],
+            met=lambda r: r.taut <= 1.1 * max(ideal, floor) and r.ratio <= 1.0,
             note=(
                 f"ideal {ideal * 1e3:.0f} ms; floor (plain threads, no pool) "
                 f"{floor * 1e3:.0f} ms = {floor / ideal:.2f}x ideal; "
-                f"taut {io['taut'] / floor:.2f}x floor, stdlib {io['stdlib'] / floor:.2f}x floor"
+                f"taut {taut_io / floor:.2f}x floor, "
+                f"stdlib {statistics.median(io['stdlib']) / floor:.2f}x floor"
             ),
         )
     )

@@ -45,14 +45,27 @@ functions in the same order, independent of object identities, process ids or
 timing. A handle's id is fixed the first time it is gathered (or awaited, which
 uses index 0); pass ``call_id=`` for ids that must survive reordering.
 
-With an executor whose workers live in other processes (e.g. Dask), the gather
-cannot see when a call starts; it then treats every submitted, unfinished call
-as started at the deadline (``timeout``, so a journaled call is not run twice),
-and cancels its remote future. In-process executors (thread pools, an
-in-process Dask cluster) report starts exactly.
+With an executor whose workers live in other processes, a call carries the
+batch's remaining time (never a clock reading) and runs there inside a
+deadline scope (``taut.remaining()`` works, ``interrupt=True`` interrupts it);
+it never begins after its deadline. On Dask each call announces its start
+before it checks the batch's fence, so at the deadline a call is
+``not_started`` only when it provably never began and never will; every other
+submitted, unfinished call is ``timeout`` (so a journaled call is not run
+twice) and its remote future is cancelled. Other multi-process executors count
+every submitted, unfinished call as started. In-process executors (thread
+pools, an in-process Dask cluster) report starts exactly. See
+:mod:`taut.gather.remote`.
+
+``limiter=`` puts a ceiling shared beyond one pool in front of the calls (a
+``threading.BoundedSemaphore``, a fleet's ``distributed.Semaphore``): a call
+takes a slot within the deadline or is ``not_started``
+(:mod:`taut.gather.limits`).
 
 Layout: :mod:`taut.gather.handles` (handles, outcomes, call ids),
 :mod:`taut.gather.tasks` (what travels to an executor),
+:mod:`taut.gather.remote` (deadlines and starts in other processes),
+:mod:`taut.gather.limits` (limiter slots),
 :mod:`taut.gather.run` (one batch from validation to settling) and this
 module (the scheduler and the module-level ``call``/``gather``/``agather``).
 
@@ -168,6 +181,8 @@ class Scheduler:
         journal: Journal | None = None,
         interrupt: bool | None = None,
         submit: Submit | None = None,
+        limiter: Any = None,
+        on_slot_wait: Callable[[int], object] | None = None,
     ) -> list[Outcome]:
         """Run ``handles`` and return one :class:`Outcome` each, in input order.
 
@@ -176,11 +191,16 @@ class Scheduler:
         :class:`concurrent.futures.Executor` (default: this scheduler's, else
         taut's shared pool); ``journal`` makes the calls durable;
         ``interrupt=True`` also raises :class:`TimeoutError` in a taut worker
-        whose call timed out. ``submit``, for layers built on a gather (a tool
+        whose call timed out. ``limiter`` (anything with ``acquire(timeout=...)``
+        and ``release()``: a ``threading.BoundedSemaphore``, a
+        ``distributed.Semaphore`` shared by a fleet) gives each call a slot
+        before it starts, within the deadline (:mod:`taut.gather.limits`).
+        ``submit``, for layers built on a gather (a tool
         batch tracks queue positions with it), replaces ``executor.submit``:
         it is called as ``submit(executor, submission)`` with a
-        :class:`Submission` and returns the call's future. See the module
-        documentation for the full contract.
+        :class:`Submission` and returns the call's future; ``on_slot_wait(index)``
+        is told once per call that has to wait for a limiter slot. See the
+        module documentation for the full contract.
         """
         run = Run(
             self,
@@ -191,6 +211,8 @@ class Scheduler:
             journal=journal,
             interrupt=self.interrupt if interrupt is None else interrupt,
             submit=submit,
+            limiter=limiter,
+            on_slot_wait=on_slot_wait,
         )
         return run.run_sync()
 
@@ -203,6 +225,7 @@ class Scheduler:
         executor: cf.Executor | None = None,
         journal: Journal | None = None,
         interrupt: bool | None = None,
+        limiter: Any = None,
     ) -> list[Outcome]:
         """The async twin of :meth:`gather`: coroutine functions run as tasks on
         the running loop, sync functions on ``executor``."""
@@ -214,6 +237,7 @@ class Scheduler:
             executor=executor,
             journal=journal,
             interrupt=self.interrupt if interrupt is None else interrupt,
+            limiter=limiter,
         )
         return await run.run_async()
 

@@ -30,6 +30,8 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
+from taut.gather.limits import Slots, check_limiter
+from taut.gather.remote import DaskStarts, dask_client
 from taut.gather.slots import reserve_slots
 from taut.gather.tasks import (
     Batch,
@@ -52,6 +54,8 @@ __all__ = ["Entry", "Run", "Submit", "in_worker_of"]
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
+# How often a batch short of limiter slots asks again while calls are in flight.
+_SLOT_POLL = 0.02
 
 # How a batch hands one call to its executor; the default submits the task's
 # runnable, a tool batch also tracks queue positions.
@@ -159,8 +163,12 @@ class Run:
         interrupt: bool,
         submit: Submit | None = None,
         what: str = "gather",
+        limiter: Any = None,
+        on_slot_wait: Callable[[int], object] | None = None,
     ) -> None:
         self.timeout = check_timeout(timeout)
+        checked = check_limiter(limiter)
+        self.slots = Slots(checked, on_slot_wait) if checked is not None else None
         self.max_parallel = check_max_parallel(max_parallel)
         self.scheduler = scheduler
         self.executor = executor if executor is not None else scheduler.executor
@@ -175,6 +183,7 @@ class Run:
         self.handles: list[Any] = list(handles)
         self._validate()
         self.batch = Batch(self.executor, self.journal, self.handles)
+        self.batch.interrupt = interrupt
         self.entries = [
             Entry(i, h, h._call_id or f"{default_id(h._fn)}#{i}")
             for i, h in enumerate(self.handles)
@@ -317,6 +326,9 @@ class Run:
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
             self.batch.deadline = self.deadline
+            client = dask_client(self.executor)
+            if client is not None:
+                self.batch.dask = DaskStarts(client)
         return [e for e in self.entries if e.outcome is None]
 
     def results(self) -> list[Outcome]:
@@ -396,7 +408,7 @@ class Run:
             or self.batch.local
         )
         if not started and not observable:
-            started = True  # cannot see starts in other processes: assume the worst
+            started = self._started_elsewhere(task)
         if started:
             if future is not None:
                 _stop_started(self.executor, future, self.interrupt)
@@ -411,6 +423,17 @@ class Run:
             if e.afuture is not None:
                 e.afuture.cancel()
             self.finish(e, Outcome(e.call_id, "not_started"))
+
+    def _started_elsewhere(self, task: Task) -> bool:
+        """Whether a call in another process may have begun (taut.gather.remote)."""
+        dask = self.batch.dask
+        return dask is None or task.remote_start is None or dask.started(task.remote_start)
+
+    def _raise_fences(self) -> None:
+        """Fence the batch here and, on Dask, in every other process."""
+        self.batch.raise_fence()
+        if self.batch.dask is not None and not self.batch.local:
+            self.batch.dask.raise_fence()
 
     def abort(self, unfinished: Iterable[Entry]) -> None:
         """A BaseException is propagating: fence, cancel, keep finished work."""
@@ -453,25 +476,43 @@ class Run:
         queue = deque(todo)
         in_flight: dict[Hashable, Entry] = {}
         limit = self.max_parallel or len(todo)
+        slots = self.slots
         try:
             while queue or in_flight:
+                short_of_slots = False
                 while queue and len(in_flight) < limit and not self._past_deadline():
-                    e = queue.popleft()
+                    e = queue[0]
+                    if slots is not None and not slots.take(
+                        e.index, self.deadline, may_block=wait is not None and not in_flight
+                    ):
+                        short_of_slots = True
+                        break
+                    queue.popleft()
                     try:
                         key = start(e)
                     except BaseException:
+                        if slots is not None:
+                            slots.release()
                         queue.appendleft(e)  # aborted with the rest
                         raise
                     if key is not None:
                         in_flight[key] = e
+                        if slots is not None:
+                            slots.release_when_done(e.future if e.future is not None else key)
+                    elif slots is not None:
+                        slots.release()  # it ran inline and is done
                 wait_for: float | None = None
                 if self.deadline is not None:
                     wait_for = self.deadline - time.monotonic()
                     if wait_for <= 0:
                         break  # start nothing after the deadline
                     wait_for = min(wait_for, _WAIT_SLICE)
+                if short_of_slots:  # come back soon to ask the limiter again
+                    wait_for = _SLOT_POLL if wait_for is None else min(wait_for, _SLOT_POLL)
                 if not in_flight:
-                    continue  # everything so far ran inline
+                    if short_of_slots and wait is None:
+                        yield _Wait([], wait_for)  # the async driver sleeps
+                    continue  # everything so far ran inline, or ask for a slot again
                 if wait is not None:
                     done = wait(list(in_flight), wait_for)
                 else:
@@ -482,7 +523,7 @@ class Run:
                 return
             # Fence first: a worker that picks a queued call up from now on
             # finds the fence and returns without running it.
-            self.batch.raise_fence()
+            self._raise_fences()
             now = time.monotonic()
             for e in in_flight.values():
                 self.expire(e, now)
@@ -530,7 +571,11 @@ class Run:
         todo = self.begin()
         if todo:
             start = self._start_inline if in_worker_of(self.executor) else self._start_pooled
-            next(self._steps(todo, start, _wait_for_futures), None)
+            try:
+                next(self._steps(todo, start, _wait_for_futures), None)
+            finally:
+                if self.batch.dask is not None:
+                    self.batch.dask.cleanup()
         return self.results()
 
     async def run_async(self) -> list[Outcome]:
@@ -556,13 +601,22 @@ class Run:
                 wait = next(steps)
                 while True:
                     try:
-                        done, _ = await asyncio.wait(
-                            wait.pending, timeout=wait.timeout, return_when=asyncio.FIRST_COMPLETED
-                        )
+                        if not wait.pending:  # waiting for a limiter slot
+                            await asyncio.sleep(wait.timeout or 0)
+                            done: set[Any] = set()
+                        else:
+                            done, _ = await asyncio.wait(
+                                wait.pending,
+                                timeout=wait.timeout,
+                                return_when=asyncio.FIRST_COMPLETED,
+                            )
                     except BaseException as exc:  # cancelled: the step aborts the batch
                         wait = steps.throw(exc)
                     else:
                         wait = steps.send(done)
             except StopIteration:
                 pass
+            finally:
+                if self.batch.dask is not None:
+                    self.batch.dask.cleanup()
         return self.results()

@@ -46,5 +46,12 @@ def reserve_slots(journal: Journal, call_ids: list[str]) -> list[tuple[int, Jour
         raise RuntimeError(
             f"journal.reserve returned {len(records)} records for {len(call_ids)} call ids"
         )
+    # A taut journal says which slots it reserved (a Reservation's start),
+    # decided atomically with the reservation: a concurrent gather on the same
+    # journal object cannot shift them. The cursor read above is the fallback
+    # for third-party journals that return a plain list.
+    start = getattr(records, "start", None)
+    if isinstance(start, int) and not isinstance(start, bool):
+        base = start
     _advance_cursor(journal, base, len(call_ids))
     return [(rec.position if rec is not None else base + i, rec) for i, rec in enumerate(records)]

@@ -3,8 +3,9 @@
 A :class:`Task` is one call of one batch. Only a small picklable
 :class:`TaskRef` is submitted: in this process its token finds the task (its
 fence and its live arguments) in a process-local registry; in another process
-(a Dask worker) the pickled function and arguments are used instead and no
-fence is possible. What a task reports back is one of the named results
+(a Dask worker) the pickled function and arguments are used instead, with the
+batch's remaining time and, on Dask, its fence (see :mod:`taut.gather.remote`).
+What a task reports back is one of the named results
 :class:`Returned`, :class:`Raised`, :class:`Escaped` or :data:`FENCED`.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
 from taut.gather.handles import Call
+from taut.gather.remote import DaskStarts, Terms, run_remote
 
 if TYPE_CHECKING:
     from taut.gather.run import Entry
@@ -109,7 +111,17 @@ def enclosing_frames() -> tuple[Frame, ...]:
 class Batch:
     """Shared state of one gather: the fence that stops unstarted calls."""
 
-    __slots__ = ("deadline", "executor", "fence", "fenced", "handles", "journal", "local")
+    __slots__ = (
+        "dask",
+        "deadline",
+        "executor",
+        "fence",
+        "fenced",
+        "handles",
+        "interrupt",
+        "journal",
+        "local",
+    )
 
     def __init__(self, executor: Any, journal: Any, handles: list[Call[Any]]) -> None:
         self.executor = executor
@@ -121,8 +133,12 @@ class Batch:
         # even if the gather thread has not woken up yet to raise the fence.
         self.deadline: float | None = None
         # Set once a task of this batch came back to this process through
-        # pickling (an in-process Dask cluster): its starts are observable.
+        # pickling and ran here (an in-process Dask cluster): its starts are
+        # observable.
         self.local = False
+        self.interrupt = False  # interrupt calls in other processes at the deadline
+        # On a Dask executor with a deadline: the start announcements (remote.py).
+        self.dask: DaskStarts | None = None
 
     def raise_fence(self) -> None:
         with self.fence:
@@ -177,6 +193,7 @@ class Task:
         "finished_at",
         "handle",
         "payload",
+        "remote_start",
         "started_at",
         "token",
     )
@@ -190,6 +207,8 @@ class Task:
         self.finished_at: float | None = None
         self.payload: bytes | None = None
         self._on_start: Callable[[], None] | None = None
+        # The Dask event this call sets before it begins in another process.
+        self.remote_start: str | None = None
 
     # -- the Submission view ------------------------------------------------
 
@@ -281,26 +300,14 @@ class Task:
 # Pickling and Dask hooks
 
 
-def _run_remote(payload: bytes | None) -> Captured:
-    if payload is None:
-        raise RuntimeError(
-            "this taut call ran in another process, but its function or arguments "
-            "could not be pickled; use picklable (module-level) functions with a "
-            "multi-process executor"
-        )
-    fn, args, kwargs = pickle.loads(payload)
-    try:
-        return Returned(fn(*args, **kwargs))
-    except Exception as exc:
-        return Raised(exc)
-
-
-def _restore_ref(token: str, pid: int, payload: bytes | None) -> TaskRef:
+def _restore_ref(
+    token: str, pid: int, payload: bytes | None, terms: Terms | None = None
+) -> TaskRef:
     with _TASKS_LOCK:
         task = _TASKS.get(token) if pid == os.getpid() else None
-    if task is not None:
-        task.batch.local = True
-    return TaskRef(token, task, payload)
+    # Not yet "local": a Dask scheduler in this process unpickles tasks that its
+    # workers in other processes run. Only running here makes starts observable.
+    return TaskRef(token, task, payload, terms, restored=True)
 
 
 def _dumps_payload(handle: Call[Any]) -> bytes | None:
@@ -317,27 +324,62 @@ def _dumps_payload(handle: Call[Any]) -> bytes | None:
         return None
 
 
+def _terms_for(task: Task) -> Terms | None:
+    batch = task.batch
+    if batch.deadline is None and not batch.interrupt:
+        return None
+    dask = batch.dask
+    start = dask.start_name(task.token) if dask is not None else None
+    task.remote_start = start
+    return Terms(
+        batch.deadline,
+        dask.fence if dask is not None else None,
+        start,
+        batch.interrupt,
+        f"call {task.entry.call_id!r} (gather deadline)",
+    )
+
+
 class TaskRef:
     """What an executor receives: callable, picklable, cheap to tokenize."""
 
-    __slots__ = ("_payload", "_payload_done", "task", "token")
+    __slots__ = ("_payload", "_payload_done", "_restored", "_terms", "task", "token")
 
-    def __init__(self, token: str, task: Task | None, payload: bytes | None = None) -> None:
+    def __init__(
+        self,
+        token: str,
+        task: Task | None,
+        payload: bytes | None = None,
+        terms: Terms | None = None,
+        *,
+        restored: bool = False,
+    ) -> None:
         self.token = token
         self.task = task
         self._payload = payload
         self._payload_done = payload is not None
+        self._terms = terms
+        self._restored = restored
 
     def __call__(self) -> Captured:
         if self.task is not None:
+            if self._restored:
+                # Came back through pickling and runs here (an in-process Dask
+                # cluster): this batch's starts are observable.
+                self.task.batch.local = True
             return self.task.run()
-        return _run_remote(self._payload)
+        return cast(Captured, run_remote(self._payload, self._terms))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if not self._payload_done and self.task is not None:
-            self._payload = _dumps_payload(self.task.handle)
-            self._payload_done = True
-        return (_restore_ref, (self.token, os.getpid(), self._payload))
+        task = self.task
+        if task is not None:
+            if not self._payload_done:
+                self._payload = _dumps_payload(task.handle)
+                self._payload_done = True
+            if self._terms is None:
+                self._terms = _terms_for(task)
+        # Terms re-measure the remaining time each time they are pickled.
+        return (_restore_ref, (self.token, os.getpid(), self._payload, self._terms))
 
     @property
     def __name__(self) -> str:

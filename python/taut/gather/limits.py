@@ -1,0 +1,102 @@
+"""A limiter in front of a batch's calls: a ceiling shared beyond one pool.
+
+``gather(..., limiter=...)`` accepts any object with ``acquire(timeout=...) ->
+bool`` and ``release()``: a ``threading.BoundedSemaphore`` for one process, a
+``distributed.Semaphore(max_leases=N, name=...)`` for a whole fleet (Dask
+releases the leases of a holder that dies). Each call takes one slot before it
+is handed to the executor and gives it back when its future completes. A call
+waits for its slot *within the batch deadline*: one that has no slot when the
+deadline comes is ``not_started`` and never runs.
+
+A slot is given back when the call's future completes. A call cut loose at the
+deadline (``timeout``) may still be running where its future was cancelled (a
+Dask task, an abandoned thread); its slot is free from then on, so for a
+moment more than N calls may run. A Dask limiter is released from a small
+thread of its own: a future's callbacks may run on the Dask client's event
+loop, where its blocking ``release()`` must not run.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["Slots", "check_limiter"]
+
+# A huge remaining time must never reach an OS wait in one piece.
+_WAIT_SLICE = 3600.0
+
+
+def check_limiter(limiter: object) -> Any:
+    if limiter is None:
+        return None
+    for name in ("acquire", "release"):
+        if not callable(getattr(limiter, name, None)):
+            raise TypeError(
+                f"limiter must have acquire(timeout=...) and release() (a "
+                f"threading.BoundedSemaphore, a distributed.Semaphore), got {limiter!r} "
+                f"({type(limiter).__name__}) without {name}()"
+            )
+    return limiter
+
+
+class Slots:
+    """The slots one batch holds from its limiter."""
+
+    def __init__(self, limiter: Any, on_wait: Callable[[int], object] | None) -> None:
+        self.limiter = limiter
+        self._on_wait = on_wait
+        self._waited: set[int] = set()
+
+    def take(self, index: int, deadline: float | None, *, may_block: bool) -> bool:
+        """One slot for call ``index``. Waits only when the batch has nothing
+        else to watch (``may_block``), and never past ``deadline``
+        (``time.monotonic()``) nor longer than one wait slice."""
+        timeout = 0.0
+        if may_block:
+            timeout = _WAIT_SLICE
+            if deadline is not None:
+                timeout = min(max(deadline - time.monotonic(), 0.0), _WAIT_SLICE)
+        if self.limiter.acquire(timeout=timeout):
+            return True
+        if index not in self._waited:
+            self._waited.add(index)
+            if self._on_wait is not None:
+                self._on_wait(index)
+        return False
+
+    def release_when_done(self, future: Any) -> None:
+        future.add_done_callback(lambda _f: self.release())
+
+    def release(self) -> None:
+        if type(self.limiter).__module__.startswith("distributed"):
+            _release_soon(self.limiter)  # blocking RPC: never on the client's loop
+        else:
+            self.limiter.release()
+
+
+_releases: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_releaser: threading.Thread | None = None
+_releaser_lock = threading.Lock()
+
+
+def _release_soon(limiter: Any) -> None:
+    global _releaser
+    _releases.put(limiter)
+    with _releaser_lock:
+        if _releaser is None or not _releaser.is_alive():
+            _releaser = threading.Thread(
+                target=_release_forever, name="taut-limiter-release", daemon=True
+            )
+            _releaser.start()
+
+
+def _release_forever() -> None:
+    while True:
+        limiter = _releases.get()
+        try:
+            limiter.release()
+        except Exception:  # a lease Dask already dropped (its holder went away)
+            pass

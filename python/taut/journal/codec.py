@@ -1,0 +1,239 @@
+"""How a journal stores values and errors: ``json`` (safe) or ``pickle`` (trusted).
+
+``json`` stores data, never code. A value must be JSON data (``dict`` with
+``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``, ``None``) or a
+pydantic model, stored in its JSON form with its class name; anything else
+(tuples, sets, bytes, datetimes, arbitrary objects) is refused when the call's
+outcome is written, naming the call, rather than coming back as something else
+on replay. A replayed model is rebuilt with ``model_validate`` only through a
+class the program has already imported (nothing is imported because a row
+names it). An exception is stored as its type name, message and traceback text
+and replays as :class:`~taut.journal.base.JournaledError`.
+
+``pickle`` stores any picklable value and the exception itself. Replaying it
+*unpickles* what the storage holds: whoever can write the table can run code
+in every process that replays it. Use it only for storage as trusted as the
+program's own files (a private SQLite file); never for a database shared
+with other hosts or users unless every writer is trusted.
+
+Each row records the codec that wrote it; a journal opened with ``json``
+refuses to replay a ``pickle`` row instead of unpickling it.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+import traceback
+from typing import Any, cast
+
+from taut.journal.base import JournaledError, JournalError
+
+__all__ = ["CODECS", "Codec", "check_codec"]
+
+_PICKLE_PROTOCOL = 5  # readable by every supported CPython (3.8+)
+CODECS = ("json", "pickle")
+
+
+def check_codec(codec: object) -> str:
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"codec must be 'json' or 'pickle', got {codec!r}")
+    return codec
+
+
+def _type_name(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+_SCALARS = (str, int, float, bool)
+_MAX_DEPTH = 200  # deeper is almost surely a structure that refers to itself
+
+
+def _json_problem(value: object, where: str) -> str | None:
+    """Where ``value`` stops being JSON data, or None when it is JSON data.
+
+    A quick walk without paths first (values are usually fine and sometimes
+    large); the path to the problem is worked out only when there is one."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if item is None or kind in _SCALARS:
+            continue
+        if depth < _MAX_DEPTH and kind is list:
+            stack.extend((v, depth + 1) for v in cast("list[Any]", item))
+        elif depth < _MAX_DEPTH and kind is dict:
+            mapping = cast("dict[Any, Any]", item)
+            if not all(type(k) is str for k in mapping):
+                return _locate(value, where, 0)
+            stack.extend((v, depth + 1) for v in mapping.values())
+        else:
+            return _locate(value, where, 0)
+    return None
+
+
+def _locate(item: object, path: str, depth: int) -> str | None:
+    kind = type(item)
+    if item is None or kind in _SCALARS:
+        return None
+    if depth >= _MAX_DEPTH:
+        return f"{path} is nested more than {_MAX_DEPTH} levels deep (does it contain itself?)"
+    if kind is list:
+        for i, v in enumerate(cast("list[Any]", item)):
+            found = _locate(v, f"{path}[{i}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if kind is dict:
+        for key, v in cast("dict[Any, Any]", item).items():
+            if type(key) is not str:
+                return f"{path} has a {type(key).__name__} key {key!r}"
+            found = _locate(v, f"{path}[{key!r}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return f"{path} is a {_type_name(item)}"
+
+
+def _pydantic_model_type(value: object) -> type[Any] | None:
+    pydantic = sys.modules.get("pydantic")
+    base = getattr(pydantic, "BaseModel", None)
+    if base is not None and isinstance(value, base):
+        return type(value)
+    return None
+
+
+class Codec:
+    """Encodes outcomes for one journal; ``name`` is stored with each row."""
+
+    def __init__(self, name: str) -> None:
+        self.name = check_codec(name)
+
+    # ------------------------------------------------------------ writing
+    def dump_value(self, position: int, call_id: str, value: object) -> bytes:
+        if self.name == "pickle":
+            try:
+                return pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
+            except Exception as exc:
+                raise JournalError(
+                    f"cannot journal the value of call {call_id!r} at position {position}: "
+                    f"{type(value).__name__} is not picklable ({exc})"
+                ) from exc
+        model = _pydantic_model_type(value)
+        if model is not None:
+            try:
+                data = value.model_dump(mode="json")  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise JournalError(
+                    f"cannot journal the value of call {call_id!r} at position {position} "
+                    f"with the json codec: {model.__qualname__}.model_dump(mode='json') "
+                    f"failed: {exc}"
+                ) from exc
+            doc: dict[str, Any] = {
+                "model": f"{model.__module__}:{model.__qualname__}",
+                "data": data,
+            }
+        else:
+            problem = _json_problem(value, "the value")
+            if problem is not None:
+                raise JournalError(
+                    f"cannot journal the value of call {call_id!r} at position {position} "
+                    f"with the json codec: {problem}; return JSON data (dict with str keys, "
+                    f"list, str, int, float, bool, None) or a pydantic model, or open the "
+                    f"journal with codec='pickle' (trusted storage only)"
+                )
+            doc = {"data": value}
+        try:
+            return json.dumps(doc, separators=(",", ":")).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise JournalError(
+                f"cannot journal the value of call {call_id!r} at position {position} "
+                f"with the json codec: {exc}"
+            ) from exc
+
+    def dump_error(self, error: BaseException | None) -> bytes | None:
+        if error is None:
+            return None
+        if self.name == "pickle":
+            return _pickle_error(error)
+        doc = {
+            "type": _type_name(error),
+            "message": _safe_str(error),
+            "traceback": "".join(
+                traceback.format_exception(type(error), error, error.__traceback__)
+            ),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    # ------------------------------------------------------------ reading
+    def load(
+        self, stored_codec: str | None, position: int, call_id: str, value: Any, error: Any
+    ) -> tuple[object, BaseException | None]:
+        """Decode one row written with ``stored_codec`` (None: an old pickle row)."""
+        stored = stored_codec or "pickle"
+        if stored == "pickle" and self.name != "pickle":
+            raise JournalError(
+                f"call {call_id!r} at position {position} was journaled with the pickle "
+                f"codec; this journal uses {self.name!r} and will not unpickle it (open it "
+                f"with codec='pickle' only if you trust everyone who can write the storage)"
+            )
+        try:
+            if stored == "pickle":
+                py_value = pickle.loads(value) if value is not None else None
+                py_error = pickle.loads(error) if error is not None else None
+            else:
+                py_value = _load_json_value(bytes(value)) if value is not None else None
+                py_error = _load_json_error(bytes(error)) if error is not None else None
+        except JournalError:
+            raise
+        except Exception as exc:
+            raise JournalError(
+                f"cannot replay call {call_id!r} at position {position}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return py_value, py_error
+
+
+def _safe_str(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:
+        return "<unprintable>"
+
+
+def _pickle_error(error: BaseException) -> bytes:
+    """Pickle ``error`` so that it also *unpickles* (exceptions with custom
+    ``__init__`` signatures often do not); otherwise store a JournaledError."""
+    try:
+        data = pickle.dumps(error, protocol=_PICKLE_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception:
+        stand_in = JournaledError(_type_name(error), _safe_str(error))
+        return pickle.dumps(stand_in, protocol=_PICKLE_PROTOCOL)
+
+
+def _load_json_value(data: bytes) -> object:
+    doc = json.loads(data)
+    model_name = doc.get("model")
+    if model_name is None:
+        return doc["data"]
+    module_name, _, qualname = str(model_name).partition(":")
+    # Only a class the program has imported itself: a row never causes an import.
+    target: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    validate = getattr(target, "model_validate", None)
+    if validate is None:
+        raise JournalError(
+            f"cannot rebuild pydantic model {model_name}: the class is not imported in "
+            f"this process (a journal never imports code it names)"
+        )
+    return validate(doc["data"])
+
+
+def _load_json_error(data: bytes) -> BaseException:
+    doc = json.loads(data)
+    return JournaledError(str(doc["type"]), str(doc["message"]), str(doc.get("traceback") or ""))

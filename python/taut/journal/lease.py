@@ -1,0 +1,168 @@
+"""Run leases: one live runner per journal run, fenced by a token.
+
+A journal object is a *runner*. Its first write takes the run's lease: an
+owner id (host, pid, random part), an expiry ``lease`` seconds ahead, and a
+*fencing token* one higher than the run's previous token. A run whose lease
+is held by another owner and has not expired refuses the lease at once
+(:class:`~taut.journal.base.JournalBusy`). Every later write of the runner
+checks, in the same transaction, that the run still carries its token (and
+pushes the expiry ahead): a runner whose lease ran out and was taken over
+holds a stale token, and its writes are refused instead of clobbering the new
+owner's slots.
+
+Every write extends the lease. While the runner lives, one daemon thread per
+process renews the lease of each open journal object that has not written
+for a third of its lease, whether or not calls are running (an agent that
+thinks for a minute between two gathers keeps its run). ``close()`` and
+interpreter exit release the lease, so the next run starts at once; a runner
+that dies without that (SIGKILL, power loss, a frozen VM) holds the run until
+its lease expires.
+
+Expiry is read from the storage's clock: PostgreSQL's ``clock_timestamp()``
+(one clock for every host), the local wall clock for SQLite (one host),
+``time.monotonic`` for the in-memory journal.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from typing import Protocol
+
+from taut._core import clamp_timeout
+
+__all__ = ["Lease", "check_lease_seconds", "keep_renewing", "stop_renewing"]
+
+
+def check_lease_seconds(lease: object) -> float:
+    """``lease`` as a positive, finite number of seconds, or a clear error."""
+    seconds = clamp_timeout(lease, name="lease")
+    if seconds is None or seconds <= 0 or not math.isfinite(seconds):
+        raise ValueError(f"lease must be a positive number of seconds, got {lease!r}")
+    return seconds
+
+
+class Lease:
+    """The lease state of one journal object."""
+
+    __slots__ = ("lost", "owner", "pid", "renewed", "seconds", "token")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.renewed = 0.0  # time.monotonic() of the last write or renewal that held it
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.token: int | None = None  # None until the first write takes the lease
+        self.pid = os.getpid()  # only the process that took the lease releases it
+        self.lost: str | None = None  # why this runner may no longer write
+
+    def held(self) -> None:
+        """A write or renewal just proved (and extended) the lease."""
+        self.renewed = time.monotonic()
+
+    def due(self) -> float:
+        # A third of the lease after it was last extended: two renewals may fail
+        # (a slow database, a busy lock) before the lease can run out under a
+        # live runner. A runner that writes often never needs the thread.
+        return self.renewed + self.seconds / 3
+
+    def describe(self) -> str:
+        return f"owner {self.owner}, token {self.token}"
+
+
+class _Renewable(Protocol):
+    _lease: Lease
+
+    def _renew_lease(self) -> None: ...
+
+    def _release_lease(self) -> None: ...
+
+
+_journals: weakref.WeakSet[_Renewable] = weakref.WeakSet()
+_lock = threading.Lock()
+_wake = threading.Event()
+_thread: threading.Thread | None = None
+_exiting = False
+
+
+def keep_renewing(journal: _Renewable) -> None:
+    """Renew ``journal``'s lease in the background from now on."""
+    global _thread
+    with _lock:
+        if _exiting:
+            return
+        _journals.add(journal)
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(
+                target=_renew_forever, name="taut-journal-lease", daemon=True
+            )
+            _thread.start()
+    _wake.set()  # the shortest lease may have changed
+
+
+def stop_renewing(journal: _Renewable) -> None:
+    with _lock:
+        _journals.discard(journal)
+
+
+def _renew_forever() -> None:
+    while True:
+        with _lock:
+            if _exiting:
+                return
+            journals = list(_journals)
+        held = [j for j in journals if j._lease.token is not None and j._lease.lost is None]
+        del journals
+        now = time.monotonic()
+        for journal in held:
+            if _exiting:
+                return
+            if journal._lease.due() <= now:
+                try:
+                    journal._renew_lease()
+                except Exception:
+                    # The next write reports the problem to the caller; a renewal
+                    # that failed for a passing reason is retried soon.
+                    journal._lease.renewed = now - journal._lease.seconds / 6
+        due = min((j._lease.due() for j in held), default=None)
+        del held
+        # Woken early when a journal takes a new lease (it may be due sooner).
+        _wake.wait(None if due is None else max(due - time.monotonic(), 0.001))
+        _wake.clear()
+
+
+def _release_all_at_exit() -> None:
+    global _exiting
+    with _lock:
+        _exiting = True
+        journals = list(_journals)
+        thread = _thread
+    _wake.set()
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=2.0)
+    for journal in journals:
+        if journal._lease.pid == os.getpid():
+            try:
+                journal._release_lease()
+            except Exception:
+                pass  # the lease then runs out by itself
+
+
+def _after_fork_in_child() -> None:
+    # The renewal thread does not exist in the child; the parent keeps renewing
+    # the leases the child inherited (the same runner, the same token).
+    global _thread, _lock, _wake
+    _lock = threading.Lock()
+    _wake = threading.Event()
+    _thread = None
+    _journals.clear()
+
+
+atexit.register(_release_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Targeted mutation testing of taut's Python layer.
+
+Each mutation breaks one behaviour on purpose: a file, an exact text to
+replace (it must occur exactly once) and the tests that must then fail. The
+script applies each mutation to a temporary copy of ``python/`` and
+``tests/`` (the built ``_core`` extension included), runs the named tests on
+that copy and prints whether they caught it. The working tree is never
+touched, so it is safe to run while you edit.
+
+    python scripts/mutate.py            # every mutation
+    python scripts/mutate.py -k cancel  # the mutations whose name contains "cancel"
+    python scripts/mutate.py --list
+
+A mutation whose text is no longer in its file is reported as ``stale``: the
+code moved and the mutation needs updating (it is neither caught nor missed).
+``harmless`` mutations are kept with the reason they cannot change behaviour
+anyone sees; they are run and reported, but do not fail the script.
+Exit status: 0 when every non-harmless mutation was caught, 1 otherwise.
+
+Run it with the interpreter that has taut's test dependencies (e.g.
+``/work/venv/bin/python`` or the one ``scripts/test.sh`` sets up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# A failing test may wait out a generous bound (tests/_waiting.py LONG = 30 s);
+# a mutation that hangs is cut off here and counts as caught.
+PER_MUTATION_TIMEOUT = 240
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    harmless: str = ""  # why this mutant cannot be seen, if it cannot
+
+
+EXECUTOR = "python/taut/executor.py"
+GATHER = "python/taut/gather/run.py"
+DEADLINE = "python/taut/deadline.py"
+CLI = "python/taut/cli.py"
+BENCH = "python/taut/_bench/__init__.py"
+WAKEUPS = "tests/test_executor_wakeups.py"
+
+MUTATIONS = [
+    Mutation(
+        "result-timeout-unclamped",
+        EXECUTOR,
+        "return super().result(_wait_seconds(timeout))",
+        "return super().result(timeout)",
+        (f"{WAKEUPS}::test_huge_timeout_reaches_the_wait_without_overflow",),
+    ),
+    Mutation(
+        "exception-timeout-unclamped",
+        EXECUTOR,
+        "return super().exception(_wait_seconds(timeout))",
+        "return super().exception(timeout)",
+        (f"{WAKEUPS}::test_huge_timeout_reaches_the_wait_without_overflow",),
+    ),
+    Mutation(
+        "map-timeout-unclamped",
+        EXECUTOR,
+        "else _wait_seconds(timeout) + time.monotonic()",
+        "else timeout + time.monotonic()",
+        (f"{WAKEUPS}::test_map_with_a_huge_timeout",),
+    ),
+    Mutation(
+        "cancel-queued-no-wakeup",
+        EXECUTOR,
+        "# behind it their new positions.\n                self.set_running_or_notify_cancel()",
+        "# behind it their new positions.\n                pass",
+        (f"{WAKEUPS}::test_cancelling_a_queued_future_wakes_wait_and_as_completed",),
+    ),
+    Mutation(
+        "cancel-queued-is-a-no-op",
+        EXECUTOR,
+        "        if self._state in (_RUNNING, _FINISHED):  # states only move forward\n"
+        "            return False\n        with _state_lock:",
+        "        return False\n        with _state_lock:",
+        ("tests/test_executor.py::test_cancelling_a_queued_future_removes_it_and_wakes_waiters",),
+    ),
+    Mutation(
+        "abandon-starts-no-replacement",
+        EXECUTOR,
+        "        if spawn:\n            self._spawn(1)\n        return bool(abandoned)",
+        "        return bool(abandoned)",
+        (
+            f"{WAKEUPS}::test_abandon_starts_a_replacement_for_a_queued_call",
+            f"{WAKEUPS}::test_abandon_of_every_worker_keeps_the_ceiling_for_queued_calls",
+        ),
+    ),
+    Mutation(
+        "shutdown-cancel-futures-no-wakeup",
+        EXECUTOR,
+        "if future.cancel():\n                        future.set_running_or_notify_cancel()",
+        "future.cancel()",
+        ("tests/test_executor.py::test_shutdown_cancel_futures_wakes_wait_and_as_completed",),
+    ),
+    Mutation(
+        "gather-outcomes-reversed",
+        GATHER,
+        "return [cast(Outcome, e.outcome) for e in self.entries]",
+        "return [cast(Outcome, e.outcome) for e in reversed(self.entries)]",
+        ("tests/test_gather.py::test_outcomes_come_back_in_input_order_with_values_and_errors",),
+    ),
+    Mutation(
+        "journal-replay-disabled",
+        GATHER,
+        "            if e.outcome is not None:\n"
+        "                continue\n            e.outcome = Outcome(",
+        "            if True:\n                continue\n            e.outcome = Outcome(",
+        ("tests/test_durable_gather.py",),
+    ),
+    Mutation(
+        "journal-outcome-never-written",
+        GATHER,
+        "        self.journal.complete(position, e.call_id, outcome.status, outcome.value, "
+        "outcome.error)",
+        "        pass",
+        ("tests/test_durable_gather.py",),
+    ),
+    Mutation(
+        "scope-ignores-outer-deadline",
+        DEADLINE,
+        "effective = at if outer is None else min(at, outer)",
+        "effective = at",
+        ("tests/test_scopes.py",),
+    ),
+    Mutation(
+        "scope-expiry-only-from-the-timer",
+        DEADLINE,
+        "expired = fired or (not self._real and self._at is not None "
+        "and self._clock() >= self._at)",
+        "expired = fired",
+        ("tests/test_scopes.py",),
+    ),
+    Mutation(
+        "remaining-goes-negative",
+        DEADLINE,
+        "    return max(0.0, at - _clock())",
+        "    return at - _clock()",
+        ("tests/test_scopes.py",),
+    ),
+    Mutation(
+        "bench-info-row-shown-as-met",
+        BENCH,
+        "        if self.met is None:\n            return INFO",
+        '        if self.met is None:\n            return "yes"',
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-unchecked-row-marked-met",
+        BENCH,
+        "return row if met is None else dataclasses.replace(row, met=met(row))",
+        "return dataclasses.replace(row, met=True if met is None else met(row))",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-ratio-of-unpaired-medians",
+        BENCH,
+        "        if self.ratios:\n            return statistics.median(self.ratios)\n",
+        "",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-summary-counts-info-rows",
+        CLI,
+        "checked = [r for r in rows if r.met is not None]",
+        "checked = list(rows)",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-noise-not-marked",
+        BENCH,
+        "return low <= 1.0 <= high",
+        "return False",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-verdict-ignores-direction",
+        BENCH,
+        'return self.ratio < 1.0 if self.better == "lower" else self.ratio > 1.0',
+        "return self.ratio > 1.0",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-duplicate-keys-accepted",
+        BENCH,
+        "if row.key in seen:",
+        "if False:",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-bad-area-traceback",
+        CLI,
+        "choices=_area_names(),",
+        "choices=None,",
+        ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "bench-plot-checked-after-the-run",
+        CLI,
+        'if args.plot and importlib.util.find_spec("matplotlib") is None:',
+        "if False:",
+        ("tests/test_bench_output.py",),
+    ),
+]
+
+
+def _copy_tree(dest: Path) -> None:
+    for part in ("python", "tests"):
+        shutil.copytree(
+            ROOT / part,
+            dest / part,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"),
+        )
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def _run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int | None, str]:
+    env = dict(os.environ, PYTHONPATH=str(tree / "python"), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    try:
+        proc = subprocess.run(
+            cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=PER_MUTATION_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return None, "timed out (hang)"
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    return proc.returncode, tail
+
+
+def run_one(mutation: Mutation) -> str:
+    with tempfile.TemporaryDirectory(prefix="taut-mutant-") as tmp:
+        tree = Path(tmp)
+        _copy_tree(tree)
+        target = tree / mutation.path
+        text = target.read_text(encoding="utf-8")
+        if text.count(mutation.old) != 1:
+            return f"stale ({text.count(mutation.old)} matches of the text in {mutation.path})"
+        target.write_text(text.replace(mutation.old, mutation.new), encoding="utf-8")
+        code, tail = _run_tests(tree, mutation.tests)
+    if code is None or code == 1:
+        return f"caught ({tail})"
+    if code == 0:
+        return f"missed ({tail})"
+    # 2 = interrupted/collection error, 4 = usage, 5 = no tests: not a verdict.
+    return f"error (pytest exit {code}: {tail})"
+
+
+def baseline(mutations: list[Mutation]) -> bool:
+    """The named tests must pass on the unmutated code, or no verdict means anything."""
+    tests = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
+    with tempfile.TemporaryDirectory(prefix="taut-baseline-") as tmp:
+        _copy_tree(Path(tmp))
+        code, tail = _run_tests(Path(tmp), tests)
+    print(f"baseline: {'ok' if code == 0 else 'FAILED'} ({tail})", flush=True)
+    return code == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "-k", dest="pattern", help="only mutations whose name contains this (comma: any of)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    args = parser.parse_args(argv)
+    patterns = args.pattern.split(",") if args.pattern else [""]
+    chosen = [m for m in MUTATIONS if any(p in m.name for p in patterns)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:36} {m.path}  ->  {' '.join(m.tests)}")
+        return 0
+    if not chosen:
+        parser.error(f"no mutation name contains {args.pattern!r}")
+    if not args.no_baseline and not baseline(chosen):
+        return 2
+    counts = {"caught": 0, "missed": 0, "harmless": 0, "stale": 0, "error": 0}
+    for m in chosen:
+        start = time.monotonic()
+        verdict = run_one(m)
+        kind = verdict.split(" ")[0]
+        if m.harmless and kind == "missed":
+            kind, verdict = "harmless", f"harmless: {m.harmless}"
+        counts[kind] += 1
+        print(f"{m.name:36} {verdict}  [{time.monotonic() - start:.0f} s]", flush=True)
+    print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 0 if counts["missed"] == counts["stale"] == counts["error"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Functions the multi-process Dask tests run on workers (importable there by
+name: the workers inherit sys.path). Each call leaves a marker file the moment
+it begins, so a test can see what really started in another process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import taut
+
+
+def mark(marker_dir: str, name: str) -> None:
+    with open(os.path.join(marker_dir, name), "x"):
+        pass
+
+
+def mark_then_sleep(marker_dir: str, name: str, seconds: float) -> str:
+    mark(marker_dir, name)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # Python code: an interrupt lands between sleeps
+        time.sleep(0.02)
+    return name
+
+
+def remaining_here(marker_dir: str, name: str) -> float | None:
+    mark(marker_dir, name)
+    with taut.move_on_after(1000.0) as inner:  # a nested scope keeps the outer deadline
+        assert inner is not None
+        return taut.remaining()
+
+
+def pid() -> int:
+    """This process's id (run on every worker, it also imports taut there)."""
+    return os.getpid()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -348,6 +349,45 @@ def test_a_runner_that_exits_without_close_releases_its_lease(kind: str, tmp_pat
         # The 30 s lease was released at exit: the next runner starts at once.
         [record] = store.open().reserve(["seven"])
         assert record is not None and record.value == 7
+
+
+KILLED_HOLDING_THE_LEASE = """
+import os, signal, sys
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from _journal_batch import open_journal
+journal = open_journal(sys.argv[1], 30.0)
+journal.reserve(["a"])
+os.kill(os.getpid(), signal.SIGKILL)  # no exit hook runs: the lease stays
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_lease_held_by_a_runner_killed_on_this_host_is_taken_at_once(
+    kind: str, tmp_path: Path
+) -> None:
+    # A runner killed on this machine (its pid is gone) is not waited out for
+    # its whole 30 s lease: a rerun right after the kill resumes at once.
+    with journal_store(kind, tmp_path) as store:
+        done = subprocess.run(
+            [sys.executable, "-c", KILLED_HOLDING_THE_LEASE, store.spec(), str(BATCH)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        [record] = store.open().reserve(["a"])
+        assert record is None  # reserved by the dead runner, never finished
+
+
+def test_a_live_holder_on_this_host_is_never_taken_for_dead() -> None:
+    me = f"{socket.gethostname()}:{os.getpid()}:abc"
+    parent = f"{socket.gethostname()}:{os.getppid()}:abc"
+    elsewhere = f"some-other-host:{os.getpid() + 1}:abc"
+    assert not leases.holder_died_here(me)
+    assert not leases.holder_died_here(parent)
+    assert not leases.holder_died_here(elsewhere)
+    assert not leases.holder_died_here("not an owner id")
 
 
 FROZEN = """

@@ -423,3 +423,165 @@ def test_interrupt_with_deadline_already_passed_lands_in_the_block() -> None:
         with move_on_after(-1, interrupt=True) as scope:
             _spin(LONG)
         assert scope.expired
+
+
+# -- a deadline already past at entry: decided by the clock ------------------------
+
+
+def test_zero_deadline_always_raises_on_the_real_clock() -> None:
+    raised = 0
+    for _ in range(500):
+        try:
+            with fail_after(0):
+                pass
+        except DeadlineExpired:
+            raised += 1
+    assert raised == 500
+
+
+def test_zero_deadline_is_expired_inside_the_block() -> None:
+    for _ in range(500):
+        with move_on_after(0) as scope:
+            assert scope.expired
+            assert remaining() == 0.0
+        assert scope.expired
+
+
+def test_past_absolute_deadline_on_a_fake_clock(clock: FakeClock) -> None:
+    with move_on_at(999.0) as scope:
+        assert scope.expired
+    with pytest.raises(DeadlineExpired):
+        with fail_at(1000.0):
+            pass
+
+
+def test_expired_follows_the_injected_clock_not_the_timer(clock: FakeClock) -> None:
+    # The real timer is armed LONG seconds ahead and will not fire meanwhile.
+    with move_on_after(LONG) as scope:
+        assert not scope.expired
+        clock.advance(LONG)
+        assert scope.expired
+        assert scope.remaining() == 0.0
+
+
+# -- misnesting ----------------------------------------------------------------------
+
+
+def test_misnesting_raises_and_leaves_no_stale_deadline(clock: FakeClock) -> None:
+    outer = fail_after(100, "outer")
+    inner = fail_after(5, "inner")
+    outer.__enter__()
+    inner.__enter__()
+    assert remaining() == 5.0
+    with pytest.raises(RuntimeError, match=r"stack corrupted: the fail scope 'outer' was exited"):
+        outer.__exit__(None, None, None)
+    assert remaining() is None
+    # The inner scope was closed with it: disarmed, and its own exit is quiet.
+    assert inner._deadline is not None and inner._deadline.cancelled
+    clock.advance(10)
+    assert inner.__exit__(None, None, None) is False
+    assert remaining() is None
+    # The stack works normally afterwards.
+    with fail_after(3):
+        assert remaining() == 3.0
+    assert remaining() is None
+
+
+def test_misnesting_keeps_the_exception_in_flight_as_context(clock: FakeClock) -> None:
+    outer = move_on_after(100)
+    outer.__enter__()
+    move_on_after(5).__enter__()
+    err = KeyError("in flight")
+    try:
+        try:
+            raise err
+        except KeyError as e:
+            outer.__exit__(type(e), e, e.__traceback__)
+    except RuntimeError as misnested:
+        assert misnested.__context__ is err
+    else:  # pragma: no cover
+        pytest.fail("misnesting did not raise")
+
+
+def test_misnesting_three_deep_restores_the_outermost(clock: FakeClock) -> None:
+    with fail_after(50):
+        middle = fail_after(20)
+        middle.__enter__()
+        fail_after(10).__enter__()
+        fail_after(5).__enter__()
+        with pytest.raises(RuntimeError):
+            middle.__exit__(None, None, None)
+        assert remaining() == 50.0
+    assert remaining() is None
+
+
+def test_exit_in_another_context_is_quiet(clock: FakeClock) -> None:
+    def body() -> None:
+        scope = fail_after(5)
+        scope.__enter__()
+        # Exited from a copy of this context (e.g. a generator finalised
+        # elsewhere): no error, and that copy is unbounded again. This context
+        # cannot be changed from there, so it keeps the deadline (as a worker
+        # running in a copy of it would).
+        after: list[float | None] = []
+        contextvars.copy_context().run(
+            lambda: (scope.__exit__(None, None, None), after.append(remaining()))
+        )
+        assert after == [None]
+        assert remaining() == 5.0
+
+    contextvars.copy_context().run(body)  # keeps the test's own context clean
+    assert remaining() is None
+
+
+def test_worker_context_stays_bounded_after_the_callers_scope_closes(clock: FakeClock) -> None:
+    with fail_after(5):
+        worker_context = contextvars.copy_context()
+    # The caller has left its scope; work it started in a copy of its context
+    # (an abandoned worker, say) is still bounded: at the deadline, 0 s left,
+    # never "unbounded".
+    assert remaining() is None
+    assert worker_context.run(remaining) == 5.0
+    clock.advance(6)
+    assert worker_context.run(remaining) == 0.0
+
+    def nested() -> float | None:
+        with fail_after(100):
+            return remaining()
+
+    assert worker_context.run(nested) == 0.0
+
+
+def test_misnested_scopes_do_not_bound_copied_contexts(clock: FakeClock) -> None:
+    outer = fail_after(100)
+    outer.__enter__()
+    inner = fail_after(5)
+    inner.__enter__()
+    copied = contextvars.copy_context()
+    with pytest.raises(RuntimeError):
+        outer.__exit__(None, None, None)
+    assert copied.run(remaining) == 100.0  # the abandoned inner scope is gone
+
+
+# -- repr ------------------------------------------------------------------------------
+
+
+def test_repr_shows_remaining_time_not_a_clock_value(clock: FakeClock) -> None:
+    scope = fail_after(5, "fetch")
+    assert repr(scope) == "<taut.DeadlineScope fail label='fetch' timeout=5s not entered>"
+    with pytest.raises(DeadlineExpired), scope:
+        clock.advance(1.5)
+        assert repr(scope) == (
+            "<taut.DeadlineScope fail label='fetch' remaining=3.5s timeout=5s active>"
+        )
+        clock.advance(10)
+        assert repr(scope) == (
+            "<taut.DeadlineScope fail label='fetch' remaining=0s timeout=5s active expired>"
+        )
+    assert repr(scope) == "<taut.DeadlineScope fail label='fetch' timeout=5s exited expired>"
+    at = move_on_at(clock.now + 2)
+    assert repr(at) == "<taut.DeadlineScope move_on label='operation' remaining=2s not entered>"
+    assert repr(move_on_at(None)) == (
+        "<taut.DeadlineScope move_on label='operation' unbounded not entered>"
+    )
+    assert "1000" not in repr(at)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
         Call,
         GatherRejected,
         Outcome,
+        OutcomeStatus,
         Scheduler,
         agather,
         call,
@@ -76,7 +77,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
     )
     from taut.process import ProcessResult, kill_process_tree, run_process
     from taut.stats import TautStats, stats
-    from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner
+    from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
 
 # Each lazily loaded module and the public names it defines. Keep in step with
 # the TYPE_CHECKING imports above (tests/test_import.py checks both ways).
@@ -109,6 +110,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "Call",
         "GatherRejected",
         "Outcome",
+        "OutcomeStatus",
         "Scheduler",
         "agather",
         "call",
@@ -127,7 +129,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     ),
     "taut.process": ("ProcessResult", "kill_process_tree", "run_process"),
     "taut.stats": ("TautStats", "stats"),
-    "taut.tools": ("QueueNotice", "ToolCall", "ToolResult", "ToolRunner"),
+    "taut.tools": ("QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"),
 }
 _LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
@@ -185,6 +187,7 @@ __all__ = [
     "JournalRecord",
     "JournaledError",
     "Outcome",
+    "OutcomeStatus",
     "PlanningConstraints",
     "PoolStats",
     "PostgresJournal",
@@ -200,6 +203,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "ToolRunner",
+    "ToolStatus",
     "__version__",
     "agather",
     "call",

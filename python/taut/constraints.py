@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -204,6 +204,23 @@ class PlanningConstraints(BaseModel):
         serialization_alias="costBudgets",
         description="Hard limits per resource (e.g. {'usd': 2.5, 'tokens': 100000}).",
     )
+
+    if TYPE_CHECKING:
+        # For type checkers only: what the validators accept (pydantic's
+        # generated signature would demand a timedelta and every field).
+        def __init__(
+            self,
+            *,
+            time_budget: timedelta | float | str | None = None,
+            max_agents: int | None = None,
+            weights: Mapping[str, float] = ...,
+            cost_budgets: Mapping[str, float] = ...,
+            timeBudget: timedelta | float | str | None = None,  # the YAML/JSON aliases work too
+            maxAgents: int | None = None,
+            resourceLimit: int | None = None,
+            resource_limit: int | None = None,
+            costBudgets: Mapping[str, float] = ...,
+        ) -> None: ...
 
     @field_validator("time_budget", mode="before")
     @classmethod

@@ -25,7 +25,7 @@ from collections.abc import Coroutine, Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut._core import PoolCore, WorkerSlot, clamp_timeout
 from taut._stdlib_views import IdleSemaphore, WorkQueue
@@ -39,6 +39,10 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; annotations only
+    from typing import ParamSpec
+
+    _P = ParamSpec("_P")
 
 _PENDING = _base.PENDING
 _RUNNING = _base.RUNNING
@@ -89,7 +93,7 @@ def _wait_seconds(timeout: float | None) -> float | None:
     return clamp_timeout(timeout)
 
 
-class Future(_cf.Future):  # type: ignore[type-arg]
+class Future(_cf.Future[_T]):
     """A ``concurrent.futures.Future`` that is cheap to create and complete.
 
     The standard future builds a ``threading.Condition`` for every call,
@@ -110,12 +114,12 @@ class Future(_cf.Future):  # type: ignore[type-arg]
         self._result = None
         self._exception: BaseException | None = None
         self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future], object]] = []
+        self._done_callbacks: list[Callable[[_cf.Future[_T]], object]] = []
         self._seq = 0
         self._core = None
 
     @property
-    def _condition(self) -> threading.Condition:  # type: ignore[override]
+    def _condition(self) -> threading.Condition:
         cond = self._cond
         if cond is None:
             with _state_lock:
@@ -123,6 +127,12 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 if cond is None:
                     cond = self._cond = threading.Condition()
         return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        # Settable like the stdlib's attribute, so that the typing protocol of
+        # as_completed() (a mutable _condition) accepts our futures.
+        self._cond = cond
 
     def __repr__(self) -> str:
         state = self._state
@@ -145,7 +155,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
     def running(self) -> bool:
         return self._state == _RUNNING
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> _T:
         if self._state != _FINISHED and self._core is not None and timeout != 0:
             # A short call is likely to finish within microseconds: wait for
             # it without parking this thread (see PoolCore.spin_for_release).
@@ -157,7 +167,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                 finally:
                     # Break the cycle frame -> exception -> traceback -> frame.
                     self = None  # type: ignore[assignment]
-            return self._result
+            return self._result  # type: ignore[return-value]  # FINISHED, no exception: a _T
         return super().result(_wait_seconds(timeout))
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
@@ -195,7 +205,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
             self.set_running_or_notify_cancel()
         return True
 
-    def add_done_callback(self, fn: Callable[[_cf.Future[Any]], object]) -> None:
+    def add_done_callback(self, fn: Callable[[_cf.Future[_T]], object]) -> None:
         # Without the Condition when nobody waits: asyncio.wrap_future (so
         # every run_in_executor) registers a callback on each future.
         with _state_lock:
@@ -224,7 +234,7 @@ class Future(_cf.Future):  # type: ignore[type-arg]
                     return False
         return super().set_running_or_notify_cancel()
 
-    def set_result(self, result: Any) -> None:
+    def set_result(self, result: _T) -> None:
         with _state_lock:
             fast = self._cond is None
             if fast:
@@ -555,13 +565,13 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         *,
         block: bool,
         tracker: _Tracker | None = None,
-    ) -> Future:
+    ) -> Future[Any]:
         if self._broken or self._shutdown or _interpreter_exiting:
             self._check_open()
         if self._propagate_context:
             args = (fn, *args)
             fn = contextvars.copy_context().run
-        future = Future()
+        future: Future[Any] = Future()
         future._core = core = self._core
         waiting_at = None
         while True:
@@ -592,7 +602,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             tracker.wait(waiting_at)
         return future
 
-    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
         (GIL released, Ctrl-C honoured) until there is room."""
         return self._submit(fn, args, kwargs, block=True)
@@ -610,7 +620,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
         return run_in(self, fn, args, kwargs)
 
-    def try_submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future:
+    def try_submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> Future[_T]:
         """Like ``submit``, but raise :class:`QueueFull` instead of waiting
         when the bounded queue is full."""
         return self._submit(fn, args, kwargs, block=False)
@@ -623,7 +635,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         on_wait: Callable[[int], object] | None = None,
         on_start: Callable[[], object] | None = None,
         **kwargs: Any,
-    ) -> Future:
+    ) -> Future[_T]:
         """Like ``submit``, with queue notices: ``on_wait(position)`` when the
         call cannot start at once and each time its 1-based position changes,
         ``on_start()`` on the worker just before the call begins. Notices
@@ -665,16 +677,16 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _submit_all(
         self, fn: Callable[..., Any], arg_tuples: Iterable[tuple[Any, ...]]
-    ) -> list[Future]:
+    ) -> list[Future[Any]]:
         """``submit`` for many calls, without the per-call checks that cannot
         change in between (the core still refuses once shut down)."""
         core = self._core
         submit = core.submit
-        futures: list[Future] = []
+        futures: list[Future[Any]] = []
         append = futures.append
         try:
             for args in arg_tuples:
-                future = Future()
+                future: Future[Any] = Future()
                 future._core = core
                 if submit(future, fn, args):
                     self._spawn(1)

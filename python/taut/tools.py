@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
 from taut._checks import check_timeout
@@ -46,7 +46,7 @@ from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
 from taut.gather.limits import check_limiter
 
-__all__ = ["FROM_CONFIG", "QueueNotice", "ToolCall", "ToolResult", "ToolRunner"]
+__all__ = ["FROM_CONFIG", "QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
 
 _log = logging.getLogger("taut.tools")
 
@@ -111,6 +111,10 @@ class ToolCall:
             )
 
 
+ToolStatus = Literal["ok", "error", "timeout"]
+"""How a tool call ended: the values of :attr:`ToolResult.status`."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """The result of one tool call, in the shape a model consumes.
@@ -123,7 +127,7 @@ class ToolResult:
 
     call_id: str
     name: str
-    status: str
+    status: ToolStatus
     text: str
     value: Any = None
     error: BaseException | None = None

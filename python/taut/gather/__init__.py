@@ -93,6 +93,7 @@ from taut.gather.handles import (
     Call,
     GatherRejected,
     Outcome,
+    OutcomeStatus,
     default_id,
     nested_argument,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "Call",
     "GatherRejected",
     "Outcome",
+    "OutcomeStatus",
     "Scheduler",
     "Submission",
     "agather",

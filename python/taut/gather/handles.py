@@ -11,14 +11,14 @@ import os
 import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
 from taut.journal import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from taut.gather import Scheduler
 
-__all__ = ["STATUSES", "Call", "GatherRejected", "Outcome"]
+__all__ = ["STATUSES", "Call", "GatherRejected", "Outcome", "OutcomeStatus"]
 
 T = TypeVar("T")
 
@@ -31,12 +31,16 @@ class GatherRejected(ValueError):
     enclosing gather."""
 
 
+OutcomeStatus = Literal["ok", "error", "timeout", "not_started", "cancelled"]
+"""How a gathered call ended: the values of :attr:`Outcome.status`."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one gathered call."""
 
     call_id: str
-    status: str
+    status: OutcomeStatus
     """``'ok'`` (``value`` holds the return value), ``'error'`` (``error`` holds
     the exception), ``'timeout'`` (the call started but did not finish by the
     deadline; ``error`` is a :class:`TimeoutError`), ``'not_started'`` (the

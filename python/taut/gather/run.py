@@ -27,6 +27,7 @@ from taut.gather.handles import (
     Call,
     GatherRejected,
     Outcome,
+    OutcomeStatus,
     default_id,
     nested_argument,
 )
@@ -288,8 +289,10 @@ class Run:
                 continue
             if e.outcome is not None:
                 continue
+            # A journal keeps terminal statuses only ('ok', 'error', 'timeout').
+            status = cast(OutcomeStatus, rec.status)
             e.outcome = Outcome(
-                e.call_id, rec.status, rec.value, rec.error, started=True, replayed=True
+                e.call_id, status, rec.value, rec.error, started=True, replayed=True
             )
             if e.claimed:
                 e.claimed = False

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from taut._core import clamp_timeout
 
-__all__ = ["Lease", "check_lease_seconds", "keep_renewing", "stop_renewing"]
+__all__ = ["Lease", "check_lease_seconds", "holder_died_here", "keep_renewing", "stop_renewing"]
 
 
 def check_lease_seconds(lease: object) -> float:
@@ -73,6 +73,26 @@ class Lease:
 
     def describe(self) -> str:
         return f"owner {self.owner}, token {self.token}"
+
+
+def holder_died_here(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:nonce``) is a process of this host that
+    no longer exists: a runner killed on this machine need not be waited out
+    for its whole lease. A reused pid reads as alive, which only means
+    waiting for the lease as usual (the safe direction)."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, OSError):
+        return False
+    return False
 
 
 class _Renewable(Protocol):

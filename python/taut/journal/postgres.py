@@ -296,7 +296,12 @@ class PostgresJournal:
         owner, expires_in = conn.execute(
             f"SELECT owner, {_EXPIRES_IN} FROM taut_runs WHERE run = %s FOR UPDATE", (run,)
         ).fetchone()
-        if owner is not None and owner != lease.owner and expires_in > 0:
+        if (
+            owner is not None
+            and owner != lease.owner
+            and expires_in > 0
+            and not _leases.holder_died_here(owner)
+        ):
             raise JournalBusy(busy_message(run, self._where, owner, expires_in))
         (token,) = conn.execute(
             "UPDATE taut_runs SET owner = %s, token = token + 1,"

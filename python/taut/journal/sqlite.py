@@ -27,7 +27,7 @@ from taut.journal.base import (
     stale_message,
 )
 from taut.journal.codec import Codec, check_codec
-from taut.journal.lease import Lease, check_lease_seconds
+from taut.journal.lease import Lease, check_lease_seconds, holder_died_here
 
 __all__ = ["SqliteJournal"]
 
@@ -293,7 +293,13 @@ class SqliteJournal:
         row = conn.execute(
             "SELECT owner, token, expires_at FROM taut_runs WHERE run = ?", (run,)
         ).fetchone()
-        if row is not None and row[0] is not None and row[0] != lease.owner and row[2] > now:
+        if (
+            row is not None
+            and row[0] is not None
+            and row[0] != lease.owner
+            and row[2] > now
+            and not holder_died_here(row[0])
+        ):
             raise JournalBusy(busy_message(run, f"journal {self._path!r}", row[0], row[2] - now))
         token = (row[1] if row is not None else 0) + 1
         conn.execute(

@@ -1,0 +1,166 @@
+"""Interrupting blocking calls on the main thread at a deadline.
+
+An asynchronous exception (``PyThreadState_SetAsyncExc``) waits for the next
+bytecode boundary, so it never ends a ``time.sleep``, a blocking
+``socket.recv``, ``select`` or ``subprocess.wait``. A signal does: on POSIX
+the system call returns ``EINTR``, CPython runs the Python signal handler
+before retrying it (PEP 475), and when that handler raises, the blocking call
+raises. Python signal handlers run only on the main thread, so this works
+there and only there; other threads keep the asynchronous exception (pure
+Python code only), as do platforms without ``signal.pthread_kill`` (Windows).
+
+How: while at least one ``interrupt=True`` scope is open on the main thread,
+``SIGNAL`` (``SIGURG``) has taut's handler; the user's handler is kept and put
+back when the last such scope closes. At expiry taut's Python callback thread
+sends ``SIGNAL`` to the main thread with ``signal.pthread_kill``; the handler
+raises the scope's interrupt exception. ``SIGURG`` because its default action
+is to ignore it: a signal that arrives after the user's handler is back does
+no harm, and nothing in the standard library uses it. A ``SIGURG`` that taut
+did not send is passed on to the user's handler.
+
+The signal is sent again (after 1 ms, backing off to 50 ms) until the
+interrupt has been raised or the scope closed: a signal that lands between
+the GIL's release and the start of the system call interrupts nothing. The
+handler never raises inside taut's own scope entry/exit code (that code
+decides from the clock anyway, and an exception there would leave the scope
+half-closed); the next signal lands once control is back in the user's code.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import CodeType, FrameType
+from typing import Any, Callable, Protocol
+
+from taut import _core
+
+__all__ = ["SIGNAL", "arm", "available", "disarm", "protect"]
+
+SIGNAL: int | None = getattr(signal, "SIGURG", None)
+
+
+class _Interruptible(Protocol):
+    def _interrupt_due(self) -> bool:
+        """True if the deadline has passed and no interrupt was raised yet."""
+
+    def _interrupt_error(self) -> BaseException:
+        """The exception to raise; also records that it was raised."""
+
+
+# Main-thread interrupt scopes, in entry order. Read and written only with the
+# GIL held, from the main thread, the callback thread and the handler.
+_active: list[_Interruptible] = []
+_previous: Any = None
+# True between a pthread_kill of ours and the handler run that consumes it.
+_sent = False
+_RESEND_FIRST_S = 0.001
+_RESEND_MAX_S = 0.05
+# Code objects of scope entry/exit: the handler must not raise in them.
+_protected: set[CodeType] = set()
+
+
+def protect(*functions: Callable[..., Any]) -> None:
+    """Mark functions (scope entry/exit) in which no interrupt is raised."""
+    for fn in functions:
+        _protected.add(fn.__code__)
+
+
+def available() -> bool:
+    """True if a scope entered on this thread can interrupt blocking calls."""
+    if SIGNAL is None or not hasattr(signal, "pthread_kill"):
+        return False
+    if threading.get_ident() != threading.main_thread().ident:
+        return False
+    if _active:
+        return True
+    try:
+        # None: a handler installed from C that signal.signal cannot restore.
+        return signal.getsignal(SIGNAL) is not None
+    except ValueError:  # pragma: no cover - not the main interpreter
+        return False
+
+
+def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
+    """On the main thread (``available()``): interrupt ``scope`` at expiry."""
+    global _previous
+    assert SIGNAL is not None
+    if not _active:
+        _previous = signal.getsignal(SIGNAL)
+        signal.signal(SIGNAL, _handler)
+    _active.append(scope)
+    # Last: if the deadline already passed, the callback thread can send the
+    # signal only once this thread lets go of the GIL, which is in the block.
+    deadline.call_soon(lambda: _send_if_due(scope))
+
+
+def disarm(scope: _Interruptible) -> None:
+    """``scope`` closed: no interrupt for it any more; the user's handler is
+    back once no interrupt scope is open."""
+    global _previous
+    try:
+        _active.remove(scope)
+    except ValueError:
+        return
+    if not _active:
+        assert SIGNAL is not None
+        previous, _previous = _previous, None
+        if signal.getsignal(SIGNAL) is not _handler:
+            return  # replaced meanwhile by the program: its handler stays
+        # signal.signal first runs pending handlers: a signal of ours still
+        # pending is consumed by _handler here (and ignored, nothing is due).
+        signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)
+
+
+def _send() -> None:
+    global _sent
+    main = threading.main_thread().ident
+    if SIGNAL is None or main is None:
+        return
+    _sent = True
+    signal.pthread_kill(main, SIGNAL)
+
+
+def _send_if_due(scope: _Interruptible, attempt: int = 0) -> None:
+    """On the callback thread, GIL held: the main thread cannot close the scope
+    between this check and the signal's arrival.
+
+    Sent again, 1 ms later and then backing off to every 50 ms, until the
+    interrupt was raised or the scope closed: a signal that arrives after the
+    main thread released the GIL for a blocking call but before the system
+    call itself began interrupts nothing (its C handler ran already), and
+    this thread runs exactly when the GIL is released."""
+    if scope in _active and scope._interrupt_due():
+        _send()
+        delay = min(_RESEND_MAX_S, _RESEND_FIRST_S * 2**attempt)
+        retry = _core.Deadline(_core.monotonic() + delay)
+        retry.call_soon(lambda: _send_if_due(scope, attempt + 1))
+
+
+def _in_scope_machinery(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code in _protected:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    global _sent
+    ours, _sent = _sent, False
+    due = next((s for s in _active if s._interrupt_due()), None)
+    if due is None:
+        if not ours:
+            _forward(signum, frame)
+        return
+    if _in_scope_machinery(frame):
+        # The scope's repeated signal lands once this code has returned.
+        return
+    raise due._interrupt_error()
+
+
+def _forward(signum: int, frame: FrameType | None) -> None:
+    # SIG_DFL (SIGURG's default: ignore it) and SIG_IGN: nothing to do.
+    previous = _previous
+    if callable(previous):
+        previous(signum, frame)

@@ -1,0 +1,233 @@
+"""``interrupt=True`` on the main thread reaches blocking C calls.
+
+The timer's callback thread sends ``SIGURG`` to the main thread; the system
+call returns with EINTR and taut's handler raises. pytest runs tests on the
+main thread. Timings are lopsided: a 0.05 s budget against 30 s of blocking.
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Callable
+
+import pytest
+
+from taut import DeadlineExpired, _signal_interrupt, fail_after, move_on_after
+from taut.deadline import DeadlineScope
+
+LONG = 30.0
+BUDGET = 0.05
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        not hasattr(signal, "pthread_kill") or not hasattr(signal, "SIGURG"),
+        reason="needs signal.pthread_kill and SIGURG (POSIX)",
+    ),
+]
+
+
+def _on_main_thread() -> None:
+    assert threading.current_thread() is threading.main_thread()
+
+
+def _assert_interrupted(block: Callable[[], object]) -> None:
+    _on_main_thread()
+    before = signal.getsignal(signal.SIGURG)
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_after(BUDGET, "blocking", interrupt=True):
+            block()
+    assert time.monotonic() - t0 < LONG / 3
+    assert type(info.value) is DeadlineExpired
+    assert info.value.label == "blocking"
+    assert signal.getsignal(signal.SIGURG) is before
+
+
+def test_time_sleep_is_interrupted() -> None:
+    _assert_interrupted(lambda: time.sleep(LONG))
+
+
+def test_socket_recv_is_interrupted() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        _assert_interrupted(lambda: a.recv(1))
+
+
+def test_select_is_interrupted() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        _assert_interrupted(lambda: select.select([a], [], [], LONG))
+
+
+def test_subprocess_wait_is_interrupted() -> None:
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({LONG})"])
+    try:
+        _assert_interrupted(child.wait)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_lock_acquire_is_interrupted() -> None:
+    lock = threading.Lock()
+    lock.acquire()
+    try:
+        _assert_interrupted(lock.acquire)
+    finally:
+        lock.release()
+
+
+def test_move_on_with_interrupt_swallows_a_blocking_call() -> None:
+    t0 = time.monotonic()
+    with move_on_after(BUDGET, interrupt=True) as scope:
+        time.sleep(LONG)
+    assert scope.expired
+    assert time.monotonic() - t0 < LONG / 3
+
+
+def test_deadline_already_past_interrupts_the_blocking_call() -> None:
+    for _ in range(5):
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExpired):
+            with fail_after(0, interrupt=True):
+                time.sleep(LONG)
+        assert time.monotonic() - t0 < LONG / 3
+
+
+def test_outer_interrupt_reaches_a_blocking_call_in_an_inner_scope() -> None:
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_after(BUDGET, "outer", interrupt=True):
+            with move_on_after(LONG, "inner") as inner:
+                time.sleep(LONG)
+    assert info.value.label == "outer"
+    assert not inner.expired
+
+
+def test_users_handler_is_restored_and_still_receives_its_signals() -> None:
+    received: list[int] = []
+
+    def users_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGURG, users_handler)
+    try:
+        with fail_after(LONG, interrupt=True):
+            assert signal.getsignal(signal.SIGURG) is not users_handler
+            # A SIGURG that taut did not send goes on to the user's handler.
+            signal.pthread_kill(threading.get_ident(), signal.SIGURG)
+            deadline = time.monotonic() + 5
+            while not received and time.monotonic() < deadline:
+                time.sleep(0.001)
+        assert received == [signal.SIGURG]
+        assert signal.getsignal(signal.SIGURG) is users_handler
+        _assert_interrupted_keeping(users_handler)
+        assert received == [signal.SIGURG]  # taut's own signal is not forwarded
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+def _assert_interrupted_keeping(handler: Callable[[int, FrameType | None], object]) -> None:
+    with pytest.raises(DeadlineExpired):
+        with fail_after(BUDGET, interrupt=True):
+            time.sleep(LONG)
+    assert signal.getsignal(signal.SIGURG) is handler
+
+
+def test_nested_interrupt_scopes_restore_once_at_the_outermost_exit() -> None:
+    before = signal.getsignal(signal.SIGURG)
+    with fail_after(LONG, interrupt=True):
+        with move_on_after(BUDGET, interrupt=True) as inner:
+            time.sleep(LONG)
+        assert inner.expired
+        assert signal.getsignal(signal.SIGURG) is _signal_interrupt._handler
+    assert signal.getsignal(signal.SIGURG) is before
+
+
+def test_no_signal_after_a_scope_ends_in_time() -> None:
+    with fail_after(0.1, interrupt=True) as scope:
+        pass
+    time.sleep(0.5)  # five times the budget: a stray interrupt would land here
+    assert not scope.expired
+
+
+def test_handler_never_raises_inside_scope_entry_or_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The handler's own rule, driven by hand: inside a scope's exit it stays
+    quiet (the exit decides from the clock, and an exception there would
+    leave the scope half-closed); in ordinary code it raises."""
+
+    class Due:
+        raised = False
+
+        def _interrupt_due(self) -> bool:
+            return not self.raised
+
+        def _interrupt_error(self) -> BaseException:
+            self.raised = True
+            return DeadlineExpired("due")
+
+    due = Due()
+    monkeypatch.setattr(_signal_interrupt, "_active", [due])
+
+    class Probe(DeadlineScope):
+        __slots__ = ()
+
+        def _leave(self) -> bool:
+            # Runs inside DeadlineScope.__exit__, a protected frame.
+            _signal_interrupt._handler(signal.SIGURG, sys._getframe())
+            return super()._leave()
+
+    with Probe(relative=None, absolute=None, raise_on_expiry=True, label="p", interrupt=False):
+        pass
+    assert not due.raised
+    with pytest.raises(DeadlineExpired, match="due"):
+        _signal_interrupt._handler(signal.SIGURG, sys._getframe())
+    assert due.raised
+
+
+def test_other_threads_keep_the_asynchronous_exception() -> None:
+    """Off the main thread no signal handler can run: a blocking call there
+    finishes, and the interrupt lands at the next bytecode after it."""
+    outcome: list[tuple[str, float]] = []
+    before = signal.getsignal(signal.SIGURG)
+
+    def worker() -> None:
+        t0 = time.monotonic()
+        try:
+            with fail_after(BUDGET, interrupt=True):
+                time.sleep(BUDGET * 6)
+                while True:
+                    pass
+        except DeadlineExpired:
+            outcome.append(("expired", time.monotonic() - t0))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(LONG)
+    assert len(outcome) == 1
+    kind, elapsed = outcome[0]
+    assert kind == "expired"
+    assert elapsed >= BUDGET * 6  # the sleep was not cut short
+    assert signal.getsignal(signal.SIGURG) is before  # no handler from another thread
+
+
+def test_a_handler_installed_inside_the_scope_is_left_alone() -> None:
+    def programs_handler(signum: int, frame: FrameType | None) -> None:
+        pass
+
+    before = signal.getsignal(signal.SIGURG)
+    try:
+        with fail_after(LONG, interrupt=True):
+            signal.signal(signal.SIGURG, programs_handler)
+        assert signal.getsignal(signal.SIGURG) is programs_handler
+    finally:
+        signal.signal(signal.SIGURG, before)

@@ -422,17 +422,18 @@ def test_taut_config_model_validates_and_documents() -> None:
     schema = TautConfig.model_json_schema()
     text = json.dumps(schema)
     assert "0 = no ceiling" in text and "0 disables" in text
-    assert TautConfig().capacity.tool_workers == 0
+    assert TautConfig().capacity.tool_workers == cfgmod.TOOL_WORKERS_DEFAULT == 32
 
 
 def test_tool_workers_from_config(tmp_path: Path, rec: Recorder) -> None:
-    assert tool_workers() == 0
+    assert tool_workers() == 32  # bounded by default
+    assert tool_workers({"capacity": {"tool_workers": 0}}) == 0  # 0 = no ceiling
     assert tool_workers({"capacity": {"tool_workers": 3}}) == 3
     assert tool_workers({"capacity": {"tool-workers": 2}}) == 2
     f = write(tmp_path / "c.toml", "[capacity]\ntool_workers = 5\n")
     assert tool_workers(f) == 5
     assert rec.messages == []
-    assert tool_workers({"capacity": {"tool_workers": "many"}}) == 0
+    assert tool_workers({"capacity": {"tool_workers": "many"}}) == 32
     assert len(rec.messages) == 1 and "capacity.tool_workers" in rec.messages[0]
 
 
@@ -579,10 +580,10 @@ def test_config_check_accepts_empty_sections(tmp_path: Path) -> None:
     # the CLI crashed with a pydantic traceback on it.
     f = write(tmp_path / "empty.yaml", "capacity:\ntimeouts:\n  tools:\n    concurrent_batch: 0\n")
     assert check_config_file(f) == []
-    assert load_config(f).capacity.tool_workers == 0
+    assert load_config(f).capacity.tool_workers == 32
     out = run_cli("config", "check", str(f))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "tool_workers=0" in out.stdout
+    assert "tool_workers=32" in out.stdout
     assert "tools.concurrent_batch=no timeout" in out.stdout
     assert "tools.sequential_call=no timeout" in out.stdout
 
@@ -732,3 +733,164 @@ def test_the_c_yaml_loader_is_used_where_present() -> None:
 
     expected = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
     assert config_files._yaml_loader() is expected
+
+
+# --------------------------------------------------------------------------- ISO-8601 durations
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("PT5M", 300.0), ("P1DT2H", 93600.0), ("PT0.5S", 0.5), ("PT1M30S", 90.0), (" PT5M ", 300.0)],
+)
+def test_iso_durations_are_accepted_in_timeouts(text: str, seconds: float, rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=1, config=nested(text)) == seconds
+    assert load_config(nested(text)).timeout_value(KEY) == text
+    assert rec.messages == []
+
+
+def test_iso_durations_mean_the_same_as_in_time_budget() -> None:
+    for text in ("PT5M", "P1DT2H", "PT0.5S", "P1W"):
+        budget = taut.PlanningConstraints(time_budget=text).time_budget_s
+        assert resolve_timeout(KEY, default=1, config=nested(text)) == budget
+
+
+def test_an_iso_zero_disables_like_0(rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=1, config=nested("PT0S")) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("P1M", "years and months have no fixed length"),
+        ("P1Y", "years and months have no fixed length"),
+        ("-PT5M", "negative duration"),
+        ("PT", "not a valid ISO-8601 duration"),
+        ("PT5X", "not a valid ISO-8601 duration"),
+        ("5 minutes", "got text"),
+    ],
+)
+def test_invalid_duration_text_is_rejected_with_a_reason(
+    text: str, reason: str, rec: Recorder, tmp_path: Path
+) -> None:
+    assert resolve_timeout(KEY, default=7, config=nested(text)) == 7.0
+    assert len(rec.messages) == 1 and reason in rec.messages[0], rec.messages
+    assert "ISO-8601 duration such as PT5M" in rec.messages[0]
+    f = write(tmp_path / "c.yaml", f"timeouts:\n  tools:\n    concurrent_batch: '{text}'\n")
+    [problem] = check_config_file(f)
+    assert problem.line == 3 and reason in problem.message
+
+
+def test_iso_durations_in_a_file_and_in_config_check(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "c.yaml",
+        "timeouts:\n  tools:\n    concurrent_batch: PT5M\n    sequential_call: PT1M30S\n",
+    )
+    assert check_config_file(f, include_warnings=True) == []
+    assert concurrent_batch_timeout(f) == 300.0 and sequential_call_timeout(f) == 90.0
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tools.concurrent_batch=300 s [this file]" in out.stdout
+    assert "tools.sequential_call=90 s [this file]" in out.stdout
+    schema = json.dumps(TautConfig.model_json_schema())
+    assert "ISO-8601" in schema
+
+
+# --------------------------------------------------------------------------- unknown keys
+MISSPELLED = (
+    "app: {other: 1}\n"
+    "timeout: 3\n"
+    "timeouts:\n"
+    "  tools:\n"
+    "    concurent_batch: 5\n"
+    "    sequential_call: 9\n"
+    "  myapp:\n"
+    "    http: 5\n"
+    "capacity:\n"
+    "  tool_workers: 4\n"
+)
+
+
+def test_config_check_warns_about_a_misspelled_key_with_the_nearest_one(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.yaml", MISSPELLED)
+    assert check_config_file(f) == []  # warnings only on request: the file is valid
+    found = check_config_file(f, include_warnings=True)
+    assert all(p.severity == "warning" for p in found)
+    by_location = {p.location: (p.line, p.message) for p in found}
+    assert set(by_location) == {"timeout", "timeouts.tools.concurent_batch", "timeouts.myapp.http"}
+    assert by_location["timeouts.tools.concurent_batch"] == (
+        5,
+        "unknown key, ignored; did you mean 'timeouts.tools.concurrent_batch'?",
+    )
+    assert by_location["timeout"] == (2, "unknown key, ignored; did you mean 'timeouts'?")
+    assert "not a timeout taut reads" in by_location["timeouts.myapp.http"][1]
+    # "app" is the application's own section: no warning about it
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        f"{f}:5: timeouts.tools.concurent_batch: warning: unknown key, ignored; "
+        "did you mean 'timeouts.tools.concurrent_batch'?"
+    ) in out.stdout
+    assert f"{f}: OK with 3 warning(s)" in out.stdout
+    assert "Traceback" not in out.stderr and "ConfigWarning" not in out.stderr
+    strict = run_cli("config", "check", "--strict", str(f))
+    assert strict.returncode == 1
+
+
+def test_config_check_toml_warnings_have_lines(tmp_path: Path) -> None:
+    f = write(tmp_path / "c.toml", "[timeouts.tools]\nconcurrent_bach = 3\n")
+    [w] = check_config_file(f, include_warnings=True)
+    assert (w.location, w.line, w.severity) == ("timeouts.tools.concurrent_bach", 2, "warning")
+    assert "did you mean 'timeouts.tools.concurrent_batch'?" in w.message
+
+
+def test_a_misspelled_capacity_key_is_an_error_naming_the_nearest_one(
+    tmp_path: Path, rec: Recorder
+) -> None:
+    f = write(tmp_path / "c.yaml", "capacity:\n  tool_worker: 3\n")
+    [problem] = check_config_file(f)
+    assert (problem.location, problem.line) == ("capacity.tool_worker", 2)
+    assert problem.message == "unknown key; did you mean 'tool_workers'?"
+    assert tool_workers(f) == 32
+    assert len(rec.messages) == 1 and "did you mean 'tool_workers'?" in rec.messages[0]
+
+
+def test_resolution_warns_once_about_a_near_miss(tmp_path: Path, rec: Recorder) -> None:
+    # A gateway never runs `config check`: the typo must not be silent there either.
+    f = write(tmp_path / "c.yaml", MISSPELLED)
+    for _ in range(3):
+        assert concurrent_batch_timeout(f) == 420.0
+    near = [m for m in rec.messages if "did you mean" in m]
+    assert len(near) == 2, rec.messages  # `timeout` and `tools.concurent_batch`, once each
+    assert any("timeouts.tools.concurent_batch" in m for m in near)
+    assert not any("myapp" in m or "'app'" in m for m in rec.messages)  # the application's keys
+
+
+def test_config_check_shows_where_each_value_comes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = write(tmp_path / "c.yaml", "timeouts: {tools: {sequential_call: 30}}\n")
+    out = run_cli("config", "check", str(f))
+    assert "capacity.tool_workers=32 [default]" in out.stdout
+    assert "tools.concurrent_batch=420 s [default]" in out.stdout
+    assert "tools.sequential_call=30 s [this file]" in out.stdout
+    assert "precedence: config file, then environment variable, then default" in out.stdout
+    monkeypatch.setenv(cfgmod.CONCURRENT_BATCH_ENV, "60")
+    out = run_cli("config", "check", str(f))
+    assert "tools.concurrent_batch=60 s [$TAUT_CONCURRENT_TOOL_TIMEOUT_S]" in out.stdout
+    g = write(tmp_path / "g.yaml", "timeouts: {tools: {concurrent_batch: 5}}\n")
+    out = run_cli("config", "check", str(g))
+    assert (
+        "tools.concurrent_batch=5 s [this file, overrides $TAUT_CONCURRENT_TOOL_TIMEOUT_S]"
+        in out.stdout
+    )
+
+
+def test_config_help_documents_the_precedence_and_defaults() -> None:
+    from taut.cli import PRECEDENCE
+
+    for args in (("config", "--help"), ("config", "check", "--help")):
+        out = run_cli(*args)
+        assert out.returncode == 0
+        assert "1. the config file" in out.stdout and "$TAUT_CONFIG" in out.stdout
+        assert "2. the key's environment variable" in out.stdout
+        assert "3. the built-in default" in out.stdout
+    assert f"tools.concurrent_batch: {cfgmod.CONCURRENT_BATCH_DEFAULT:g} s" in PRECEDENCE
+    assert f"capacity.tool_workers: {cfgmod.TOOL_WORKERS_DEFAULT})" in PRECEDENCE

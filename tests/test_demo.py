@@ -56,6 +56,14 @@ def test_demo_in_german() -> None:
     for english in ("hung tool", "checks", "started on", "[started]", "budget:", " yes "):
         assert english not in out, english
     assert "Frist 1,2 s" in out and "Frist 1.2 s" not in out
+    # the status and result columns too: the table, the per-call lines, the tools' texts
+    table = out.split("Ergebnisse", 1)[1].split("Prüfungen", 1)[0]
+    assert "| Zeitüberschreitung |" in table
+    assert "Fehler beim Ausführen von 'hang': Zeitüberschreitung nach 1,2 s" in table
+    assert "3 Textstellen zu 'deadlines'" in table and "mit beendet" in table
+    assert "t3 hang: Zeitüberschreitung nach" in out
+    for english in ("timeout", "Error executing", "timed out", "passages", "bytes read", " words"):
+        assert english not in table, english
 
 
 def test_a_used_up_budget_is_no_time_not_the_full_batch_deadline() -> None:
@@ -65,3 +73,67 @@ def test_a_used_up_budget_is_no_time_not_the_full_batch_deadline() -> None:
     assert _batch_deadline(0.4) == 0.4
     assert _batch_deadline(None) == BATCH_DEADLINE_S
     assert _batch_deadline(99.0) == BATCH_DEADLINE_S
+
+
+def test_the_result_column_speaks_the_demo_language() -> None:
+    from taut.demo import _TEXT, _result_text, _Row
+    from taut.tools import ToolResult
+
+    hung = ToolResult(
+        "t3", "hang", "timeout", "Error executing tool 'hang': timed out after 1.2s", started=True
+    )
+    late = ToolResult(
+        "t9",
+        "late",
+        "timeout",
+        "Error executing tool 'late': timed out after 1.2s "
+        "(no free worker before the batch deadline)",
+    )
+    failed = ToolResult(
+        "t4",
+        "fail",
+        "error",
+        "Error executing tool 'fail': disk full",
+        error=OSError("disk full"),
+        started=True,
+    )
+    fine = ToolResult("t1", "ok", "ok", "3 Wörter", started=True)
+    de, en = _TEXT["de"], _TEXT["en"]
+    assert _result_text(_Row(1, hung, deadline=1.2), de) == (
+        "Fehler beim Ausführen von 'hang': Zeitüberschreitung nach 1,2 s"
+    )
+    assert _result_text(_Row(1, late, deadline=1.2), de) == (
+        "Fehler beim Ausführen von 'late': kein Bearbeiter frei vor der Frist"
+    )
+    assert _result_text(_Row(1, failed), de) == "Fehler beim Ausführen von 'fail': disk full"
+    assert _result_text(_Row(1, fine), de) == "3 Wörter"
+    # English shows what the model reads, unchanged
+    for result in (hung, late, failed, fine):
+        assert _result_text(_Row(1, result, deadline=1.2), en) == result.text
+    assert set(de["status"]) == set(en["status"]) == {"ok", "error", "timeout"}
+    assert set(de) == set(en)  # every text has both languages
+
+
+def _readme() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_command_one_makes_and_uses_a_virtual_environment() -> None:
+    # System Pythons such as Debian 12's refuse `pip install` outside a venv.
+    block = _readme().split("## The two commands", 1)[1].split("```sh\n", 1)[1].split("```")[0]
+    command = " ".join(
+        line.strip() for line in block.split("# 2.")[0].splitlines() if not line.startswith("#")
+    )
+    assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && ")
+    assert "python -m pip install . && python -m taut bench && python -m taut demo" in command
+    assert "python3 -m pip" not in command  # the system pip, outside the venv
+
+
+def test_readme_speaks_to_users_not_to_the_team() -> None:
+    import re
+
+    text = _readme()
+    for word in (r"\bseeds?\b", r"\bissues?\b", "§", r"\bhelpers?\b", r"\bwt-"):
+        assert not re.search(word, text, re.IGNORECASE), word

@@ -383,6 +383,8 @@ def test_permission_error_when_no_member_may_be_signalled(
     # The interpreter lives under /root: start as root, then become nobody.
     code = (
         "import os, taut\n"
+        # taut.process loads on first use: load it while its files are readable
+        "taut.kill_process_tree\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         "try:\n"
         f"    taut.kill_process_tree({target.pid})\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -393,3 +394,193 @@ def test_validation_messages(runners: list[ToolRunner]) -> None:
 
 def test_public_names() -> None:
     assert taut.ToolRunner is ToolRunner and taut.ToolCall is ToolCall
+
+
+# ------------------------------------------------------------- effective deadlines
+
+
+def test_the_timeout_text_shows_the_effective_timeout_rounded(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 1)
+    latch = threading.Event()
+    try:
+        # What a live budget hands over: never a round number.
+        [r] = runner.run([ToolCall("hang", latch.wait, {"timeout": LONG})], timeout=0.2999873)
+        assert r.text == "Error executing tool 'hang': timed out after 0.3s"
+    finally:
+        latch.set()
+    from taut.tools import _seconds_text
+
+    assert _seconds_text(420) == "420.0s"
+    assert _seconds_text(4.999987320999992) == "5.0s"
+    assert _seconds_text(1.2) == "1.2s"
+    assert _seconds_text(0.25) == "0.25s"
+    assert _seconds_text(0.05) == "0.05s"
+    assert _seconds_text(0.0) == "0.0s"
+
+
+def test_a_live_budget_passed_as_the_run_timeout(runners: list[ToolRunner]) -> None:
+    budget = taut.PlanningConstraints(time_budget=0.3).start()
+    runner = make(runners, 2)
+    latch = threading.Event()
+    try:
+        t0 = time.monotonic()
+        [r] = runner.run(
+            [ToolCall("hang", latch.wait, {"timeout": LONG}, read_only=True)],
+            timeout=budget.remaining(),
+        )
+        assert time.monotonic() - t0 < LONG / 2
+        assert r.timed_out and r.text == "Error executing tool 'hang': timed out after 0.3s"
+    finally:
+        latch.set()
+
+
+def test_a_run_timeout_never_lengthens_the_configured_deadline(runners: list[ToolRunner]) -> None:
+    # Before: run(timeout=...) replaced the configured deadline, so a long
+    # budget let a hung tool run far past tools.concurrent_batch.
+    runner = make(runners, 2, concurrent_batch_timeout=0.2, sequential_call_timeout=0.2)
+    latch = threading.Event()
+    try:
+        t0 = time.monotonic()
+        results = runner.run(
+            [
+                ToolCall("hang", latch.wait, {"timeout": LONG}, read_only=True),
+                ToolCall("stuck", latch.wait, {"timeout": LONG}),
+            ],
+            timeout=LONG * 10,
+        )
+        assert time.monotonic() - t0 < LONG / 2
+        assert [r.text for r in results] == [
+            "Error executing tool 'hang': timed out after 0.2s",
+            "Error executing tool 'stuck': timed out after 0.2s",
+        ]
+    finally:
+        latch.set()
+
+
+def test_a_run_timeout_bounds_the_whole_batch_not_each_group(runners: list[ToolRunner]) -> None:
+    # Two calls that run one after another: the run's deadline is shared, so the
+    # second gets only what the first left (here nothing), not a fresh timeout.
+    runner = make(runners, 2, sequential_call_timeout=LONG)
+    latch = threading.Event()
+    ran: list[str] = []
+    try:
+        t0 = time.monotonic()
+        first, second = runner.run(
+            [
+                ToolCall("stuck", latch.wait, {"timeout": LONG}),
+                ToolCall("late", lambda: ran.append("late")),
+            ],
+            timeout=0.3,
+        )
+        assert time.monotonic() - t0 < LONG / 2
+        assert first.timed_out and first.started
+        assert second.timed_out and not second.started and ran == []
+        assert second.text == (
+            "Error executing tool 'late': timed out after 0.0s "
+            "(the deadline had passed before it could start)"
+        )
+    finally:
+        latch.set()
+
+
+def test_an_enclosing_deadline_scope_bounds_the_batch(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 2)  # configured deadline LONG
+    latch = threading.Event()
+    try:
+        t0 = time.monotonic()
+        with taut.move_on_after(0.25):
+            [r] = runner.run([ToolCall("hang", latch.wait, {"timeout": LONG}, read_only=True)])
+        assert time.monotonic() - t0 < LONG / 2
+        assert r.timed_out and r.text.startswith("Error executing tool 'hang': timed out after 0.")
+        # the scope's remaining time when the batch started: at most its 0.25 s
+        assert 0 < float(r.text.rsplit(" ", 1)[1].rstrip("s")) <= 0.25
+    finally:
+        latch.set()
+
+
+def test_earliest_of_all_deadlines() -> None:
+    from taut.tools import _earliest
+
+    assert _earliest(None, None, None) is None
+    assert _earliest(420.0, None, 5.0) == 5.0
+    assert _earliest(None, 3.0, None) == 3.0
+    assert _earliest(0.2, 30.0, 10.0) == 0.2
+    assert _earliest(10.0, -1.5) == 0.0  # a run deadline already past
+
+
+# ------------------------------------------------------------- defaults
+
+
+def test_no_config_means_a_bounded_default_ceiling(
+    runners: list[ToolRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TAUT_CONFIG", raising=False)
+    runner = ToolRunner(concurrent_batch_timeout=LONG)
+    runners.append(runner)
+    assert runner.tool_workers == taut.config.TOOL_WORKERS_DEFAULT == 32
+    assert "tool_workers=32" in repr(runner)
+    gauge, latch = Gauge(), threading.Event()
+
+    def read(i: int) -> int:
+        gauge.enter(i)
+        try:
+            assert latch.wait(LONG)
+            return i
+        finally:
+            gauge.leave()
+
+    calls = [ToolCall("read", read, {"i": i}, read_only=True) for i in range(34)]
+    t, box = run_in_thread(runner.run, calls)
+    gauge.wait_active(32)  # a usual batch still runs all at once ...
+    time.sleep(0.1)  # room for a 33rd call to start, if the ceiling leaked
+    assert gauge.active == 32 and runner.executor.stats().queued == 2  # ... a runaway one does not
+    latch.set()
+    t.join(LONG)
+    assert [r.value for r in box[0]] == list(range(34))
+    # 0 still means no ceiling, from the constructor or the config
+    assert make(runners, 0).tool_workers == 0
+    assert make(runners, config={"capacity": {"tool_workers": 0}}).tool_workers == 0
+
+
+def test_help_shows_readable_defaults() -> None:
+    import pydoc
+
+    from taut.tools import FROM_CONFIG
+
+    text = pydoc.render_doc(ToolRunner, renderer=pydoc.plaintext)
+    assert "<object object" not in text
+    assert "concurrent_batch_timeout: 'TimeoutSetting' = <from config>" in text
+    assert repr(FROM_CONFIG) == "<from config>"
+
+
+def test_from_config_can_be_passed_explicitly(
+    runners: list[ToolRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taut.tools import FROM_CONFIG
+
+    monkeypatch.delenv("TAUT_CONFIG", raising=False)
+    monkeypatch.setenv("TAUT_CONCURRENT_TOOL_TIMEOUT_S", "12")
+    r = make(runners, 1, concurrent_batch_timeout=FROM_CONFIG)
+    assert r.batch_timeout() == 12.0 and r.sequential_timeout() == 12.0
+
+
+# ------------------------------------------------------------- the README's agent turn
+
+
+def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### An agent turn: `ToolCall` and `ToolRunner`", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md (agent turn)", "exec"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    expected = [
+        line.removeprefix("# ") for line in code.splitlines() if line.startswith("# c")
+    ]
+    assert printed[-3:] == expected == [
+        "c1 ok 3 results for 'deadlines'",
+        "c2 ok <html of https://example.org>",
+        "c3 ok saved",
+    ]
+    assert namespace["notes"] == ["deadlines fire"]
+    assert [m["tool_call_id"] for m in namespace["messages"]] == ["c1", "c2", "c3"]

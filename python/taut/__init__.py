@@ -3,36 +3,24 @@
 A Rust core (``taut._core``) provides a bounded FIFO worker pool, one monotonic
 deadline timer thread per process and platform-safe timeout clamping; this
 package adds a thin Python layer on top of them.
+
+``import taut`` loads only the core and the executor: a gateway that imports
+taut for its ``ThreadPoolExecutor`` pays less than for ``import asyncio``. Every
+other public name (deadline scopes, bounded runs, gathers, journals, process
+trees, configuration, planning constraints, tool batches) is loaded from its
+module on first use, through the module ``__getattr__`` below; pydantic, PyYAML
+and psutil are imported only by the code that needs them.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
-from taut._asyncio import to_thread
 from taut._core import __version__
-from taut.bounded import run_bounded_async, run_bounded_sync
-from taut.config import (
-    ConfigWarning,
-    TautConfig,
-    concurrent_batch_timeout,
-    load_config,
-    resolve_timeout,
-    sequential_call_timeout,
-    tool_workers,
-)
-from taut.constraints import Budget, PlanningConstraints
-from taut.deadline import (
-    MAX_TIMEOUT,
-    BoundedResult,
-    DeadlineExpired,
-    DeadlineScope,
-    clamp_timeout,
-    fail_after,
-    fail_at,
-    move_on_after,
-    move_on_at,
-    remaining,
-)
 from taut.executor import (
     Future,
     PoolStats,
@@ -40,30 +28,147 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
-from taut.gather import (
-    Call,
-    GatherRejected,
-    Outcome,
-    OutcomeStatus,
-    Scheduler,
-    agather,
-    call,
-    gather,
-)
-from taut.journal import (
-    InMemoryJournal,
-    Journal,
-    JournalBusy,
-    JournaledError,
-    JournalError,
-    JournalRecord,
-    PostgresJournal,
-    Reservation,
-    SqliteJournal,
-)
-from taut.process import ProcessResult, kill_process_tree, run_process
-from taut.stats import TautStats, stats
-from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
+    from taut._asyncio import to_thread
+    from taut.bounded import run_bounded_async, run_bounded_sync
+    from taut.config import (
+        ConfigWarning,
+        TautConfig,
+        concurrent_batch_timeout,
+        load_config,
+        resolve_timeout,
+        sequential_call_timeout,
+        tool_workers,
+    )
+    from taut.constraints import Budget, PlanningConstraints
+    from taut.deadline import (
+        MAX_TIMEOUT,
+        BoundedResult,
+        DeadlineExpired,
+        DeadlineScope,
+        clamp_timeout,
+        fail_after,
+        fail_at,
+        move_on_after,
+        move_on_at,
+        remaining,
+    )
+    from taut.gather import (
+        Call,
+        GatherRejected,
+        Outcome,
+        OutcomeStatus,
+        Scheduler,
+        agather,
+        call,
+        gather,
+    )
+    from taut.journal import (
+        InMemoryJournal,
+        Journal,
+        JournalBusy,
+        JournaledError,
+        JournalError,
+        JournalRecord,
+        PostgresJournal,
+        Reservation,
+        SqliteJournal,
+    )
+    from taut.process import ProcessResult, kill_process_tree, run_process
+    from taut.stats import TautStats, stats
+    from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
+
+# Each lazily loaded module and the public names it defines. Keep in step with
+# the TYPE_CHECKING imports above (tests/test_import.py checks both ways).
+_LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    "taut._asyncio": ("to_thread",),
+    "taut.bounded": ("run_bounded_async", "run_bounded_sync"),
+    "taut.config": (
+        "ConfigWarning",
+        "TautConfig",
+        "concurrent_batch_timeout",
+        "load_config",
+        "resolve_timeout",
+        "sequential_call_timeout",
+        "tool_workers",
+    ),
+    "taut.constraints": ("Budget", "PlanningConstraints"),
+    "taut.deadline": (
+        "MAX_TIMEOUT",
+        "BoundedResult",
+        "DeadlineExpired",
+        "DeadlineScope",
+        "clamp_timeout",
+        "fail_after",
+        "fail_at",
+        "move_on_after",
+        "move_on_at",
+        "remaining",
+    ),
+    "taut.gather": (
+        "Call",
+        "GatherRejected",
+        "Outcome",
+        "OutcomeStatus",
+        "Scheduler",
+        "agather",
+        "call",
+        "gather",
+    ),
+    "taut.journal": (
+        "InMemoryJournal",
+        "Journal",
+        "JournalBusy",
+        "JournalError",
+        "JournalRecord",
+        "JournaledError",
+        "PostgresJournal",
+        "Reservation",
+        "SqliteJournal",
+    ),
+    "taut.process": ("ProcessResult", "kill_process_tree", "run_process"),
+    "taut.stats": ("TautStats", "stats"),
+    "taut.tools": ("QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"),
+}
+_LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+
+# Public names that are also submodules: as an attribute of ``taut`` the name
+# means the function (``taut.gather(...)``, ``taut.stats()``), the module is
+# reached with ``from taut.gather import ...``.
+_FUNCTIONS_OVER_MODULES = frozenset({"gather", "stats"})
+
+
+class _Package(types.ModuleType):
+    """The ``taut`` module's type: keeps a lazily loaded function from being
+    replaced by its submodule of the same name.
+
+    The import system binds every submodule on its package once it is loaded;
+    ``from taut.gather import Scheduler`` before the first ``taut.gather`` would
+    otherwise leave ``taut.gather`` pointing at the module for good.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS_OVER_MODULES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "MAX_TIMEOUT",

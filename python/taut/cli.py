@@ -8,21 +8,14 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from taut._bench import Row, check_keys, machine_line
-from taut.config import (
-    CONCURRENT_BATCH_DEFAULT,
-    CONCURRENT_BATCH_KEY,
-    SEQUENTIAL_CALL_KEY,
-    TautConfig,
-    check_config_file,
-    load_config,
-    resolve_timeout,
-)
-from taut.demo import LANGUAGES, run_demo
+from taut.demo import LANGUAGES
 
 # Benchmark areas: the name ``--area`` takes, and the module of taut._bench
 # with run(quick) -> list[Row] behind it.
@@ -178,28 +171,96 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- config
+PRECEDENCE = (
+    "Where each value comes from, first match wins:\n"
+    "  1. the config file (in a program: the one passed as config=, else the one\n"
+    "     named by $TAUT_CONFIG);\n"
+    "  2. the key's environment variable, if it has one (tools.concurrent_batch:\n"
+    "     $TAUT_CONCURRENT_TOOL_TIMEOUT_S);\n"
+    "  3. the built-in default (tools.concurrent_batch: 420 s; tools.sequential_call:\n"
+    "     the tools.concurrent_batch value; capacity.tool_workers: 32).\n"
+    "Timeouts are seconds or ISO-8601 durations (PT5M); 0 disables a timeout.\n"
+    "capacity.tool_workers: 0 means no ceiling."
+)
+PRECEDENCE_LINE = (
+    "precedence: config file, then environment variable, then default "
+    "(python -m taut config check --help)"
+)
+
+
 def _config_check(args: argparse.Namespace) -> int:
+    from taut.config import check_config_file
+
     failed = False
     for file in args.files:
-        problems = check_config_file(file)
-        if problems:
+        found = check_config_file(file, include_warnings=True)
+        errors = [p for p in found if p.severity == "error"]
+        warned = [p for p in found if p.severity != "error"]
+        for problem in found:
+            print(problem)
+        if errors:
             failed = True
-            for problem in problems:
-                print(problem)
-            print(f"{file}: {len(problems)} problem(s)")
-        else:
-            cfg = load_config(file)
-            # What this file alone gives (no environment): the resolved values.
-            batch = resolve_timeout(
-                CONCURRENT_BATCH_KEY, default=CONCURRENT_BATCH_DEFAULT, config=cfg
-            )
-            alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
-            print(
-                f"{file}: OK (capacity.tool_workers={cfg.capacity.tool_workers}, "
-                f"{CONCURRENT_BATCH_KEY}={_seconds_text(batch)}, "
-                f"{SEQUENTIAL_CALL_KEY}={_seconds_text(alone)})"
-            )
+            print(f"{file}: {len(errors)} problem(s)" + _count(warned, ", {} warning(s)"))
+            continue
+        failed = failed or bool(args.strict and warned)
+        print(f"{file}: OK" + _count(warned, " with {} warning(s)") + " " + _effective(file))
+    print(PRECEDENCE_LINE)
     return 1 if failed else 0
+
+
+def _count(items: Sequence[object], text: str) -> str:
+    return text.format(len(items)) if items else ""
+
+
+def _effective(file: str) -> str:
+    """The values that apply with this file and the current environment, and
+    where each comes from."""
+    from taut.config import (
+        CONCURRENT_BATCH_DEFAULT,
+        CONCURRENT_BATCH_ENV,
+        CONCURRENT_BATCH_KEY,
+        SEQUENTIAL_CALL_KEY,
+        ConfigWarning,
+        load_config,
+        resolve_timeout,
+    )
+    from taut.config.models import _MISSING, _parse_env
+
+    def in_file(key: str) -> bool:
+        value = cfg.timeout_value(key)
+        return value is not None and value is not _MISSING
+
+    with warnings.catch_warnings():
+        # config check has reported every problem already; no second copy on stderr
+        warnings.simplefilter("ignore", ConfigWarning)
+        cfg = load_config(file)
+    env_text = os.environ.get(CONCURRENT_BATCH_ENV)
+    env_valid = bool(env_text and env_text.strip()) and _parse_env(env_text or "")[0]
+    batch = resolve_timeout(
+        CONCURRENT_BATCH_KEY,
+        default=CONCURRENT_BATCH_DEFAULT,
+        env_var=CONCURRENT_BATCH_ENV,
+        config=cfg,
+    )
+    alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
+    if in_file(CONCURRENT_BATCH_KEY):
+        over = f", overrides ${CONCURRENT_BATCH_ENV}" if env_valid else ""
+        batch_from = "this file" + over
+    elif env_valid:
+        batch_from = f"${CONCURRENT_BATCH_ENV}"
+    else:
+        batch_from = "default"
+    if in_file(SEQUENTIAL_CALL_KEY):
+        alone_from = "this file"
+    else:
+        alone_from = f"the {CONCURRENT_BATCH_KEY} value"
+    workers_set = "tool_workers" in cfg.capacity.model_fields_set
+    workers_from = "this file" if workers_set else "default"
+    return (
+        f"(capacity.tool_workers={cfg.capacity.tool_workers} [{workers_from}], "
+        f"{CONCURRENT_BATCH_KEY}={_seconds_text(batch)} [{batch_from}], "
+        f"{SEQUENTIAL_CALL_KEY}={_seconds_text(alone)} [{alone_from}])"
+    )
 
 
 def _seconds_text(value: float | None) -> str:
@@ -207,15 +268,34 @@ def _seconds_text(value: float | None) -> str:
 
 
 def _config_schema(args: argparse.Namespace) -> int:
+    from taut.config import TautConfig
+
     print(json.dumps(TautConfig.model_json_schema(), indent=2))
     return 0
 
 
 def _register_config(subparsers: Any) -> None:
-    parser = subparsers.add_parser("config", help="check a taut config file, print its schema")
+    parser = subparsers.add_parser(
+        "config",
+        help="check a taut config file, print its schema",
+        description="Check a taut config file (YAML, TOML or JSON), or print its schema.",
+        epilog=PRECEDENCE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="config_command", required=True)
-    check = sub.add_parser("check", help="report every problem of FILE with its location")
+    check = sub.add_parser(
+        "check",
+        help="report every problem of FILE with its location",
+        description=(
+            "Report every problem of each FILE with its line, warn about keys taut\n"
+            "does not read (naming the key each most likely means), and print the\n"
+            "values that apply with the file and the current environment."
+        ),
+        epilog=PRECEDENCE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("--strict", action="store_true", help="fail (exit status 1) on warnings too")
     check.set_defaults(handler=_config_check)
     schema = sub.add_parser("schema", help="print the JSON schema of the config document")
     schema.set_defaults(handler=_config_schema)
@@ -227,6 +307,8 @@ def _print_flush(line: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from taut.demo import run_demo
+
     return run_demo(args.lang, _print_flush)
 
 

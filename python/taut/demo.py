@@ -30,7 +30,7 @@ BATCH_DEADLINE_S = 1.2
 SHELL_DEADLINE_S = 0.5
 WORKERS = 3
 
-_TEXT = {
+_TEXT: dict[str, dict[str, Any]] = {
     "en": {
         "title": "taut demo: one simulated agent turn (no network)",
         "plan": "planning round {n}: {guidance}",
@@ -58,6 +58,23 @@ _TEXT = {
         ),
         "ok": "all checks passed",
         "fail": "some checks FAILED",
+        "status": {"ok": "ok", "error": "error", "timeout": "timeout"},
+        # What the simulated tools return: the model's language.
+        "search_docs": "3 passages about {query!r}",
+        "read_file": "{size} bytes read",
+        "shell": "sh timed out after {elapsed} s; grandchild sleep (pid {pid}) {state}",
+        "shell_gone": "killed with it",
+        "shell_alive": "STILL ALIVE",
+        "sub_agent": "{count} sub-results, inline on {thread}",
+        "forecast": "{city}: sunny (simulated)",
+        "list_dir": "{count} entries",
+        "count_words": "{count} words",
+        "report": "report {title!r} written",
+        "report_title": "turn 1",
+        # None: the table shows the text the model gets from ToolRunner as is.
+        "tool_timeout": None,
+        "tool_not_started": None,
+        "tool_error": None,
     },
     "de": {
         "title": "taut-Demo: ein simulierter Agentenschritt (ohne Netzwerk)",
@@ -95,6 +112,24 @@ _TEXT = {
         ),
         "ok": "alle Prüfungen bestanden",
         "fail": "einige Prüfungen FEHLGESCHLAGEN",
+        "status": {"ok": "ok", "error": "Fehler", "timeout": "Zeitüberschreitung"},
+        "search_docs": "3 Textstellen zu {query!r}",
+        "read_file": "{size} Bytes gelesen",
+        "shell": "sh nach {elapsed} s abgebrochen; Enkelprozess sleep (PID {pid}) {state}",
+        "shell_gone": "mit beendet",
+        "shell_alive": "LÄUFT NOCH",
+        "sub_agent": "{count} Teilergebnisse, direkt auf {thread}",
+        "forecast": "{city}: sonnig (simuliert)",
+        "list_dir": "{count} Einträge",
+        "count_words": "{count} Wörter",
+        "report": "Bericht {title!r} geschrieben",
+        "report_title": "Schritt 1",
+        # ToolRunner's texts for the model are English; the table says the same in German.
+        "tool_timeout": "Fehler beim Ausführen von {tool!r}: Zeitüberschreitung nach {seconds} s",
+        "tool_not_started": (
+            "Fehler beim Ausführen von {tool!r}: kein Bearbeiter frei vor der Frist"
+        ),
+        "tool_error": "Fehler beim Ausführen von {tool!r}: {reason}",
     },
 }
 
@@ -104,6 +139,7 @@ class _Row:
     round: int
     result: ToolResult
     thread: str = ""
+    deadline: float = 0.0  # the effective deadline of the call's group
 
 
 class _Console:
@@ -145,6 +181,7 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     from taut.process import run_process
 
     text: dict[str, Any] = _TEXT[lang]
+    status: dict[str, str] = text["status"]
     con = _Console(write)
     de = lang == "de"
 
@@ -167,12 +204,12 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
 
     def search_docs(query: str) -> str:
         time.sleep(0.35)
-        return f"3 passages about {query!r}"
+        return str(text["search_docs"].format(query=query))
 
     def read_file(path: str) -> str:
         time.sleep(0.15)
         with open(path, "rb") as fh:
-            return f"{len(fh.read())} bytes read"
+            return str(text["read_file"].format(size=len(fh.read())))
 
     def hang() -> str:
         # A tool stuck in a loop; the batch deadline cuts it off and
@@ -192,8 +229,8 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
         pid = int((result.stdout or "0").split()[0] or 0)
         gone = pid > 0 and _pid_gone(pid)
         facts["shell"] = (result.timed_out, pid, gone, result.elapsed_s)
-        state = "killed with it" if gone else "STILL ALIVE"
-        return f"sh timed out after {result.elapsed_s:.2f} s; grandchild sleep (pid {pid}) {state}"
+        state = text["shell_gone"] if gone else text["shell_alive"]
+        return str(text["shell"].format(elapsed=num(result.elapsed_s), pid=pid, state=state))
 
     def sub_agent(topic: str) -> str:
         # A tool that starts a sub-agent: its batch runs inline on this worker.
@@ -202,22 +239,22 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
         )
         where = threading.current_thread().name
         facts["sub_agent"] = ([r.status for r in inner], where)
-        return f"{len(inner)} sub-results, inline on {where}"
+        return str(text["sub_agent"].format(count=len(inner), thread=where))
 
     def fetch_forecast(city: str) -> str:
         time.sleep(0.25)
-        return f"{city}: sunny (simulated)"
+        return str(text["forecast"].format(city=city))
 
     def list_dir(path: str) -> str:
-        return f"{len(os.listdir(path))} entries"
+        return str(text["list_dir"].format(count=len(os.listdir(path))))
 
     def count_words(words: str) -> str:
         time.sleep(0.05)
-        return f"{len(words.split())} words"
+        return str(text["count_words"].format(count=len(words.split())))
 
     def write_report(title: str) -> str:
         time.sleep(0.1)
-        return f"report {title!r} written"
+        return str(text["report"].format(title=title))
 
     # -- round 1 ---------------------------------------------------------------
 
@@ -270,10 +307,10 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     for r in results:
         con.line(
             text["done"].format(
-                call=r.call_id, tool=r.name, status=r.status, elapsed=num(r.elapsed_s)
+                call=r.call_id, tool=r.name, status=status[r.status], elapsed=num(r.elapsed_s)
             )
         )
-        rows.append(_Row(1, r, threads.get(r.call_id, "-")))
+        rows.append(_Row(1, r, threads.get(r.call_id, "-"), deadline))
     used = budget.elapsed()
     con.line(
         text["left"].format(
@@ -286,7 +323,12 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     remaining_plan = budget.constraints()
     con.line(text["plan"].format(n=2, guidance=remaining_plan.guidance(lang)))
     calls2 = [
-        ToolCall("write_report", tracked("t9", write_report), {"title": "turn 1"}, call_id="t9"),
+        ToolCall(
+            "write_report",
+            tracked("t9", write_report),
+            {"title": text["report_title"]},
+            call_id="t9",
+        ),
         ToolCall(
             "count_words",
             tracked("t10", count_words),
@@ -302,10 +344,10 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     for r in runner.run(calls2, timeout=deadline2):
         con.line(
             text["done"].format(
-                call=r.call_id, tool=r.name, status=r.status, elapsed=num(r.elapsed_s)
+                call=r.call_id, tool=r.name, status=status[r.status], elapsed=num(r.elapsed_s)
             )
         )
-        rows.append(_Row(2, r, threads.get(r.call_id, "-")))
+        rows.append(_Row(2, r, threads.get(r.call_id, "-"), deadline2))
     con.line(
         text["left"].format(
             used=num(budget.elapsed()), left=num(budget.remaining() or 0.0), total=num(BUDGET_S, 1)
@@ -332,7 +374,7 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
     checks = [
         (
             t3.timed_out and batch_s < deadline + 1.0,
-            f"timeout nach {num(t3.elapsed_s)} s, Stapel dauerte {num(batch_s)} s "
+            f"Zeitüberschreitung nach {num(t3.elapsed_s)} s, Stapel dauerte {num(batch_s)} s "
             f"(Frist {num(deadline, 1)} s)"
             if de
             else f"timeout after {num(t3.elapsed_s)} s, batch took {num(batch_s)} s "
@@ -352,7 +394,7 @@ def run_demo(lang: str = "en", write: Callable[[str], object] = print) -> int:
         ),
         (
             nested[0] == ["ok"] * 3 and str(nested[1]).startswith("agent-tool-worker_"),
-            f"{nested[0]} {'auf' if de else 'on'} {nested[1]}",
+            f"{[status.get(s, s) for s in nested[0]]} {'auf' if de else 'on'} {nested[1]}",
         ),
         (
             [r.call_id for r in results] == [c.call_id for c in calls],
@@ -398,11 +440,11 @@ def _table(rows: Sequence[_Row], text: dict[str, Any]) -> str:
             str(row.round),
             row.result.call_id,
             row.result.name,
-            row.result.status,
+            text["status"][row.result.status],
             text["yes"] if row.result.started else text["no"],
             f"{row.result.elapsed_s:.2f} s".replace(".", text["decimal"]),
             row.thread,
-            _short(row.result.text, 76),
+            _short(_result_text(row, text), 76),
         )
         for row in rows
     ]
@@ -411,6 +453,24 @@ def _table(rows: Sequence[_Row], text: dict[str, Any]) -> str:
     out.append("-+-".join("-" * w for w in widths))
     out += [" | ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
     return "\n".join(out)
+
+
+def _result_text(row: _Row, text: dict[str, Any]) -> str:
+    """The result column: what the tool returned (already in the demo's
+    language), or its error in the demo's language."""
+    r = row.result
+    if r.status == "ok":
+        return r.text
+    if r.status == "timeout":
+        if not r.started and text["tool_not_started"]:
+            return str(text["tool_not_started"].format(tool=r.name))
+        if text["tool_timeout"]:
+            seconds = f"{row.deadline:.1f}".replace(".", text["decimal"])
+            return str(text["tool_timeout"].format(tool=r.name, seconds=seconds))
+    elif text["tool_error"]:
+        reason = str(r.error) or type(r.error).__name__
+        return str(text["tool_error"].format(tool=r.name, reason=reason))
+    return r.text
 
 
 def _short(text: str, width: int) -> str:

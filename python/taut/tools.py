@@ -8,14 +8,21 @@ the ceiling wait in FIFO order and are never refused; a caller can watch the
 queue through ``on_notice`` (:class:`QueueNotice`, English or German text).
 Results come back in batch order with their call ids; a call that runs past its
 deadline becomes an error result for the model ("Error executing tool 'NAME':
-timed out after 420.0s") marked ``timed_out`` so it is never confused with the
-tool's own error. Its worker is abandoned (a replacement takes its place), so a
-hung tool cannot shrink the pool.
+timed out after 420.0s", the effective timeout of its group) marked
+``timed_out`` so it is never confused with the tool's own error. Its worker is
+abandoned (a replacement takes its place), so a hung tool cannot shrink the
+pool.
+
+Ceiling: ``capacity.tool_workers`` of the config, 32 when nothing sets it
+(:data:`taut.config.TOOL_WORKERS_DEFAULT`; 0 = no ceiling).
 
 Deadlines: a parallel group gets ``tools.concurrent_batch`` seconds (default
 420, legacy variable ``TAUT_CONCURRENT_TOOL_TIMEOUT_S``), a call that runs alone
 gets ``tools.sequential_call`` (default: the concurrent value); both are read
-through :mod:`taut.config` at each batch unless given to the constructor.
+through :mod:`taut.config` at each batch unless given to the constructor. The
+``timeout`` of :meth:`ToolRunner.run` and an enclosing deadline scope
+(``with taut.fail_after(...)``, ``with budget:``) bound the whole batch on top
+of them: each group gets the earliest of every deadline that applies.
 
 A batch started from inside one of this runner's workers (a tool that starts a
 sub-agent) runs its calls inline on that worker's thread, one after another:
@@ -24,19 +31,22 @@ waiting for workers of the same bounded pool could wait forever.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
 from taut._checks import check_count, check_timeout
+from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
 from taut.gather.limits import check_limiter
 
-__all__ = ["QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
+__all__ = ["FROM_CONFIG", "QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
 
 _log = logging.getLogger("taut.tools")
 
@@ -56,7 +66,23 @@ _SLOT_TEXTS = {
     "de": "Warte auf einen freien Platz",
 }
 
-_UNSET: Any = object()
+
+class _FromConfig(enum.Enum):
+    """The default of a ToolRunner deadline: read from the config at each batch.
+    An enum member, so ``help(ToolRunner)`` shows ``<from config>`` rather than
+    ``<object object at 0x...>`` and type checkers know the type."""
+
+    FROM_CONFIG = "from config"
+
+    def __repr__(self) -> str:
+        return "<from config>"
+
+
+FROM_CONFIG = _FromConfig.FROM_CONFIG
+"""Pass it (or leave the argument out) to read a deadline from the config:
+wrappers that forward their own arguments to ToolRunner can use it."""
+
+TimeoutSetting = Union[float, None, _FromConfig]
 
 
 @dataclass(frozen=True)
@@ -158,10 +184,13 @@ class ToolRunner:
     """Runs the tool calls of agent turns on one bounded pool of tool workers.
 
     ``tool_workers`` is the ceiling (0 = none); when not given it comes from
-    the config (``capacity.tool_workers``). ``constraints`` (a
+    the config (``capacity.tool_workers``, 32 when nothing sets it: enough for
+    every call of a usual batch to run at once, while a runaway batch of
+    hundreds of calls cannot start as many threads). ``constraints`` (a
     ``PlanningConstraints`` or anything with ``max_agents``) can only lower it:
     the record is a hard limit at execution. ``concurrent_batch_timeout`` and
-    ``sequential_call_timeout`` override the config (``None`` = no deadline).
+    ``sequential_call_timeout`` override the config (``None`` = no deadline);
+    left at ``<from config>`` they are read from the config at each batch.
     ``language`` picks the notice text (``'en'`` or ``'de'``). With
     ``interrupt=True`` a timed-out tool also gets :class:`TimeoutError` raised
     in its thread (at its next bytecode boundary). ``limiter`` (a
@@ -177,8 +206,8 @@ class ToolRunner:
         *,
         constraints: Any = None,
         config: Any = None,
-        concurrent_batch_timeout: float | None = _UNSET,
-        sequential_call_timeout: float | None = _UNSET,
+        concurrent_batch_timeout: TimeoutSetting = FROM_CONFIG,
+        sequential_call_timeout: TimeoutSetting = FROM_CONFIG,
         on_notice: Callable[[QueueNotice], object] | None = None,
         language: str = "en",
         interrupt: bool = False,
@@ -188,7 +217,9 @@ class ToolRunner:
         if language not in _TEXTS:
             raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
         if tool_workers is None:
-            tool_workers = _config_value(taut_config.tool_workers, config, 0)
+            tool_workers = _config_value(
+                taut_config.tool_workers, config, taut_config.TOOL_WORKERS_DEFAULT
+            )
         ceiling = _check_workers(tool_workers, "tool_workers")
         max_agents = getattr(constraints, "max_agents", None) if constraints is not None else None
         if max_agents is not None:
@@ -197,14 +228,14 @@ class ToolRunner:
                 ceiling = max_agents
         self._ceiling = ceiling
         self._config = config
-        self._batch_timeout = (
-            _UNSET
-            if concurrent_batch_timeout is _UNSET
+        self._batch_timeout: TimeoutSetting = (
+            FROM_CONFIG
+            if concurrent_batch_timeout is FROM_CONFIG
             else check_timeout(concurrent_batch_timeout, "concurrent_batch_timeout")
         )
-        self._sequential_timeout = (
-            _UNSET
-            if sequential_call_timeout is _UNSET
+        self._sequential_timeout: TimeoutSetting = (
+            FROM_CONFIG
+            if sequential_call_timeout is FROM_CONFIG
             else check_timeout(sequential_call_timeout, "sequential_call_timeout")
         )
         self._on_notice = on_notice
@@ -239,7 +270,7 @@ class ToolRunner:
 
     def batch_timeout(self) -> float | None:
         """The deadline of a parallel group, in seconds (``None`` = none)."""
-        if self._batch_timeout is not _UNSET:
+        if not isinstance(self._batch_timeout, _FromConfig):
             return self._batch_timeout
         value = _config_value(
             taut_config.concurrent_batch_timeout, self._config, _DEFAULT_BATCH_TIMEOUT
@@ -248,12 +279,12 @@ class ToolRunner:
 
     def sequential_timeout(self) -> float | None:
         """The deadline of a call that runs alone, in seconds (``None`` = none)."""
-        if self._sequential_timeout is not _UNSET:
+        if not isinstance(self._sequential_timeout, _FromConfig):
             return self._sequential_timeout
-        if self._batch_timeout is not _UNSET:
+        if not isinstance(self._batch_timeout, _FromConfig):
             return self._batch_timeout
-        value = _config_value(taut_config.sequential_call_timeout, self._config, _UNSET)
-        return self.batch_timeout() if value is _UNSET else check_timeout(value)
+        value = _config_value(taut_config.sequential_call_timeout, self._config, FROM_CONFIG)
+        return self.batch_timeout() if value is FROM_CONFIG else check_timeout(value)
 
     # -- running -------------------------------------------------------------
 
@@ -261,28 +292,33 @@ class ToolRunner:
         self,
         calls: Iterable[ToolCall],
         *,
-        timeout: float | None = _UNSET,
+        timeout: float | None = None,
         on_notice: Callable[[QueueNotice], object] | None = None,
     ) -> list[ToolResult]:
         """Run one batch and return its results in batch order.
 
-        ``timeout`` replaces both deadlines for this batch (e.g. what remains
-        of a planning budget); ``on_notice`` replaces the runner's callback.
+        ``timeout`` bounds the whole batch, counted from this call (e.g. what
+        remains of a planning budget; ``None`` = no extra bound). It never
+        lengthens the configured deadlines: each group of the batch gets the
+        earliest of its configured deadline, what is left of ``timeout`` and
+        what is left of an enclosing deadline scope. ``on_notice`` replaces the
+        runner's callback.
         """
+        started = time.monotonic()
         batch = list(calls)
         for i, c in enumerate(batch):
             if not isinstance(c, ToolCall):
                 raise TypeError(
                     f"calls[{i}] must be a taut.ToolCall, got {c!r} ({type(c).__name__})"
                 )
-        if timeout is _UNSET:
-            parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
-        else:
-            parallel_timeout = alone_timeout = check_timeout(timeout)
+        run_limit = check_timeout(timeout)
+        parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
         notify = on_notice if on_notice is not None else self._on_notice
         results: list[ToolResult | None] = [None] * len(batch)
         for group in _groups(batch):
-            limit = parallel_timeout if batch[group[0]].read_only else alone_timeout
+            configured = parallel_timeout if batch[group[0]].read_only else alone_timeout
+            left = None if run_limit is None else run_limit - (time.monotonic() - started)
+            limit = _earliest(configured, left, scope_remaining())
             for index, result in zip(group, self._run_group(batch, group, limit, notify)):
                 results[index] = result
         return [r for r in results if r is not None]
@@ -382,6 +418,20 @@ def _groups(batch: Sequence[ToolCall]) -> list[list[int]]:
     return groups
 
 
+def _earliest(*timeouts: float | None) -> float | None:
+    """The shortest of the timeouts that apply (``None`` = none), never negative."""
+    bounds = [t for t in timeouts if t is not None]
+    return max(0.0, min(bounds)) if bounds else None
+
+
+def _seconds_text(seconds: float) -> str:
+    """A timeout as the model reads it: ``420.0s``, ``5.0s``; below one second
+    two significant digits (``0.25s``), so a short deadline is not shown as 0."""
+    if seconds >= 1:
+        return f"{seconds:.1f}s"
+    return f"{float(f'{seconds:.2g}')}s"
+
+
 def _value_text(value: Any) -> str:
     if value is None:
         return ""
@@ -395,9 +445,13 @@ def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> To
             call_id, name, "ok", _value_text(o.value), o.value, None, True, o.elapsed_s
         )
     if o.status in ("timeout", "not_started"):
-        after = f"timed out after {float(timeout)}s" if timeout is not None else "timed out"
+        after = f"timed out after {_seconds_text(timeout)}" if timeout is not None else "timed out"
         if not o.started:
-            after += " (no free worker before the batch deadline)"
+            after += (
+                " (no free worker before the batch deadline)"
+                if timeout
+                else " (the deadline had passed before it could start)"
+            )
         return ToolResult(
             call_id, name, "timeout", prefix + after, None, o.error, o.started, o.elapsed_s
         )

@@ -9,10 +9,15 @@ A timeout is resolved from, in this order:
 2. a (legacy) environment variable, when the caller names one;
 3. the caller's default.
 
-In the config and in the environment ``0`` disables a timeout (the result is
-``None``). An invalid value (a bool, NaN, a negative number, text, a list, a
-mapping) is skipped with one :class:`ConfigWarning` naming the key, the value and
-its source, and resolution falls through to the next source. A missing or broken
+Configured values are seconds, or in the config also ISO-8601 durations read
+as ``PlanningConstraints.time_budget`` reads them (``PT5M`` is 300 s; years and
+months, which have no fixed length, are refused). In the config and in the
+environment ``0`` disables a timeout (the result is ``None``). A key that looks
+like a misspelling of one taut reads (``concurent_batch``) gets a
+:class:`ConfigWarning` naming the key it most likely means. An invalid value
+(a bool, NaN, a negative number, text, a list, a mapping) is skipped with one
+:class:`ConfigWarning` naming the key, the value and its source, and
+resolution falls through to the next source. A missing or broken
 config file never breaks the code it protects: it warns and falls through. Use
 ``python -m taut config check FILE`` to see every problem with its location.
 Files are untrusted input: see :mod:`taut.config.files` for what is refused
@@ -43,6 +48,9 @@ from taut.config.check import ConfigProblem, check_config_file
 from taut.config.files import ConfigSource, _lenient, _load_file, _stamp, _warn
 from taut.config.models import (
     _MISSING,
+    CONCURRENT_BATCH_KEY,
+    SEQUENTIAL_CALL_KEY,
+    TOOL_WORKERS_DEFAULT,
     CapacityConfig,
     ConfigWarning,
     TautConfig,
@@ -60,6 +68,7 @@ __all__ = [
     "CONCURRENT_BATCH_KEY",
     "CONFIG_ENV",
     "SEQUENTIAL_CALL_KEY",
+    "TOOL_WORKERS_DEFAULT",
     "CapacityConfig",
     "ConfigProblem",
     "ConfigSource",
@@ -74,10 +83,8 @@ __all__ = [
 ]
 
 CONFIG_ENV = "TAUT_CONFIG"
-CONCURRENT_BATCH_KEY = "tools.concurrent_batch"
 CONCURRENT_BATCH_ENV = "TAUT_CONCURRENT_TOOL_TIMEOUT_S"
 CONCURRENT_BATCH_DEFAULT = 420.0
-SEQUENTIAL_CALL_KEY = "tools.sequential_call"
 
 # Memoised results keyed by everything a result depends on; cleared whenever a file
 # is re-read, and bounded so changing environment values cannot grow it forever.
@@ -120,7 +127,8 @@ def load_config(config: ConfigArg = None) -> TautConfig:
 
 
 def tool_workers(config: ConfigArg = None) -> int:
-    """``capacity.tool_workers`` from the config; 0 (the default) = no ceiling."""
+    """``capacity.tool_workers`` from the config: :data:`TOOL_WORKERS_DEFAULT`
+    (32) when it is not set, 0 = no ceiling."""
     return load_config(config).capacity.tool_workers
 
 

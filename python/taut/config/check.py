@@ -1,5 +1,7 @@
 """``python -m taut config check``: every problem of a config file, each with
-its location (strict; no warnings), using line maps of the YAML or TOML text."""
+its location (strict; no warnings), using line maps of the YAML or TOML text.
+On request also the warnings: keys taut does not read, with the key each is
+most likely a misspelling of."""
 
 from __future__ import annotations
 
@@ -18,7 +20,15 @@ from taut.config.files import (
     _read_text,
     _yaml_document,
 )
-from taut.config.models import CapacityConfig, _describe, _walk_timeout_problems
+from taut.config.models import (
+    SECTIONS,
+    TAUT_TIMEOUT_KEYS,
+    CapacityConfig,
+    _describe,
+    _walk_timeout_problems,
+    nearest_key,
+    unknown_timeout_keys,
+)
 
 __all__ = ["ConfigProblem", "check_config_file"]
 
@@ -32,11 +42,13 @@ class ConfigProblem:
     location: str  # dotted key, or "" for the whole file
     line: int | None
     message: str
+    severity: str = "error"  # or "warning": the file works, but likely not as meant
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         loc = f" {self.location}:" if self.location else ""
-        return f"{where}:{loc} {self.message}"
+        kind = " warning:" if self.severity == "warning" else ""
+        return f"{where}:{loc}{kind} {self.message}"
 
 
 def _yaml_lines(root: Any) -> dict[tuple[str, ...], int]:
@@ -89,8 +101,14 @@ def _toml_lines(text: str) -> dict[tuple[str, ...], int]:
 _ERROR_LINE = re.compile(r"line (\d+)")
 
 
-def check_config_file(path: str | os.PathLike[str]) -> list[ConfigProblem]:
-    """Every problem of a config file, each with its location (strict; no warnings)."""
+def check_config_file(
+    path: str | os.PathLike[str], *, include_warnings: bool = False
+) -> list[ConfigProblem]:
+    """Every problem of a config file, each with its location (strict).
+
+    With ``include_warnings`` also the keys taut does not read (severity
+    ``"warning"``): a misspelled key is named with the key it most likely
+    means, and would otherwise be ignored in silence."""
     file = os.fspath(path)
     try:
         text = _read_text(file)
@@ -156,4 +174,32 @@ def check_config_file(path: str | os.PathLike[str]) -> list[ConfigProblem]:
             errors = _capacity_errors(exc) or [("capacity", _one_line(exc))]
             for loc, message in errors:
                 problems.append(ConfigProblem(file, loc, at(loc) or at("capacity"), message))
+    if include_warnings:
+        problems += _key_warnings(file, data, positions)
     return problems
+
+
+def _key_warnings(
+    file: str, data: Mapping[Any, Any], positions: Mapping[tuple[str, ...], int]
+) -> list[ConfigProblem]:
+    warnings = []
+    for key in data:
+        near = nearest_key(key, SECTIONS) if isinstance(key, str) else None
+        if near is not None and key not in SECTIONS:
+            # Other top-level keys belong to the application: only near misses.
+            message = f"unknown key, ignored; did you mean {near!r}?"
+            warnings.append(ConfigProblem(file, key, positions.get((key,)), message, "warning"))
+    timeouts = data.get("timeouts")
+    if isinstance(timeouts, Mapping):
+        for path, near in unknown_timeout_keys(timeouts):
+            if near is not None:
+                message = f"unknown key, ignored; did you mean 'timeouts.{near}'?"
+            else:
+                message = (
+                    f"not a timeout taut reads (taut reads {', '.join(TAUT_TIMEOUT_KEYS)}); "
+                    "fine if your own code resolves it with taut.resolve_timeout"
+                )
+            loc = ("timeouts", *path)
+            line = positions.get(loc)
+            warnings.append(ConfigProblem(file, ".".join(loc), line, message, "warning"))
+    return warnings

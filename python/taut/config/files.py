@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from taut.config.models import (
+    SECTIONS,
     CapacityConfig,
     ConfigWarning,
     TautConfig,
     _describe,
     _prune_timeouts,
+    nearest_key,
+    unknown_timeout_keys,
 )
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "ConfigFileRefused", "ConfigSource"]
@@ -259,7 +262,38 @@ def _lenient(
         cfg = TautConfig(timeouts=_prune_timeouts(raw_timeouts), capacity=capacity_cfg)
     except Exception:  # pragma: no cover - pruning leaves only valid leaves
         cfg = TautConfig(capacity=capacity_cfg)
+    for message in _misspelled(data, raw_timeouts, source):
+        _warn(message, stacklevel + 1)
     return raw_timeouts, cfg
+
+
+def _misspelled(
+    data: Mapping[Any, Any], timeouts: Mapping[Any, Any], source: ConfigSource
+) -> list[str]:
+    """Warnings for keys that look like misspellings of keys taut reads.
+
+    Only near misses: other top-level keys belong to the application around the
+    taut sections, and other timeout keys may be resolved by the application
+    itself (``config check`` lists every key taut does not read)."""
+    messages = []
+    try:
+        for key in data:
+            near = nearest_key(key, SECTIONS) if isinstance(key, str) else None
+            if near is not None and key not in SECTIONS:
+                messages.append(
+                    f"taut config: {source.where(key)}: unknown key, ignored; "
+                    f"did you mean {near!r}?"
+                )
+        for path, near in unknown_timeout_keys(timeouts):
+            if near is not None:
+                dotted = "timeouts." + ".".join(path)
+                messages.append(
+                    f"taut config: {source.where(dotted)}: unknown key, ignored; "
+                    f"did you mean {'timeouts.' + near!r}?"
+                )
+    except Exception:  # a hostile mapping: the warnings are a courtesy, never a failure
+        pass
+    return messages
 
 
 def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
@@ -270,7 +304,13 @@ def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
     out = []
     for error in exc.errors():
         loc = ".".join(["capacity", *(str(p) for p in error["loc"])])
-        out.append((loc, f"{error['msg']}, got {_describe(error.get('input'))}"))
+        if error["type"] == "extra_forbidden" and error["loc"]:
+            known = CapacityConfig.model_fields
+            near = nearest_key(str(error["loc"][-1]), known)
+            hint = f"; did you mean {near!r}?" if near else f" (known: {', '.join(known)})"
+            out.append((loc, f"unknown key{hint}"))
+        else:
+            out.append((loc, f"{error['msg']}, got {_describe(error.get('input'))}"))
     return out
 
 

@@ -3,8 +3,12 @@ and the checks every configured timeout number goes through."""
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -12,7 +16,25 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, fiel
 
 from taut._core import MAX_TIMEOUT, clamp_timeout
 
-__all__ = ["CapacityConfig", "ConfigWarning", "TautConfig"]
+__all__ = [
+    "CONCURRENT_BATCH_KEY",
+    "SECTIONS",
+    "SEQUENTIAL_CALL_KEY",
+    "TAUT_TIMEOUT_KEYS",
+    "TOOL_WORKERS_DEFAULT",
+    "CapacityConfig",
+    "ConfigWarning",
+    "TautConfig",
+    "nearest_key",
+    "unknown_timeout_keys",
+]
+
+CONCURRENT_BATCH_KEY = "tools.concurrent_batch"
+SEQUENTIAL_CALL_KEY = "tools.sequential_call"
+TAUT_TIMEOUT_KEYS = (CONCURRENT_BATCH_KEY, SEQUENTIAL_CALL_KEY)
+"""The timeout keys taut itself reads; an application may resolve keys of its own."""
+SECTIONS = ("timeouts", "capacity")
+"""The top-level keys taut reads; others belong to the application around it."""
 
 
 class ConfigWarning(UserWarning):
@@ -36,12 +58,45 @@ def _describe(value: object) -> str:
 
 
 _RULE = "expected a non-negative number of seconds (0 disables)"
+_TEXT_RULE = f"{_RULE} or an ISO-8601 duration such as PT5M"
+
+# An ISO-8601 duration, as ``PlanningConstraints.time_budget`` takes it.
+_ISO_DURATION = re.compile(r"^[+-]?P", re.IGNORECASE)
+# Years and months have no fixed length; a timeout must mean one exact duration.
+_AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1)
+def _timedelta_parser() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(timedelta)
+
+
+def _iso_seconds(text: str) -> tuple[bool, float | None, str]:
+    """``(ok, seconds, reason)`` of an ISO-8601 duration such as ``PT5M``, read
+    by the same parser as ``PlanningConstraints.time_budget``."""
+    stripped = text.strip()
+    if _AMBIGUOUS_ISO.match(stripped):
+        return (
+            False,
+            None,
+            (f"{_TEXT_RULE}; years and months have no fixed length, use days (P30D) or hours"),
+        )
+    try:
+        value: timedelta = _timedelta_parser().validate_python(stripped)
+    except Exception:
+        return False, None, f"{_TEXT_RULE}, got text that is not a valid ISO-8601 duration"
+    if value < timedelta(0):
+        return False, None, f"{_TEXT_RULE}, got a negative duration"
+    return True, value.total_seconds(), ""
 
 
 def _check_number(value: object) -> tuple[bool, float | int | None, str]:
     """Validate one configured timeout number: ``(ok, number, reason)``.
 
-    ``number`` is the original int/float (not yet clamped); ``0`` is a valid number.
+    ``number`` is the original int/float (not yet clamped), or the seconds of an
+    ISO-8601 duration text (``PT5M`` is 300.0); ``0`` is a valid number.
     """
     try:
         if isinstance(value, bool):
@@ -57,7 +112,9 @@ def _check_number(value: object) -> tuple[bool, float | int | None, str]:
                 return False, None, f"{_RULE}, got a negative number"
             return True, value, ""
         if isinstance(value, str):
-            return False, None, f"{_RULE}, got text"
+            if _ISO_DURATION.match(value.strip()):
+                return _iso_seconds(value)
+            return False, None, f"{_TEXT_RULE}, got text"
         if isinstance(value, Mapping):
             return False, None, f"{_RULE}, got a mapping"
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -99,23 +156,63 @@ def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
     return _check_number(number)
 
 
+# --------------------------------------------------------------------------- keys
+def nearest_key(name: str, known: Iterable[str]) -> str | None:
+    """The known key that ``name`` is most likely a misspelling of, or ``None``
+    (difflib ratio of at least 0.75: ``concurent_batch`` finds
+    ``concurrent_batch``, an unrelated key of the application finds nothing)."""
+    matches = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return matches[0] if matches else None
+
+
+def _timeout_leaves(tree: Mapping[Any, Any], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for name, value in tree.items():
+        if not isinstance(name, str):
+            continue
+        if isinstance(value, Mapping):
+            yield from _timeout_leaves(value, (*prefix, name))
+        else:
+            yield (*prefix, name)
+
+
+def unknown_timeout_keys(
+    tree: Mapping[Any, Any],
+) -> Iterator[tuple[tuple[str, ...], str | None]]:
+    """``(key path, nearest known key or None)`` of each key of a ``timeouts:``
+    tree that taut itself does not read."""
+    for path in _timeout_leaves(tree, ()):
+        dotted = ".".join(path)
+        if dotted not in TAUT_TIMEOUT_KEYS:
+            yield path, nearest_key(dotted, TAUT_TIMEOUT_KEYS)
+
+
 # --------------------------------------------------------------------------- model
 _TIMEOUT_TREE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
-        "Timeouts in seconds, nested by dotted key: `tools.concurrent_batch` is "
-        "`timeouts: {tools: {concurrent_batch: 300}}`. 0 disables a timeout; "
+        "Timeouts in seconds or as ISO-8601 durations (PT5M), nested by dotted key: "
+        "`tools.concurrent_batch` is `timeouts: {tools: {concurrent_batch: 300}}`. "
+        "0 disables a timeout; "
         "null (or leaving the key out) means not set, so the environment variable "
         "or the built-in default applies."
     ),
     "additionalProperties": {
         "anyOf": [
             {"type": "number", "minimum": 0},
+            {"type": "string", "pattern": "^[+]?P", "description": "ISO-8601 duration"},
             {"type": "null"},
             {"type": "object", "description": "a nested group of timeouts"},
         ]
     },
 }
+
+
+# The tool-worker ceiling when nothing sets one. Tool calls mostly wait on the
+# network or a subprocess, so the ceiling is about threads, not cores: 32 is the
+# most the standard library's ThreadPoolExecutor starts by default, lets every
+# call of a usual model batch (a handful to a few dozen) run at once, and keeps a
+# runaway batch of hundreds of calls from starting as many threads.
+TOOL_WORKERS_DEFAULT = 32
 
 
 class CapacityConfig(BaseModel):
@@ -124,13 +221,13 @@ class CapacityConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     tool_workers: StrictInt = Field(
-        0,
+        TOOL_WORKERS_DEFAULT,
         ge=0,
         validation_alias=AliasChoices("tool_workers", "tool-workers", "toolWorkers"),
         description=(
             "Ceiling on parallel (read-only) tool calls of the agent layer; calls beyond "
-            "it wait in order and are never refused. 0 = no ceiling: every call of a "
-            "batch runs at once."
+            f"it wait in order and are never refused. Default {TOOL_WORKERS_DEFAULT}; "
+            "0 = no ceiling: every call of a batch runs at once."
         ),
     )
 

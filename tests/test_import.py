@@ -1,0 +1,160 @@
+"""A light ``import taut``: the executor without the agent layer.
+
+Each check runs a fresh interpreter, so modules loaded by other tests cannot
+hide an eager import. The checks read which modules were imported (from
+``python -X importtime``), never how long they took: timing on a shared
+machine is noise, the module list is not.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import taut
+
+# What a gateway that imports taut for its executor must not pay for. asyncio
+# is on the list because "no more than import asyncio" is only guaranteed if
+# asyncio itself is not part of the import.
+HEAVY = ("pydantic", "pydantic_core", "yaml", "psutil", "asyncio")
+
+
+def run_python(code: str, *options: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("TAUT_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, *options, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def imported_by(code: str) -> set[str]:
+    """Top-level package names of every module ``code`` imports (-X importtime)."""
+    proc = run_python(code, "-X", "importtime")
+    assert proc.returncode == 0, proc.stderr
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            module = line.rsplit("|", 1)[1].strip()
+            names.add(module.split(".")[0])
+    assert "taut" in names, proc.stderr[-2000:]  # the parse works
+    return names
+
+
+def test_import_taut_loads_none_of_the_agent_layer_dependencies() -> None:
+    loaded = imported_by("import taut")
+    assert sorted(set(HEAVY) & loaded) == []
+
+
+def test_the_executor_works_without_loading_them() -> None:
+    loaded = imported_by(
+        "import taut\n"
+        "with taut.ThreadPoolExecutor(2) as ex:\n"
+        "    assert ex.submit(pow, 2, 10).result() == 1024\n"
+        "    assert list(ex.map(abs, [-1, -2])) == [1, 2]\n"
+    )
+    assert sorted(set(HEAVY) & loaded) == []
+
+
+def test_the_agent_layer_loads_on_first_use() -> None:
+    # The check itself must be able to fail: first use does load pydantic.
+    assert "pydantic" in imported_by("import taut; taut.PlanningConstraints")
+    assert "pydantic" in imported_by("import taut; taut.ToolRunner")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import taut; taut.ToolRunner",
+        "import taut; taut.PlanningConstraints(time_budget='PT30M').guidance()",
+        "import taut; taut.kill_process_tree; taut.run_process",
+        "import taut; taut.resolve_timeout('tools.concurrent_batch', default=1)",
+    ],
+)
+def test_psutil_is_loaded_only_where_it_is_used(code: str) -> None:
+    assert "psutil" not in imported_by(code)
+
+
+def test_every_public_name_resolves_and_is_listed() -> None:
+    for name in taut.__all__:
+        assert getattr(taut, name) is not None, name
+    assert set(taut.__all__) <= set(dir(taut))
+    assert len(taut.__all__) == len(set(taut.__all__))
+    with pytest.raises(AttributeError, match="module 'taut' has no attribute 'no_such_name'"):
+        taut.no_such_name  # noqa: B018
+
+
+def test_lazy_names_are_the_objects_of_their_modules() -> None:
+    from taut import config, constraints, deadline, tools
+
+    assert taut.ToolRunner is tools.ToolRunner
+    assert taut.PlanningConstraints is constraints.PlanningConstraints
+    assert taut.resolve_timeout is config.resolve_timeout
+    assert taut.fail_after is deadline.fail_after
+    for name, module in taut._LAZY.items():
+        assert getattr(taut, name) is getattr(sys.modules[module], name), name
+
+
+def test_star_import_in_a_fresh_interpreter() -> None:
+    proc = run_python(
+        "from taut import *\n"
+        "import taut\n"
+        "missing = [n for n in taut.__all__ if n not in globals()]\n"
+        "assert not missing, missing\n"
+        "assert callable(gather) and callable(stats)\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["gather", "stats"])
+def test_a_function_keeps_its_name_when_its_module_is_imported_first(name: str) -> None:
+    # The import system binds a submodule on its package: without care,
+    # `from taut.gather import X` before the first `taut.gather` would leave
+    # `taut.gather` pointing at the module.
+    proc = run_python(
+        f"import importlib, types, taut\n"
+        f"module = importlib.import_module('taut.{name}')\n"
+        f"assert isinstance(module, types.ModuleType)\n"
+        f"assert not isinstance(taut.{name}, types.ModuleType), taut.{name}\n"
+        f"assert taut.{name} is module.{name}\n"
+        f"from taut import {name} as f\n"
+        f"assert f is module.{name}\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_type_checkers_see_every_lazy_name() -> None:
+    """The ``if TYPE_CHECKING`` imports and the lazy table name the same things
+    from the same modules, and every public name is either eager or lazy."""
+    source = Path(taut.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    checked: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+        ):
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.module
+                for alias in stmt.names:
+                    checked[alias.asname or alias.name] = stmt.module
+    assert checked == taut._LAZY
+    eager = {n for n in taut.__all__ if n not in taut._LAZY}
+    assert eager == {
+        "Future",
+        "PoolStats",
+        "QueueFull",
+        "ThreadPoolExecutor",
+        "__version__",
+        "default_executor",
+    }
+    assert set(taut._LAZY) <= set(taut.__all__)

@@ -14,6 +14,7 @@ exception that escaped from the value.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
 import os
 import sys
@@ -272,9 +273,14 @@ def _shared_pools() -> Any:
         _runner = None
 
 
+# What a future's wait raises when it times out: the builtin TimeoutError from
+# CPython 3.11 on, a class of its own before.
+FUTURE_TIMEOUT = (TimeoutError, concurrent.futures.TimeoutError)
+
+
 def _timed_out_ok(value: object, exc: BaseException) -> None:
     """A timeout that fired: only allowed when ``value`` is short."""
-    assert isinstance(exc, TimeoutError), exc
+    assert isinstance(exc, FUTURE_TIMEOUT), exc
     assert not _fires_late(value), f"{value!r} fired within the test: {exc!r}"
 
 
@@ -282,7 +288,7 @@ def p_result(value: object) -> None:
     future = pool().submit(_work)
     try:
         assert future.result(timeout=value) == 5  # type: ignore[arg-type]
-    except TimeoutError as exc:
+    except FUTURE_TIMEOUT as exc:
         _timed_out_ok(value, exc)
     finally:
         future.result()
@@ -292,7 +298,7 @@ def p_exception(value: object) -> None:
     future = pool().submit(_work)
     try:
         assert future.exception(timeout=value) is None  # type: ignore[arg-type]
-    except TimeoutError as exc:
+    except FUTURE_TIMEOUT as exc:
         _timed_out_ok(value, exc)
     finally:
         future.result()
@@ -301,7 +307,7 @@ def p_exception(value: object) -> None:
 def p_map(value: object) -> None:
     try:
         assert list(pool().map(lambda _: _work(), [0, 1], timeout=value)) == [5, 5]  # type: ignore[arg-type]
-    except TimeoutError as exc:
+    except FUTURE_TIMEOUT as exc:
         _timed_out_ok(value, exc)
 
 
@@ -717,10 +723,10 @@ def test_a_long_future_wait_is_made_in_pieces(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(executor_module, "OS_WAIT_SLICE", 0.02)
     never: taut.Future = taut.Future()
     started = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(FUTURE_TIMEOUT):
         never.result(timeout=0.3)
     assert time.monotonic() - started >= 0.29
-    with pytest.raises(TimeoutError):
+    with pytest.raises(FUTURE_TIMEOUT):
         never.exception(timeout=0.05)
     with ThreadPoolExecutor(1) as ex:
         assert ex.submit(lambda: time.sleep(0.1) or 7).result(timeout=5) == 7

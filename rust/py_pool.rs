@@ -823,11 +823,7 @@ impl PoolCore {
         let Some((job, updates)) = shared.pool.remove(seq) else {
             return Ok(None);
         };
-        let waiting = shared.waiting.bind(py);
-        waiting.del_item(seq).ok();
-        let notices = notices(waiting, &updates)?;
-        shared.wake_room_waiters(py, false);
-        Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
+        self.taken_out(py, seq, job, &updates).map(Some)
     }
 
     /// Take the oldest queued call out by hand (see `Pool::pop_front`):
@@ -842,11 +838,7 @@ impl PoolCore {
         let Some((seq, job, updates)) = shared.pool.pop_front() else {
             return Ok(None);
         };
-        let waiting = shared.waiting.bind(py);
-        waiting.del_item(seq).ok();
-        let notices = notices(waiting, &updates)?;
-        shared.wake_room_waiters(py, false);
-        Ok(Some((notices.unbind(), job.into_call(py)?.unbind())))
+        self.taken_out(py, seq, job, &updates).map(Some)
     }
 
     /// Give up on the worker running call `seq`: it leaves the ceiling (a
@@ -994,6 +986,24 @@ impl PoolCore {
 }
 
 impl PoolCore {
+    /// A queued call was taken out of the pool (cancelled, or by hand):
+    /// forget its tracker, give the room to an asyncio submitter, and hand
+    /// back `(notices, call)` for the caller to deliver and drop.
+    fn taken_out(
+        &self,
+        py: Python<'_>,
+        seq: u64,
+        job: Job,
+        updates: &[(u64, usize)],
+    ) -> PyResult<(Py<PyList>, Py<PyTuple>)> {
+        let shared = &self.shared;
+        let waiting = shared.waiting.bind(py);
+        waiting.del_item(seq).ok();
+        let notices = notices(waiting, updates)?;
+        shared.wake_room_waiters(py, false);
+        Ok((notices.unbind(), job.into_call(py)?.unbind()))
+    }
+
     fn queue(
         &self,
         py: Python<'_>,

@@ -86,13 +86,10 @@ def _running_loop() -> Any:
     return None if asyncio is None else asyncio._get_running_loop()
 
 
-def _wait_seconds(future: Future[Any], timeout: object) -> float | None:
-    """``timeout`` through the gate, then waited down to one OS-sized piece:
+def _wait_seconds(future: Future[Any], left: float | None) -> float | None:
+    """A timeout already through the gate, waited down to one OS-sized piece:
     the base class makes a single ``threading`` wait, which takes far less
     than ``MAX_TIMEOUT`` on some platforms; a long timeout is kept exactly."""
-    if timeout is None:
-        return None
-    left = check_timeout(timeout)
     if left is None or left <= OS_WAIT_SLICE:
         return left
     end = time.monotonic() + left

@@ -55,3 +55,14 @@ def test_loop_stall_counts_refusals_of_asyncio_to_thread_on_a_full_queue() -> No
     assert refused == gateway.STALL_CALLS - 2
     _, refused = gateway.loop_stall("taut.to_thread")
     assert refused == 0
+
+
+def test_row_keys_keep_the_fixed_numbers_and_drop_the_load_size() -> None:
+    # Two in-flight levels are two rows (a key without digits made them one,
+    # and `python -m taut bench` stopped on the duplicate); --quick's smaller
+    # load keeps the same key.
+    full = gateway._slug("(a) fan-out 20,000 calls, 256 in flight, 8 workers: taut.to_thread")
+    small = gateway._slug("(a) fan-out 2,000 calls, 16 in flight, 8 workers: taut.to_thread")
+    quick = gateway._slug("(a) fan-out 4,000 calls, 256 in flight, 8 workers: taut.to_thread")
+    assert full != small
+    assert full == quick

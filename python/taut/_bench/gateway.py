@@ -97,9 +97,10 @@ def _row(
 
 
 def _slug(case: str) -> str:
-    """A stable key from a display name: words only, no sizes."""
-    words = re.findall(r"[a-z_]+", case.lower().replace(".", "_"))
-    return "_".join(words)
+    """A stable key from a display name: its words and fixed numbers (calls
+    in flight, workers), without the load size, which --quick changes."""
+    text = re.sub(r"[\d,]+ (calls|requests|unary rpcs)", "", case.lower())
+    return "_".join(re.findall(r"[a-z0-9_]+", text.replace(".", "_")))
 
 
 def _us(seconds: float) -> str:

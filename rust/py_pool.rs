@@ -264,7 +264,10 @@ fn with_state_lock<T>(
     names: &Names,
     change: impl FnOnce() -> PyResult<Option<T>>,
 ) -> PyResult<Option<T>> {
-    let lock = names.future_module.bind(py).getattr(names.state_lock.bind(py))?;
+    let lock = names
+        .future_module
+        .bind(py)
+        .getattr(names.state_lock.bind(py))?;
     if !lock
         .call_method1(names.acquire.bind(py), (false,))?
         .is_truthy()?

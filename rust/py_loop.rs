@@ -70,6 +70,36 @@ impl LoopChannel {
         std::mem::take(&mut *inbox)
     }
 
+    /// `take` for the loop's reader callback: first empty the reading end
+    /// `reader_fd` of the wake-up bytes (without blocking, and without the
+    /// Python exception a non-blocking `recv` raises once it is empty),
+    /// then take. The caller owns `reader_fd` and keeps it open meanwhile.
+    fn take_woken(&self, reader_fd: i32) -> Vec<Completion> {
+        #[cfg(unix)]
+        {
+            let mut buf = [0u8; 256];
+            loop {
+                // SAFETY: reads into a valid buffer of its own length; never
+                // blocks (MSG_DONTWAIT). At most a few bytes are ever pending
+                // (one per arming), so this is one call in the common case.
+                let n = unsafe {
+                    libc::recv(
+                        reader_fd,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if n < buf.len() as isize {
+                    break;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = reader_fd;
+        self.take()
+    }
+
     /// How many completions wait to be taken.
     fn __len__(&self) -> usize {
         self.inbox.lock().unwrap_or_else(|e| e.into_inner()).len()

@@ -38,6 +38,7 @@ class _LoopLink:
         reader.setblocking(False)
         writer.setblocking(False)
         self.reader = reader
+        self.reader_fd = reader.fileno()
         # The channel owns the writing end from here on (it closes it).
         self.channel = LoopChannel(writer.detach())
         loop.add_reader(reader.fileno(), self.drain)
@@ -46,21 +47,21 @@ class _LoopLink:
 
     def drain(self) -> None:
         """Settle every finished call (runs on the loop, as a reader callback)."""
-        try:
-            while self.reader.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        # Taken after reading the wake-up bytes: a call finished from now on
-        # writes a fresh byte, so none is ever left behind unannounced.
-        for target, ok, value in self.channel.take():
+        # The wake-up bytes are read before taking: a call finished from
+        # then on writes a fresh byte, so none is ever left unannounced.
+        for target, ok, value in self.channel.take_woken(self.reader_fd):
             if ok is None:
                 target()  # a room notice for a waiting submitter
-            elif not target.done():  # cancelled by its awaiting task
-                if ok:
+            elif ok:
+                try:
                     target.set_result(value)
-                else:
+                except asyncio.InvalidStateError:
+                    pass  # cancelled by its awaiting task: the outcome is dropped
+            else:
+                try:
                     target.set_exception(_awaitable_error(value))
+                except asyncio.InvalidStateError:
+                    pass
 
 
 def _awaitable_error(exc: BaseException) -> BaseException:
@@ -111,11 +112,14 @@ async def run_in(
     kwargs: dict[str, Any],
     *,
     in_context: bool = False,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> _T:
     """``await fn(*args, **kwargs)`` on a worker of ``executor`` (see
     ``ThreadPoolExecutor.run``). ``in_context``: ``fn`` already runs in a
-    copied context (no second copy for ``propagate_context``)."""
-    loop = asyncio.get_running_loop()
+    copied context (no second copy for ``propagate_context``). ``loop``: the
+    running loop, if the caller has it at hand."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
     link = _link(loop)
     if link is None:
         return await asyncio.wrap_future(executor.submit(fn, *args, **kwargs), loop=loop)
@@ -142,12 +146,52 @@ async def run_in(
     try:
         return await waiter
     except asyncio.CancelledError:
-        # Still queued: it never runs. Running: it finishes on its worker
-        # and its outcome is dropped, as with asyncio.to_thread.
-        removed = core.remove(seq)
-        if removed is not None:
-            _deliver_notices(removed[0])
+        _withdraw(core, seq)
         raise
+
+
+def _withdraw(core: PoolCore, seq: int) -> None:
+    """The awaiting task was cancelled. Still queued: the call never runs.
+    Running: it finishes on its worker and its outcome is dropped, as with
+    asyncio.to_thread."""
+    removed = core.remove(seq)
+    if removed is not None:
+        _deliver_notices(removed[0])
+
+
+def submit_for_run_in_executor(
+    executor: ThreadPoolExecutor,
+    loop: asyncio.AbstractEventLoop,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> asyncio.Future[Any] | None:
+    """``executor.submit(fn, *args)`` as called by asyncio's own
+    ``loop.run_in_executor``, which only wraps the future it gets in an
+    asyncio future of ``loop`` (``asyncio.wrap_future``), and returns an
+    asyncio future unchanged. So return that asyncio future at once, settled
+    through the loop's channel like ``executor.run``: no
+    ``concurrent.futures`` future, no done callback run by the worker, no
+    ``call_soon_threadsafe`` and self-pipe write per call. None: take the
+    ordinary path (no channel for this loop, a full bounded queue or a
+    closed executor, whose errors that path raises).
+
+    A call whose future is cancelled while it waits in the queue never runs
+    (the worker that reaches it skips it); it leaves the queue then, as in
+    the standard library, rather than at once."""
+    link = _link(loop)
+    if link is None:
+        return None
+    if executor._propagate_context:
+        args = (fn, *args)
+        fn = contextvars.copy_context().run
+    waiter = loop.create_future()
+    try:
+        spawn, _ = executor._core.submit_async(link.channel, waiter, fn, args)
+    except (QueueFull, RuntimeError):
+        return None
+    if spawn:
+        executor._spawn(1)
+    return waiter
 
 
 async def _room(
@@ -183,5 +227,22 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
     executor = getattr(loop, "_default_executor", None)
     if not isinstance(executor, ThreadPoolExecutor):
         executor = default_executor()
-    context = contextvars.copy_context()
-    return await run_in(executor, context.run, (func, *args), kwargs, in_context=True)
+    run = contextvars.copy_context().run
+    link = _link(loop)
+    if link is not None and not (executor._broken or executor._shutdown):
+        # run_in's common case, inline: one coroutine frame per call, not two.
+        core = executor._core
+        waiter: asyncio.Future[_T] = loop.create_future()
+        try:
+            spawn, seq = core.submit_async(link.channel, waiter, run, (func, *args), kwargs)
+        except (QueueFull, RuntimeError):
+            pass  # run_in waits for room, or raises the right error
+        else:
+            if spawn:
+                executor._spawn(1)
+            try:
+                return await waiter
+            except asyncio.CancelledError:
+                _withdraw(core, seq)
+                raise
+    return await run_in(executor, run, (func, *args), kwargs, in_context=True, loop=loop)

@@ -264,6 +264,9 @@ class LoopChannel:
     def take(self) -> list[tuple[Any, bool | None, Any]]:
         """Every completion so far, oldest first (read the wake-up bytes
         first). ``ok`` None: a room notice whose target is a callable."""
+    def take_woken(self, reader_fd: int) -> list[tuple[Any, bool | None, Any]]:
+        """``take`` after emptying ``reader_fd`` (the caller's reading end,
+        non-blocking) of its wake-up bytes, without raising once it is empty."""
     def __len__(self) -> int: ...
 
 @final

@@ -25,6 +25,7 @@ from collections.abc import Coroutine, Iterable, Iterator
 from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
+from sys import _getframe
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut import _future, _worker
@@ -68,6 +69,38 @@ class PoolStats(NamedTuple):
 
 # Every executor alive, to reset in a forked child.
 _live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+
+
+# The code of asyncio's BaseEventLoop.run_in_executor, once asyncio is
+# loaded and a loop called submit (see ThreadPoolExecutor.submit).
+_run_in_executor_code: Any = None
+_submit_for_run_in_executor: Any = None  # taut._asyncio's, imported with it
+
+
+def _submit_for_loop(
+    executor: ThreadPoolExecutor, caller: Any, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> Any:
+    """``submit`` called from ``caller``, a function named run_in_executor:
+    if it is asyncio's ``BaseEventLoop.run_in_executor`` (which passes no
+    keyword arguments and wraps what it gets with ``asyncio.wrap_future``),
+    the asyncio future for its loop, else None."""
+    global _run_in_executor_code, _submit_for_run_in_executor
+    if _run_in_executor_code is None:
+        base_events = sys.modules.get("asyncio.base_events")
+        if base_events is None:
+            return None
+        from taut._asyncio import submit_for_run_in_executor
+
+        _submit_for_run_in_executor = submit_for_run_in_executor
+        _run_in_executor_code = base_events.BaseEventLoop.run_in_executor.__code__
+        if caller is not _run_in_executor_code:
+            return None
+    if executor._broken or executor._shutdown or _worker._interpreter_exiting:
+        return None  # the ordinary path raises the right error
+    # The loop whose run_in_executor called us (not "the running loop": the
+    # caller's `self` is exact, and it may not be running yet).
+    loop = _getframe(2).f_locals["self"]
+    return _submit_for_run_in_executor(executor, loop, fn, args)
 
 
 def _running_loop() -> Any:
@@ -196,7 +229,18 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
-        (GIL released, Ctrl-C honoured) until there is room."""
+        (GIL released, Ctrl-C honoured) until there is room.
+
+        Called by asyncio's ``loop.run_in_executor`` itself, it returns the
+        asyncio future that call would have wrapped ours in (see
+        ``taut._asyncio.submit_for_run_in_executor``)."""
+        caller = _getframe(1).f_code
+        if caller is _run_in_executor_code or (
+            _run_in_executor_code is None and caller.co_name == "run_in_executor"
+        ):
+            waiter = _submit_for_loop(self, caller, fn, args)
+            if waiter is not None:
+                return waiter  # type: ignore[no-any-return]  # an asyncio future
         return self._submit(fn, args, kwargs, block=True)
 
     def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:

@@ -298,3 +298,152 @@ def test_shutdown_with_cancel_futures_cancels_queued_awaits_on_their_loop() -> N
         stopper.join(LONG)
 
     asyncio.run(main())
+
+
+# -- loop.run_in_executor on a taut executor --------------------------------------
+# asyncio's own run_in_executor gets the loop's future straight from submit
+# (settled through the loop's channel), instead of wrapping a
+# concurrent.futures future whose done callback the worker would run.
+
+
+def test_run_in_executor_gets_the_loops_own_future_without_a_concurrent_one() -> None:
+    made: list[object] = []
+
+    class Counting(taut.Future[object]):
+        def __init__(self) -> None:
+            made.append(self)
+            super().__init__()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(2) as ex:
+            original = taut.executor.Future
+            taut.executor.Future = Counting  # type: ignore[misc]
+            try:
+                future = loop.run_in_executor(ex, pow, 2, 10)
+                assert isinstance(future, asyncio.Future)
+                assert future.get_loop() is loop
+                assert await future == 1024
+                assert made == []  # no concurrent.futures future behind it
+                # submit() called by anything else still returns a taut.Future.
+                assert ex.submit(pow, 2, 3).result(LONG) == 8
+                assert len(made) == 1
+            finally:
+                taut.executor.Future = original  # type: ignore[misc]
+
+    asyncio.run(main())
+
+
+def test_run_in_executor_outcomes_exceptions_and_stop_iteration() -> None:
+    def stop() -> None:
+        raise StopIteration("done")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(2) as ex:
+            results = await asyncio.gather(*[loop.run_in_executor(ex, abs, -i) for i in range(500)])
+            assert results == list(range(500))
+            with pytest.raises(ZeroDivisionError):
+                await loop.run_in_executor(ex, divmod, 1, 0)
+            # The standard library's wrapped future never settles here.
+            with pytest.raises(RuntimeError, match="StopIteration"):
+                await asyncio.wait_for(loop.run_in_executor(ex, stop), LONG)
+
+    asyncio.run(main())
+
+
+def test_run_in_executor_cancelled_while_queued_never_runs() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1) as ex:
+            gate = threading.Event()
+            blocker = loop.run_in_executor(ex, gate.wait, LONG)
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            queued = loop.run_in_executor(ex, ran.append, 1)
+            assert queued.cancel()
+            gate.set()
+            await blocker
+            # The worker reaches the cancelled call, skips it, goes on.
+            assert await loop.run_in_executor(ex, len, "ab") == 2
+            assert ex.stats().cancelled == 1
+
+    asyncio.run(main())
+    assert ran == []
+
+
+def test_run_in_executor_copies_the_context_when_the_executor_propagates_it() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> tuple[str, str]:
+        var.set("caller")
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, propagate_context=True) as on, taut.ThreadPoolExecutor(
+            1
+        ) as off:
+            return await loop.run_in_executor(on, var.get), await loop.run_in_executor(off, var.get)
+
+    assert asyncio.run(main()) == ("caller", "unset")
+
+
+def test_run_in_executor_before_the_loop_runs_and_from_a_loop_subclass() -> None:
+    class MyLoop(asyncio.SelectorEventLoop):
+        def run_in_executor(self, executor, func, *args):  # type: ignore[no-untyped-def]
+            return super().run_in_executor(executor, func, *args)
+
+    for loop in (asyncio.new_event_loop(), MyLoop()):
+        with taut.ThreadPoolExecutor(1) as ex:
+            future = loop.run_in_executor(ex, pow, 3, 2)  # not running yet
+            try:
+                assert loop.run_until_complete(asyncio.wait_for(future, LONG)) == 9
+            finally:
+                loop.close()
+
+
+def test_a_function_merely_named_run_in_executor_gets_a_taut_future() -> None:
+    def run_in_executor(ex: taut.ThreadPoolExecutor) -> object:
+        return ex.submit(pow, 2, 2)
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1) as ex:
+            # asyncio's run_in_executor has been seen (learned) first.
+            assert await asyncio.get_running_loop().run_in_executor(ex, abs, -1) == 1
+            future = run_in_executor(ex)
+            assert isinstance(future, taut.Future)
+            assert future.result(LONG) == 4
+
+    asyncio.run(main())
+
+
+def test_run_in_executor_after_shutdown_or_on_a_broken_pool_raises_as_before() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ex = taut.ThreadPoolExecutor(1)
+        ex.shutdown()
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            await loop.run_in_executor(ex, abs, 1)
+
+    asyncio.run(main())
+
+
+def test_run_in_executor_on_many_loops_in_many_threads() -> None:
+    ex = taut.ThreadPoolExecutor(4)
+    results: dict[int, list[int]] = {}
+
+    def thread_main(t: int) -> None:
+        async def main() -> list[int]:
+            loop = asyncio.get_running_loop()
+            calls = [loop.run_in_executor(ex, pow, t, 2) for _ in range(200)]
+            return list(await asyncio.gather(*calls))
+
+        results[t] = asyncio.run(main())
+
+    threads = [threading.Thread(target=thread_main, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(LONG)
+    ex.shutdown()
+    assert results == {t: [t * t] * 200 for t in range(6)}

@@ -231,6 +231,24 @@ impl<J> Pool<J> {
 
     /// Queue a job. `tracked` jobs get position updates (see `Take::Job`).
     pub fn submit(&self, job: J, tracked: bool) -> Result<Submitted, Refused<J>> {
+        self.submit_waking(job, tracked, true).map(|(s, _)| s)
+    }
+
+    /// `submit`; with `wake` false, a parked worker is woken only if no
+    /// other worker will come back for work: none is running a call or on
+    /// its way (notified, not yet awake). Otherwise the second value says a
+    /// wake-up is owed, for the caller to hand out a little later with
+    /// [`Pool::wake_owed`]: an event loop queues many calls in one pass and
+    /// wakes the extra workers once, at the end of it, instead of once per
+    /// call while it holds the GIL they need. No job depends on that later
+    /// call: the busy worker takes the queued jobs one after another when
+    /// its call returns. A worker thread to start is still asked for at once.
+    pub fn submit_waking(
+        &self,
+        job: J,
+        tracked: bool,
+        wake: bool,
+    ) -> Result<(Submitted, bool), Refused<J>> {
         let mut st = self.lock();
         if st.shutdown {
             return Err(Refused::Shutdown(job));
@@ -247,7 +265,8 @@ impl<J> Pool<J> {
         st.next_seq += 1;
         st.queue.push_back(Queued { seq, job });
         self.queued.store(st.queue.len(), Ordering::Release);
-        let spawn = Self::top_up_count(&mut st, &self.work) > 0;
+        let (spawn, owed) = Self::top_up_waking(&mut st, &self.work, wake);
+        let spawn = spawn > 0;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
         let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
@@ -256,11 +275,22 @@ impl<J> Pool<J> {
                 st.tracked.insert(seq, pos);
             }
         }
-        Ok(Submitted {
-            seq,
-            spawn,
-            waiting_at,
-        })
+        Ok((
+            Submitted {
+                seq,
+                spawn,
+                waiting_at,
+            },
+            owed,
+        ))
+    }
+
+    /// Hand out the wake-ups `submit_waking` left owed: wake parked workers
+    /// (or ask for threads: the count returned) for queued jobs nobody is on
+    /// the way for.
+    pub fn wake_owed(&self) -> usize {
+        let mut st = self.lock();
+        Self::top_up_count(&mut st, &self.work)
     }
 
     /// Take the next job without blocking (the fast path of a busy worker).
@@ -521,9 +551,19 @@ impl<J> Pool<J> {
     /// Start or wake workers for queued jobs nobody is on the way for.
     /// Returns how many threads the caller must start.
     fn top_up_count(st: &mut State<J>, work: &Condvar) -> usize {
+        Self::top_up_waking(st, work, true).0
+    }
+
+    /// `top_up_count`; with `wake` false a parked worker is notified only
+    /// while no worker is busy or on its way (see `submit_waking`), and the
+    /// second value says a wake-up was owed.
+    fn top_up_waking(st: &mut State<J>, work: &Condvar, wake: bool) -> (usize, bool) {
         let mut spawn = 0;
         while st.queue.len() > st.takers_in_flight() {
             if st.parked > st.notified {
+                if !wake && (st.notified > 0 || st.running > 0) {
+                    return (spawn, true);
+                }
                 st.notified += 1;
                 work.notify_one();
             } else if st.workers < st.max_workers {
@@ -534,7 +574,7 @@ impl<J> Pool<J> {
                 break;
             }
         }
-        spawn
+        (spawn, false)
     }
 
     fn top_up(st: &mut State<J>, work: &Condvar) -> bool {
@@ -1104,6 +1144,72 @@ mod tests {
         );
         assert_eq!(s.waiting_at, None, "a woken worker is on its way");
         assert_eq!(job(join_or_fail(&pool, worker)), Some(5));
+    }
+
+    #[test]
+    fn a_deferred_wake_is_owed_only_while_a_worker_is_on_its_way() {
+        let pool = Arc::new(Pool::new(2, 0));
+        for _ in 0..2 {
+            let (s, _) = pool.submit_waking(0, false, true).ok().unwrap();
+            assert!(s.spawn);
+        }
+        // Both workers arrive, find nothing left to do once the jobs are
+        // gone, and park.
+        let one = pool.first_take(None);
+        let two = pool.first_take(None);
+        assert!(job(one).is_some() && job(two).is_some());
+        pool.done(true);
+        pool.done(true);
+        let a = parked_worker(&pool);
+        let b = parked_worker(&pool);
+        // The first call wakes a worker at once; the second owes its wake.
+        let (first, owed) = pool.submit_waking(1, false, false).ok().unwrap();
+        assert!(!first.spawn && !owed);
+        let (second, owed) = pool.submit_waking(2, false, false).ok().unwrap();
+        assert!(!second.spawn && owed);
+        assert_eq!(
+            pool.wake_owed(),
+            0,
+            "parked workers are woken, none started"
+        );
+        let mut taken = vec![job(join_or_fail(&pool, a)), job(join_or_fail(&pool, b))];
+        taken.sort();
+        assert_eq!(taken, vec![Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn an_owed_wake_never_strands_a_job() {
+        // The owed wake-up is never handed out: the worker already on its
+        // way takes every queued job, one after another.
+        let pool = Arc::new(Pool::new(2, 0));
+        for _ in 0..2 {
+            assert!(pool.submit_waking(0, false, true).ok().unwrap().0.spawn);
+        }
+        assert!(job(pool.first_take(None)).is_some() && job(pool.first_take(None)).is_some());
+        pool.done(true);
+        pool.done(true);
+        let workers = [parked_worker(&pool), parked_worker(&pool)];
+        assert!(!pool.submit_waking(1, false, false).ok().unwrap().1);
+        assert!(pool.submit_waking(2, false, false).ok().unwrap().1);
+        let until = Instant::now() + Duration::from_secs(30);
+        while !workers.iter().any(|w| w.is_finished()) && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let (woken, parked): (Vec<_>, Vec<_>) = workers.into_iter().partition(|w| w.is_finished());
+        let mut taken = Vec::new();
+        for worker in woken {
+            taken.extend(job(worker.join().unwrap()));
+            // That worker's call returns; it takes whatever is still queued.
+            while let Some(next) = job(pool.done_and_try_take(true)) {
+                taken.push(next);
+            }
+        }
+        taken.sort();
+        assert_eq!(taken, vec![1, 2]);
+        pool.shutdown();
+        for worker in parked {
+            assert!(job(worker.join().unwrap()).is_none());
+        }
     }
 
     #[test]

@@ -38,14 +38,6 @@ enum Target {
 }
 
 impl Target {
-    /// The object Python holds while the call runs.
-    fn object(&self) -> &Py<PyAny> {
-        match self {
-            Target::Future(future) => future,
-            Target::Loop { waiter, .. } => waiter,
-        }
-    }
-
     fn clone_ref(&self, py: Python<'_>) -> Target {
         match self {
             Target::Future(future) => Target::Future(future.clone_ref(py)),
@@ -68,7 +60,30 @@ struct Job {
     tracker: Option<Py<PyAny>>,
 }
 
+/// `(spawn, waiting_at, seq, owed)`: see `Pool::submit_waking`.
+type EnqueueResult = PyResult<(bool, Option<usize>, u64, bool)>;
+
 impl Job {
+    fn new(
+        py: Python<'_>,
+        target: Target,
+        func: Py<PyAny>,
+        args: Py<PyTuple>,
+        kwargs: Option<Py<PyDict>>,
+        tracker: Option<Py<PyAny>>,
+    ) -> Job {
+        // No keyword dict when there are none: the call takes CPython's
+        // fastest path.
+        let kwargs = kwargs.filter(|k| !k.bind(py).is_empty());
+        Job {
+            target,
+            func,
+            args,
+            kwargs,
+            tracker,
+        }
+    }
+
     /// `(future, fn, args, kwargs)` for Python, which then owns them all;
     /// `kwargs` is None when there are none (a call without a keyword dict
     /// takes CPython's fastest path).
@@ -685,10 +700,12 @@ impl PoolCore {
     }
 
     /// Queue a call whose outcome settles the asyncio future `waiter` on
-    /// its loop, through `channel`. Returns `(spawn, seq)`; raises like
-    /// `submit`. `seq` removes the call (`remove`) if the awaiting task is
-    /// cancelled before a worker takes it.
-    #[pyo3(signature = (channel, waiter, func, args, kwargs=None))]
+    /// its loop, through `channel`. Returns `(spawn, seq, owed)`; raises
+    /// like `submit`. `seq` removes the call (`remove`) if the awaiting task
+    /// is cancelled before a worker takes it. `wake` false: see
+    /// `Pool::submit_waking`; `owed` says `wake_owed` should follow.
+    #[pyo3(signature = (channel, waiter, func, args, kwargs=None, wake=true))]
+    #[allow(clippy::too_many_arguments)]
     fn submit_async(
         &self,
         py: Python<'_>,
@@ -697,10 +714,19 @@ impl PoolCore {
         func: Py<PyAny>,
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
-    ) -> PyResult<(bool, u64)> {
+        wake: bool,
+    ) -> PyResult<(bool, u64, bool)> {
         let target = Target::Loop { channel, waiter };
-        let (spawn, _, seq) = self.enqueue(py, target, func, args, kwargs, None)?;
-        Ok((spawn, seq))
+        let job = Job::new(py, target, func, args, kwargs, None);
+        let (spawn, _, seq, owed) = self.enqueue(py, job, wake)?;
+        Ok((spawn, seq, owed))
+    }
+
+    /// Wake parked workers for queued calls that `submit_async(...,
+    /// wake=False)` left without one. Returns how many worker threads the
+    /// caller must start.
+    fn wake_owed(&self) -> usize {
+        self.shared.pool.wake_owed()
     }
 
     /// An asyncio submitter found the bounded queue full: `callback()` will
@@ -1017,43 +1043,30 @@ impl PoolCore {
         kwargs: Option<Py<PyDict>>,
         tracker: Option<Py<PyAny>>,
     ) -> PyResult<(bool, Option<usize>)> {
-        let (spawn, waiting_at, _) = self.enqueue(py, target, func, args, kwargs, tracker)?;
+        let job = Job::new(py, target, func, args, kwargs, tracker);
+        let (spawn, waiting_at, _, _) = self.enqueue(py, job, true)?;
         Ok((spawn, waiting_at))
     }
 
-    fn enqueue(
-        &self,
-        py: Python<'_>,
-        target: Target,
-        func: Py<PyAny>,
-        args: Py<PyTuple>,
-        kwargs: Option<Py<PyDict>>,
-        tracker: Option<Py<PyAny>>,
-    ) -> PyResult<(bool, Option<usize>, u64)> {
+    fn enqueue(&self, py: Python<'_>, job: Job, wake: bool) -> EnqueueResult {
         let shared = &self.shared;
-        let kwargs = kwargs.filter(|k| !k.bind(py).is_empty());
-        let tracker_for_queue = tracker.as_ref().map(|t| t.clone_ref(py));
-        let is_future = matches!(target, Target::Future(_));
-        let object = target.object().clone_ref(py);
-        let job = Job {
-            target,
-            func,
-            args,
-            kwargs,
-            tracker,
+        let tracker_for_queue = job.tracker.as_ref().map(|t| t.clone_ref(py));
+        let future = match &job.target {
+            Target::Future(future) => Some(future.clone_ref(py)),
+            Target::Loop { .. } => None,
         };
         let tracked = tracker_for_queue.is_some();
-        match shared.pool.submit(job, tracked) {
-            Ok(s) => {
+        match shared.pool.submit_waking(job, tracked, wake) {
+            Ok((s, owed)) => {
                 // No worker can run this call before we return: running it
                 // needs the GIL, which this thread holds throughout.
-                if is_future {
-                    object.bind(py).setattr(shared.names.seq.bind(py), s.seq)?;
+                if let Some(future) = future {
+                    future.bind(py).setattr(shared.names.seq.bind(py), s.seq)?;
                 }
                 if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
                     shared.waiting.bind(py).set_item(s.seq, tracker)?;
                 }
-                Ok((s.spawn, s.waiting_at, s.seq))
+                Ok((s.spawn, s.waiting_at, s.seq, owed))
             }
             // The refused job is dropped here, with the GIL held, on the
             // submitting thread: the caller still holds every object in it.

@@ -447,3 +447,59 @@ def test_run_in_executor_on_many_loops_in_many_threads() -> None:
         t.join(LONG)
     ex.shutdown()
     assert results == {t: [t * t] * 200 for t in range(6)}
+
+
+# -- waking workers once per loop pass -----------------------------------------
+# A pass that queues many calls wakes one parked worker at once and the
+# others when the pass is over (taut._asyncio._LoopLink.owe/flush).
+
+
+async def _park_all(ex: taut.ThreadPoolExecutor, n: int) -> None:
+    """Start ``n`` workers, then let them go idle (parked, or about to)."""
+    barrier = threading.Barrier(n)
+    await asyncio.gather(*[ex.run(barrier.wait, LONG) for _ in range(n)])
+    while ex.stats().idle < n:
+        await asyncio.sleep(0.001)
+    time.sleep(0.01)  # past the workers' brief spin
+
+
+def test_calls_queued_in_one_pass_still_run_in_parallel() -> None:
+    # Each call waits for all the others: they finish only if every one of
+    # them got its own worker, i.e. the owed wake-ups were handed out.
+    n = 6
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(n) as ex:
+            loop.set_default_executor(ex)
+            for kind in ("to_thread", "run_in_executor", "run"):
+                await _park_all(ex, n)
+                barrier = threading.Barrier(n)
+                if kind == "to_thread":
+                    calls = [taut.to_thread(barrier.wait, LONG) for _ in range(n)]
+                elif kind == "run_in_executor":
+                    calls = [loop.run_in_executor(ex, barrier.wait, LONG) for _ in range(n)]
+                else:
+                    calls = [ex.run(barrier.wait, LONG) for _ in range(n)]
+                assert sorted(await asyncio.gather(*calls)) == list(range(n))
+
+    asyncio.run(main())
+
+
+def test_calls_whose_wake_up_is_never_handed_out_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loop never gets to the end-of-pass wake-up (stopped, closed): the
+    # worker woken at once takes the queued calls one after another.
+    from taut import _asyncio
+
+    flushed: list[int] = []
+    monkeypatch.setattr(_asyncio._LoopLink, "flush", lambda self: flushed.append(1))
+
+    async def main() -> list[int]:
+        with taut.ThreadPoolExecutor(4) as ex:
+            await _park_all(ex, 4)
+            return list(await asyncio.gather(*[ex.run(abs, -i) for i in range(50)]))
+
+    assert asyncio.run(main()) == list(range(50))
+    assert flushed  # some wake-ups were owed, and never handed out

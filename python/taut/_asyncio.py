@@ -10,8 +10,21 @@ Rust core, which writes one byte to a socket only when the loop is not
 already due to drain it, and one reader callback on the loop settles every
 finished call in one pass. Worker threads run no asyncio code at all.
 
+asyncio's own ``loop.run_in_executor`` gets the same path: called by it,
+``ThreadPoolExecutor.submit`` returns the loop's future itself (see
+``submit_for_run_in_executor``).
+
+Waking a parked worker is a system call, made while the loop holds the GIL
+the woken worker needs at once. A loop pass that queues many calls (a
+gather, a semaphore letting a batch through) wakes a worker at once only
+when none is busy, and the others in one go when the pass is over
+(``_LoopLink.owe``), not one per call. A busy worker takes queued calls one
+after another, so no call depends on that later wake-up to run.
+
 A bounded queue (``max_queue``) that is full makes ``run`` wait for room
 without blocking the loop, in FIFO order with the other waiting coroutines.
+(Its calls wake workers at once: an owed wake-up would count against the
+room.)
 """
 
 from __future__ import annotations
@@ -41,9 +54,31 @@ class _LoopLink:
         self.reader_fd = reader.fileno()
         # The channel owns the writing end from here on (it closes it).
         self.channel = LoopChannel(writer.detach())
+        # Executors with queued calls whose worker wake-up is owed (see owe).
+        self.owed: list[ThreadPoolExecutor] = []
         loop.add_reader(reader.fileno(), self.drain)
         # Close the reading end with the loop (its selector forgets it then).
         weakref.finalize(loop, reader.close)
+
+    def owe(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
+        """A call was queued while a worker was busy (or on its way) and
+        left a parked one parked: wake those (``flush``) once this pass of
+        the loop is over, for every call it queued. (If the loop never runs
+        again, the busy worker still takes every queued call in turn.)"""
+        owed = self.owed
+        if executor not in owed:
+            if not owed:
+                loop.call_soon(self.flush)
+            owed.append(executor)
+
+    def flush(self) -> None:
+        """Hand out the owed wake-ups (a loop callback, once per pass)."""
+        owed = self.owed
+        self.owed = []
+        for executor in owed:
+            spawn = executor._core.wake_owed()
+            if spawn:
+                executor._spawn(spawn)
 
     def drain(self) -> None:
         """Settle every finished call (runs on the loop, as a reader callback)."""
@@ -133,7 +168,9 @@ async def run_in(
     front = False
     while True:
         try:
-            spawn, seq = core.submit_async(link.channel, waiter, fn, args, kwargs)
+            spawn, seq, owed = core.submit_async(
+                link.channel, waiter, fn, args, kwargs, executor._max_queue != 0
+            )
             break
         except QueueFull:
             await _room(core, link, loop, front)
@@ -143,6 +180,8 @@ async def run_in(
             raise
     if spawn:
         executor._spawn(1)
+    if owed:
+        link.owe(loop, executor)
     try:
         return await waiter
     except asyncio.CancelledError:
@@ -186,11 +225,15 @@ def submit_for_run_in_executor(
         fn = contextvars.copy_context().run
     waiter = loop.create_future()
     try:
-        spawn, _ = executor._core.submit_async(link.channel, waiter, fn, args)
+        spawn, _, owed = executor._core.submit_async(
+            link.channel, waiter, fn, args, None, executor._max_queue != 0
+        )
     except (QueueFull, RuntimeError):
         return None
     if spawn:
         executor._spawn(1)
+    if owed:
+        link.owe(loop, executor)
     return waiter
 
 
@@ -234,12 +277,16 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         core = executor._core
         waiter: asyncio.Future[_T] = loop.create_future()
         try:
-            spawn, seq = core.submit_async(link.channel, waiter, run, (func, *args), kwargs)
+            spawn, seq, owed = core.submit_async(
+                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0
+            )
         except (QueueFull, RuntimeError):
             pass  # run_in waits for room, or raises the right error
         else:
             if spawn:
                 executor._spawn(1)
+            if owed:
+                link.owe(loop, executor)
             try:
                 return await waiter
             except asyncio.CancelledError:

@@ -306,10 +306,18 @@ class PoolCore:
         func: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None = None,
-    ) -> tuple[bool, int]:
+        wake: bool = True,
+    ) -> tuple[bool, int, bool]:
         """Queue a call whose outcome settles the asyncio future ``waiter``
-        on its loop through ``channel``; ``(spawn, seq)``. Raises like
-        ``submit``; ``remove(seq)`` withdraws it while queued."""
+        on its loop through ``channel``; ``(spawn, seq, owed)``. Raises like
+        ``submit``; ``remove(seq)`` withdraws it while queued. ``wake``
+        False: wake a parked worker only if none is on its way already;
+        ``owed`` then says ``wake_owed()`` should follow (soon, not
+        necessarily: the worker on its way takes every queued call)."""
+    def wake_owed(self) -> int:
+        """Wake parked workers for queued calls nobody is on the way for
+        (after ``submit_async(..., wake=False)``); returns how many worker
+        threads the caller must start."""
     def wait_for_room_async(
         self, channel: LoopChannel, callback: Callable[[], object], front: bool = False
     ) -> int:

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 
+use crate::gil;
 use crate::py_timer::{fd_kind, write_byte, FdKind};
 
 /// One finished call (or, with `ok` None, a "there is room now" notice
@@ -34,15 +35,23 @@ pub struct LoopChannel {
 impl LoopChannel {
     /// Queue a completion and wake the loop if it is not already woken.
     /// Called with the GIL held (the values are Python objects); runs no
-    /// Python code.
-    pub(crate) fn push(&self, completion: Completion) {
+    /// Python code. The wake-up byte is written with the GIL released, as
+    /// `call_soon_threadsafe`'s own socket write does: the loop, woken by
+    /// it, finds the GIL free instead of waking a second time for it once
+    /// this thread lets go.
+    pub(crate) fn push(&self, py: Python<'_>, completion: Completion) {
         self.inbox
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(completion);
         if !self.armed.swap(true, Ordering::AcqRel) {
             #[cfg(unix)]
-            write_byte(self.fd, self.kind);
+            {
+                let (fd, kind) = (self.fd, self.kind);
+                gil::detach(py, move || write_byte(fd, kind));
+            }
+            #[cfg(not(unix))]
+            let _ = py;
         }
     }
 }

@@ -175,7 +175,7 @@ impl Shared {
             waiter
                 .channel
                 .get()
-                .push((waiter.callback, None, py.None()));
+                .push(py, (waiter.callback, None, py.None()));
             if !all {
                 return;
             }
@@ -544,7 +544,7 @@ impl WorkerSlot {
     ) -> PyResult<Py<PyAny>> {
         let future = match target {
             Target::Loop { channel, waiter } => {
-                channel.get().push((waiter, Some(ok), value.unbind()));
+                channel.get().push(py, (waiter, Some(ok), value.unbind()));
                 return self.after(py, ok);
             }
             Target::Future(future) => future,

@@ -184,7 +184,8 @@ struct Names {
     pending: Py<PyString>,
     running: Py<PyString>,
     finished: Py<PyString>,
-    done_callbacks: Py<PyString>,
+    /// A future's done callbacks: None until one is added.
+    callbacks: Py<PyString>,
     seq: Py<PyString>,
     cancelled_state: Py<PyString>,
     set_running_or_notify_cancel: Py<PyString>,
@@ -210,7 +211,7 @@ impl Names {
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
             finished: PyString::intern(py, "FINISHED").unbind(),
-            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
+            callbacks: PyString::intern(py, "_callbacks").unbind(),
             seq: PyString::intern(py, "_seq").unbind(),
             cancelled_state: PyString::intern(py, "CANCELLED").unbind(),
             set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
@@ -340,7 +341,10 @@ fn finish_quietly(
             && future
                 .getattr(names.state.bind(py))?
                 .is(names.running.bind(py))
-            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
+            && {
+                let callbacks = future.getattr(names.callbacks.bind(py))?;
+                callbacks.is_none() || callbacks.len()? == 0
+            };
         if !quiet {
             return Ok(None);
         }

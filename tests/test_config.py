@@ -229,6 +229,19 @@ def test_env_value_below_the_float_range_is_expired_not_disabled(
     assert resolve_timeout(KEY, default=1, env_var=ENV) is None
 
 
+@pytest.mark.parametrize(("text", "seconds"), [("PT5M", 300.0), (" P1DT2H ", 93600.0)])
+def test_env_values_take_iso_durations_like_config_files(
+    monkeypatch: pytest.MonkeyPatch, rec: Recorder, text: str, seconds: float
+) -> None:
+    monkeypatch.setenv(ENV, text)
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == seconds
+    monkeypatch.setenv(ENV, "PT0S")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) is None
+    monkeypatch.setenv(ENV, "P1M")  # a month has no fixed length: refused, default kept
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == 1.0
+    assert len(rec.messages) == 1 and "years and months" in rec.messages[0]
+
+
 @pytest.mark.parametrize("text", ["1e400", "99999999999999999999999999999", "1e300"])
 def test_huge_env_values_clamp(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setenv(ENV, text)

@@ -242,7 +242,7 @@ impl<J> Pool<J> {
 
     /// `submit`; with `wake` false, a parked worker is woken only if no
     /// other worker will come back for work: none is running a call or on
-    /// its way (notified, not yet awake). Otherwise the second value says a
+    /// its way (notified, starting, woken or spinning). Otherwise the second value says a
     /// wake-up is owed, for the caller to hand out a little later with
     /// [`Pool::wake_owed`]: an event loop queues many calls in one pass and
     /// wakes the extra workers once, at the end of it, instead of once per
@@ -599,7 +599,7 @@ impl<J> Pool<J> {
         let mut spawn = 0;
         while st.queue.len() > st.takers_in_flight() {
             if st.parked > st.notified {
-                if !wake && (st.notified > 0 || st.running > 0) {
+                if !wake && (st.running > 0 || st.takers_in_flight() > 0) {
                     return (spawn, true);
                 }
                 st.notified += 1;

@@ -78,12 +78,7 @@ class Journal(Protocol):
         ...
 
     def complete(
-        self,
-        position: int,
-        call_id: str,
-        status: str,
-        value: object,
-        error: BaseException | None,
+        self, position: int, call_id: str, status: str, value: object, error: BaseException | None
     ) -> None:
         """Durably write the terminal outcome (``ok``/``error``/``timeout``) of a
         reserved slot. Failures raise; they are never swallowed."""
@@ -278,12 +273,7 @@ class InMemoryJournal:
         return out
 
     def complete(
-        self,
-        position: int,
-        call_id: str,
-        status: str,
-        value: object,
-        error: BaseException | None,
+        self, position: int, call_id: str, status: str, value: object, error: BaseException | None
     ) -> None:
         check_outcome(status, error)
         run = self._run
@@ -309,38 +299,3 @@ class InMemoryJournal:
             self._fence()
             self._run.slots.clear()
             self._cursor = 0
-
-
-# --------------------------------------------------------------------------- SQL journals
-class ReservePlan(NamedTuple):
-    """What a reservation over stored rows must do, decided in one place for
-    every SQL journal: ``truncate_from`` (delete slots from there on, or None),
-    ``fresh`` pending slots to write, and per call the stored row to replay
-    (a terminal row) or None (run)."""
-
-    truncate_from: int | None
-    fresh: list[tuple[int, str]]
-    replay: list[tuple[object, ...] | None]
-
-
-def plan_reserve(
-    start: int, ids: Sequence[str], stored: dict[int, tuple[object, ...]]
-) -> ReservePlan:
-    """``stored`` maps position to a row ``(position, call_id, status, ...)``."""
-    truncate_from: int | None = None
-    fresh: list[tuple[int, str]] = []
-    replay: list[tuple[object, ...] | None] = []
-    for offset, cid in enumerate(ids):
-        pos = start + offset
-        row = None if truncate_from is not None else stored.get(pos)
-        if row is not None and row[1] != cid:
-            truncate_from = pos
-            row = None
-        if row is None:
-            fresh.append((pos, cid))
-            replay.append(None)
-        elif row[2] in TERMINAL_STATUSES:
-            replay.append(row)
-        else:
-            replay.append(None)
-    return ReservePlan(truncate_from, fresh, replay)

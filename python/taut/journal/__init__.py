@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from taut.journal.base import (
     TERMINAL_STATUSES,
-    InMemoryJournal,
     Journal,
     JournalBusy,
     JournaledError,
@@ -40,6 +39,7 @@ from taut.journal.base import (
     JournalRecord,
     Reservation,
 )
+from taut.journal.memory import InMemoryJournal
 from taut.journal.postgres import PostgresJournal
 from taut.journal.sqlite import SqliteJournal
 

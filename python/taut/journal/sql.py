@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Callable, ClassVar, NamedTuple, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.journal import lease as _leases
 from taut.journal.base import (
     PENDING,
-    TERMINAL_STATUSES,
     JournalBusy,
     JournalError,
     JournalRecord,
@@ -29,48 +28,15 @@ from taut.journal.base import (
     check_ids,
     check_outcome,
     check_run,
+    plan_reserve,
     stale_message,
 )
 from taut.journal.codec import Codec, check_codec
 from taut.journal.lease import Lease, check_lease_seconds
 
-__all__ = ["ReservePlan", "SqlJournal", "plan_reserve"]
+__all__ = ["SqlJournal"]
 
 T = TypeVar("T")
-
-
-class ReservePlan(NamedTuple):
-    """What a reservation over stored rows must do, decided in one place for
-    every SQL journal: ``truncate_from`` (delete slots from there on, or None),
-    ``fresh`` pending slots to write, and per call the stored row to replay
-    (a terminal row) or None (run)."""
-
-    truncate_from: int | None
-    fresh: list[tuple[int, str]]
-    replay: list[tuple[object, ...] | None]
-
-
-def plan_reserve(
-    start: int, ids: Sequence[str], stored: dict[int, tuple[object, ...]]
-) -> ReservePlan:
-    """``stored`` maps position to a row ``(position, call_id, status, ...)``."""
-    truncate_from: int | None = None
-    fresh: list[tuple[int, str]] = []
-    replay: list[tuple[object, ...] | None] = []
-    for offset, cid in enumerate(ids):
-        pos = start + offset
-        row = None if truncate_from is not None else stored.get(pos)
-        if row is not None and row[1] != cid:
-            truncate_from = pos
-            row = None
-        if row is None:
-            fresh.append((pos, cid))
-            replay.append(None)
-        elif row[2] in TERMINAL_STATUSES:
-            replay.append(row)
-        else:
-            replay.append(None)
-    return ReservePlan(truncate_from, fresh, replay)
 
 
 class SqlJournal:

@@ -30,15 +30,8 @@ unpickling what another host wrote is remote code execution). Codecs:
 
 from __future__ import annotations
 
-from taut.journal.base import (
-    TERMINAL_STATUSES,
-    Journal,
-    JournalBusy,
-    JournaledError,
-    JournalError,
-    JournalRecord,
-    Reservation,
-)
+from taut.journal.base import TERMINAL_STATUSES, Journal, JournalRecord, Reservation
+from taut.journal.errors import JournalBusy, JournaledError, JournalError
 from taut.journal.memory import InMemoryJournal
 from taut.journal.postgres import PostgresJournal
 from taut.journal.sqlite import SqliteJournal

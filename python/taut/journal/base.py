@@ -1,4 +1,5 @@
-"""The journal contract, its records and errors, and the checks every journal shares.
+"""The journal contract and its records, and the checks and the reservation
+decision every journal shares.
 
 See :mod:`taut.journal` for the semantics every journal shares.
 """
@@ -8,16 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
-from taut.journal.lease import Lease
-
 __all__ = [
     "TERMINAL_STATUSES",
     "Journal",
-    "JournalBusy",
-    "JournalError",
     "JournalRecord",
-    "JournaledError",
     "Reservation",
+    "check_ids",
+    "check_outcome",
+    "check_run",
+    "plan_reserve",
 ]
 
 TERMINAL_STATUSES = frozenset({"ok", "error", "timeout"})
@@ -81,37 +81,6 @@ class Journal(Protocol):
         ...
 
 
-class JournalError(RuntimeError):
-    """The journal could not be read or written (the call's outcome is not durable)."""
-
-
-class JournalBusy(JournalError):
-    """The run is leased by another live runner; retry once it has finished or
-    its lease has run out."""
-
-
-class JournaledError(Exception):
-    """Stands in for a call's exception on replay when the exception itself was
-    not stored (the ``json`` codec) or could not be pickled faithfully.
-
-    ``original_type`` is the qualified name of the original exception type,
-    ``message`` its ``str()`` and ``traceback_text`` the formatted traceback
-    of the original failure ("" when unknown).
-    """
-
-    def __init__(self, original_type: str, message: str, traceback_text: str = "") -> None:
-        super().__init__(original_type, message)
-        self.original_type = original_type
-        self.message = message
-        self.traceback_text = traceback_text
-
-    def __reduce__(self) -> tuple[type[JournaledError], tuple[str, str, str]]:
-        return (JournaledError, (self.original_type, self.message, self.traceback_text))
-
-    def __str__(self) -> str:
-        return f"{self.original_type}: {self.message}"
-
-
 def check_ids(call_ids: Sequence[str]) -> list[str]:
     if isinstance(call_ids, str):
         raise TypeError("call_ids must be a sequence of strings, got a single str")
@@ -136,22 +105,6 @@ def check_outcome(status: str, error: BaseException | None) -> None:
         )
     if error is not None and not isinstance(error, BaseException):
         raise TypeError(f"error must be an exception or None, got {type(error).__name__}")
-
-
-def busy_message(run: str, where: str, owner: str, expires_in: float) -> str:
-    return (
-        f"run {run!r} of {where} is leased by another live runner ({owner}) for "
-        f"{max(expires_in, 0.0):.1f} s more; wait for it to finish, or for its lease to "
-        f"run out if it died"
-    )
-
-
-def stale_message(run: str, where: str, lease: Lease) -> str:
-    return (
-        f"this runner's lease on run {run!r} of {where} ({lease.describe()}) was taken "
-        f"over by another runner after it ran out; the write is refused so the new "
-        f"owner's state is not clobbered"
-    )
 
 
 # ----------------------------------------------------------- reserving over stored slots

@@ -28,7 +28,7 @@ import sys
 import traceback
 from typing import Any, cast
 
-from taut.journal.base import JournaledError, JournalError
+from taut.journal.errors import JournaledError, JournalError
 
 __all__ = ["CODECS", "Codec", "check_codec"]
 

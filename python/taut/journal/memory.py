@@ -11,16 +11,13 @@ from typing import NamedTuple
 from taut.journal import lease as _leases
 from taut.journal.base import (
     PENDING,
-    JournalBusy,
-    JournalError,
     JournalRecord,
     Reservation,
-    busy_message,
     check_ids,
     check_outcome,
     plan_reserve,
-    stale_message,
 )
+from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
 from taut.journal.lease import Lease, check_lease_seconds
 
 __all__ = ["InMemoryJournal"]

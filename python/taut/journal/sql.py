@@ -20,18 +20,15 @@ from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.journal import lease as _leases
 from taut.journal.base import (
     PENDING,
-    JournalBusy,
-    JournalError,
     JournalRecord,
     Reservation,
-    busy_message,
     check_ids,
     check_outcome,
     check_run,
     plan_reserve,
-    stale_message,
 )
 from taut.journal.codec import Codec, check_codec
+from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
 from taut.journal.lease import Lease, check_lease_seconds
 
 __all__ = ["SqlJournal"]

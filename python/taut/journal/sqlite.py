@@ -10,7 +10,8 @@ import weakref
 from typing import Callable, TypeVar
 
 from taut._checks import int_millis
-from taut.journal.base import PENDING, JournalError
+from taut.journal.base import PENDING
+from taut.journal.errors import JournalError
 from taut.journal.sql import SqlJournal
 
 __all__ = ["SqliteJournal"]

@@ -15,34 +15,13 @@ from typing import Any, Callable, TypeVar
 from taut._checks import int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
-from taut.journal.sql import SqlJournal
+from taut.journal.sql import SqlJournal, tables
 
 __all__ = ["PostgresJournal"]
 
 T = TypeVar("T")
 
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS taut_journal (
-        run      text   NOT NULL,
-        position bigint NOT NULL,
-        call_id  text   NOT NULL,
-        status   text   NOT NULL,
-        codec    text,
-        value    bytea,
-        error    bytea,
-        PRIMARY KEY (run, position)
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS taut_runs (
-        run        text        PRIMARY KEY,
-        owner      text,
-        token      bigint      NOT NULL,
-        expires_at timestamptz NOT NULL
-    )
-    """,
-)
+_SCHEMA = tables(text="text", integer="bigint", blob="bytea", instant="timestamptz")
 # CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions creating
 # the same new table both pass the check, and one fails on the catalog's unique
 # index. A transaction-level advisory lock (this key: "taut" in ASCII) orders them.

@@ -31,9 +31,40 @@ from taut.journal.codec import Codec, check_codec
 from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
 from taut.journal.lease import Lease, check_lease_seconds
 
-__all__ = ["SqlJournal"]
+__all__ = ["SqlJournal", "tables"]
 
 T = TypeVar("T")
+
+
+def tables(
+    *, text: str, integer: str, blob: str, instant: str, options: str = ""
+) -> tuple[str, str]:
+    """The two tables every SQL journal keeps, in a dialect's column types:
+    ``taut_journal``, one row per slot (``value`` and ``error`` as the codec
+    wrote them, ``codec`` naming it), and ``taut_runs``, one row per run
+    holding its lease. ``instant`` is the type of a lease's expiry."""
+    return (
+        f"""
+        CREATE TABLE IF NOT EXISTS taut_journal (
+            run      {text} NOT NULL,
+            position {integer} NOT NULL,
+            call_id  {text} NOT NULL,
+            status   {text} NOT NULL,
+            value    {blob},
+            error    {blob},
+            codec    {text},
+            PRIMARY KEY (run, position)
+        ) {options}
+        """,
+        f"""
+        CREATE TABLE IF NOT EXISTS taut_runs (
+            run        {text} PRIMARY KEY,
+            owner      {text},
+            token      {integer} NOT NULL,
+            expires_at {instant} NOT NULL
+        ) {options}
+        """,
+    )
 
 
 class SqlJournal:

@@ -12,35 +12,17 @@ from typing import Callable, TypeVar
 from taut._checks import int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
-from taut.journal.sql import SqlJournal
+from taut.journal.sql import SqlJournal, tables
 
 __all__ = ["SqliteJournal"]
 
 T = TypeVar("T")
 
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS taut_journal (
-        run      TEXT    NOT NULL,
-        position INTEGER NOT NULL,
-        call_id  TEXT    NOT NULL,
-        status   TEXT    NOT NULL,
-        value    BLOB,
-        error    BLOB,
-        codec    TEXT,
-        PRIMARY KEY (run, position)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS taut_runs (
-        run        TEXT    PRIMARY KEY,
-        owner      TEXT,
-        token      INTEGER NOT NULL,
-        expires_at REAL    NOT NULL
-    ) WITHOUT ROWID
-    """,
+# Expiry is seconds since the epoch (this host's wall clock); WITHOUT ROWID:
+# both tables are looked up by their primary key only.
+_SCHEMA = tables(
+    text="TEXT", integer="INTEGER", blob="BLOB", instant="REAL", options="WITHOUT ROWID"
 )
-
 
 _live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
 

@@ -216,7 +216,7 @@ class Scheduler:
             max_parallel=max_parallel,
             executor=executor,
             journal=journal,
-            interrupt=interrupt,
+            interrupt=self.interrupt if interrupt is None else interrupt,
             submit=submit,
             limiter=limiter,
             on_slot_wait=on_slot_wait,
@@ -243,7 +243,7 @@ class Scheduler:
             max_parallel=max_parallel,
             executor=executor,
             journal=journal,
-            interrupt=interrupt,
+            interrupt=self.interrupt if interrupt is None else interrupt,
             limiter=limiter,
         )
         return await run_async(run)
@@ -253,7 +253,7 @@ class Scheduler:
     def _single(self, handle: Call[Any]) -> Run | Outcome:
         """Claim ``handle`` for a single await: its cached outcome, or a run."""
         while True:
-            run = Run(self, [handle], what="await")
+            run = Run(self, [handle], interrupt=self.interrupt, what="await")
             with STATE_LOCK:
                 state, event = handle._state, handle._event
             if state == DONE:

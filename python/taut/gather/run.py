@@ -93,7 +93,7 @@ class Run:
         max_parallel: Any = None,
         executor: Any = None,
         journal: Journal | None = None,
-        interrupt: bool | None = None,
+        interrupt: bool,
         submit: Submit | None = None,
         what: str = "gather",
         limiter: Any = None,
@@ -106,8 +106,7 @@ class Run:
         self.scheduler = scheduler
         self.executor = executor if executor is not None else scheduler.executor
         self.journal = journal if journal is not None else scheduler.journal
-        # Like the executor and the journal: the scheduler's unless given.
-        self.interrupt = scheduler.interrupt if interrupt is None else interrupt
+        self.interrupt = interrupt
         self.submit = submit or plain_submit
         self.what = what
         if isinstance(handles, (str, bytes, Call)):
@@ -117,7 +116,7 @@ class Run:
         self.handles: list[Any] = list(handles)
         check_handles(self.handles, self.scheduler, self.journal, self.what)
         self.batch = Batch(self.executor, self.journal, self.handles)
-        self.batch.interrupt = self.interrupt
+        self.batch.interrupt = interrupt
         self.entries = [
             Entry(i, h, h._call_id or f"{default_id(h._fn)}#{i}")
             for i, h in enumerate(self.handles)

@@ -186,6 +186,8 @@ struct Names {
     finished: Py<PyString>,
     /// A future's done callbacks: None until one is added.
     callbacks: Py<PyString>,
+    /// The gates of threads parked in a future's result(): None if none.
+    result_gates: Py<PyString>,
     seq: Py<PyString>,
     cancelled_state: Py<PyString>,
     set_running_or_notify_cancel: Py<PyString>,
@@ -212,6 +214,7 @@ impl Names {
             running: PyString::intern(py, "RUNNING").unbind(),
             finished: PyString::intern(py, "FINISHED").unbind(),
             callbacks: PyString::intern(py, "_callbacks").unbind(),
+            result_gates: PyString::intern(py, "_result_gates").unbind(),
             seq: PyString::intern(py, "_seq").unbind(),
             cancelled_state: PyString::intern(py, "CANCELLED").unbind(),
             set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
@@ -322,8 +325,9 @@ fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(started.is_some())
 }
 
-/// Store the outcome of a future nobody waits on and that has no done
-/// callbacks; false if that needs `set_result`/`set_exception`.
+/// Store the outcome of a future that has no Condition (no `wait()` or
+/// `as_completed()` waiter) and no done callbacks, and wake the threads
+/// parked in its `result()`; false if that needs `set_result`/`set_exception`.
 fn finish_quietly(
     names: &Names,
     future: &Bound<'_, PyAny>,
@@ -350,9 +354,24 @@ fn finish_quietly(
         }
         future.setattr(field, value)?;
         future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        Ok(Some(()))
+        // Threads parked in result()/exception(): taken under the lock
+        // (see `Future._wait_until_done`), woken below.
+        let gates = future.getattr(names.result_gates.bind(py))?;
+        if !gates.is_none() {
+            future.setattr(names.result_gates.bind(py), py.None())?;
+        }
+        Ok(Some(gates))
     })?;
-    Ok(done.is_some())
+    let Some(gates) = done else {
+        return Ok(false);
+    };
+    if !gates.is_none() {
+        for gate in gates.try_iter()? {
+            // A `_thread.lock` held by its waiter: `release` is C code.
+            gate?.call_method0(names.release.bind(py))?;
+        }
+    }
+    Ok(true)
 }
 
 /// One worker thread's handle on its pool: the Python worker loop calls

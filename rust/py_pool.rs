@@ -459,6 +459,8 @@ impl WorkerSlot {
         let (seq, job, updates) = match take {
             Take::Exit => return Ok(self.exit(py)),
             Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
+            // Woken by work; now holding the GIL, take it if it is still there.
+            Take::Woken => return self.step(py, self.shared.pool.claim_woken()),
             Take::Job {
                 seq, job, updates, ..
             } => (seq, job, updates),
@@ -589,7 +591,7 @@ impl WorkerSlot {
     /// After a `False` step: wait (GIL released) for work.
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
-        let take = gil::detach(py, move || shared.pool.park(shared.idle_timeout));
+        let take = gil::detach(py, move || shared.pool.park_then_claim(shared.idle_timeout));
         self.step(py, take)
     }
 

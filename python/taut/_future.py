@@ -288,44 +288,34 @@ class Future(_cf.Future[_T]):
         return super().set_running_or_notify_cancel()
 
     def set_result(self, result: _T) -> None:
-        with _state_lock:
-            fast = self._cond is None
-            if fast:
-                if self._state in _DONE_STATES:
-                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
-                self._result = result
-                self._state = _FINISHED
-                gates = self._result_gates
-                if gates is not None:
-                    self._result_gates = None
-        if fast:
-            if gates:
-                _release_all(gates)
-            if self._callbacks:
-                self._invoke_callbacks()  # type: ignore[attr-defined]
-            return
-        super().set_result(result)
-        self._wake_waiting_results()
+        if not self._finish_quietly("_result", result):
+            super().set_result(result)
+            self._wake_waiting_results()
 
     def set_exception(self, exception: BaseException | None) -> None:
+        if not self._finish_quietly("_exception", exception):
+            super().set_exception(exception)
+            self._wake_waiting_results()
+
+    def _finish_quietly(self, field: str, value: object) -> bool:
+        """Store the outcome in ``field`` and wake result() waiters and
+        callbacks, if nobody needs the Condition; False if the base class
+        must (a wait()/as_completed() waiter made it)."""
         with _state_lock:
-            fast = self._cond is None
-            if fast:
-                if self._state in _DONE_STATES:
-                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
-                self._exception = exception
-                self._state = _FINISHED
-                gates = self._result_gates
-                if gates is not None:
-                    self._result_gates = None
-        if fast:
-            if gates:
-                _release_all(gates)
-            if self._callbacks:
-                self._invoke_callbacks()  # type: ignore[attr-defined]
-            return
-        super().set_exception(exception)
-        self._wake_waiting_results()
+            if self._cond is not None:
+                return False
+            if self._state in _DONE_STATES:
+                raise _base.InvalidStateError(f"{self._state}: {self!r}")
+            setattr(self, field, value)
+            self._state = _FINISHED
+            gates = self._result_gates
+            if gates is not None:
+                self._result_gates = None
+        if gates:
+            _release_all(gates)
+        if self._callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
 
 
 def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:

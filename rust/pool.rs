@@ -76,7 +76,7 @@ pub enum Take<J> {
         tracked: bool,
         updates: Vec<(u64, usize)>,
     },
-    /// No job now (from `try_take` and `done_and_try_take`). The worker is
+    /// No job now (from `try_take`, `done_and_try_take`, `claim_woken`). The worker is
     /// already counted as idle and must call `park` next: it is counted
     /// before it lets go of the GIL, so a caller that was waiting for its
     /// result and submits again at once reuses it instead of starting a

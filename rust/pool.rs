@@ -76,7 +76,7 @@ pub enum Take<J> {
         tracked: bool,
         updates: Vec<(u64, usize)>,
     },
-    /// No job now (from `try_take` and `done_and_try_take`). The worker is
+    /// No job now (from `try_take`, `done_and_try_take`, `claim_woken`). The worker is
     /// already counted as idle and must call `park` next: it is counted
     /// before it lets go of the GIL, so a caller that was waiting for its
     /// result and submits again at once reuses it instead of starting a
@@ -1083,6 +1083,33 @@ mod tests {
         assert_eq!(pool.park_then_claim(None), Take::Woken);
         assert_eq!(job(pool.claim_woken()), Some(4));
         assert_eq!(pool.stats().idle, 0);
+    }
+
+    #[test]
+    fn a_wake_up_with_nothing_queued_does_not_retire_a_worker() {
+        let pool = Arc::new(Pool::new(1, 0));
+        assert!(pool.submit(1u32, false).unwrap().spawn);
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        pool.done(true);
+        assert_eq!(pool.try_take(), Take::Empty);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.park_then_claim(Some(Duration::from_secs(600))));
+        while pool.lock().parked == 0 {
+            thread::yield_now();
+        }
+        // Wake-ups meant for nobody (like spurious ones, or a job a busy
+        // worker took first): it finds nothing, has not timed out, parks again.
+        for _ in 0..100 {
+            pool.work.notify_all();
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !worker.is_finished(),
+            "the worker retired without timing out"
+        );
+        assert_eq!(pool.stats().workers, 1);
+        pool.shutdown();
+        assert_eq!(worker.join().unwrap(), Take::Exit);
     }
 
     #[test]

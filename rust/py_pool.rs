@@ -265,15 +265,17 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     }
 }
 
-// Cheap state changes of a `taut.Future` nobody waits on.
+// Cheap state changes of a `taut.Future` without a Condition or callbacks.
 // The Python fast paths of that class change the state under the module's
 // `_state_lock` (a plain lock, never held across Python code that could wait
 // for this thread); we take the same lock without blocking, with the GIL
-// held. Waiters and callback registrations either create the Condition or
-// register under that lock and then look at the state again, so a future
-// without a Condition and without callbacks has nobody to notify. Anything
-// else (lock busy, a Condition, callbacks, an unexpected state) is left to
-// the Python loop, which calls the future's own methods. None of this runs
+// held. `wait()`/`as_completed()` waiters create the Condition and callback
+// registrations add to `_callbacks`, both under that lock; `result()` waiters
+// add a held gate to `_result_gates` under it, and whoever finishes the
+// future releases the gates it takes from there. So a future without a
+// Condition and without callbacks has nobody else to notify. Anything else
+// (lock busy, a Condition, callbacks, an unexpected state) is left to the
+// Python loop, which calls the future's own methods. None of this runs
 // Python code: attribute reads and writes on a plain instance, and the C
 // methods of a `_thread.lock`.
 

@@ -171,8 +171,16 @@ def paired_row(
         raise ValueError(f"{key}: need paired samples, got {len(baseline)} and {len(taut)}")
     medians = statistics.median(baseline), statistics.median(taut)
     return judged_row(
-        key, case, baseline_name, *medians, target=target, met=met, unit=unit, better=better,
-        note=note, ratios=ratios_of(taut, baseline),
+        key,
+        case,
+        baseline_name,
+        *medians,
+        target=target,
+        met=met,
+        unit=unit,
+        better=better,
+        note=note,
+        ratios=ratios_of(taut, baseline),
     )
 
 

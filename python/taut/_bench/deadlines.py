@@ -119,18 +119,21 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
         runners["asyncio.timeout"] = _loop_timed(_asyncio_timeout, n // 4)
         runners["taut async scope"] = _loop_timed(_taut_async_scope, n // 4)
     m = interleaved_samples(runners, rounds)
-    arm = "(a) arm+cancel one deadline"
+
+    def versus(key: str, baseline: str, name: str, target: str, met: Judge | float) -> Row:
+        """taut's arm+cancel against the ``baseline`` runner's (shown as ``name``)."""
+        case = "(a) arm+cancel one deadline"
+        return paired_row(key, case, name, m[baseline], m["taut"], target=target, met=met)
+
     rows = []
     if has_timeout:
         rows += [
-            paired_row(
+            versus(
                 "deadlines.arm_cancel_vs_asyncio_timeout",
-                arm,
+                "asyncio.timeout",
                 "asyncio.timeout enter/exit",
-                m["asyncio.timeout"],
-                m["taut"],
-                target="<=1 µs and >=4x cheaper",
-                met=lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
+                "<=1 µs and >=4x cheaper",
+                lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
             ),
             paired_row(
                 "deadlines.async_scope_vs_asyncio_timeout",
@@ -145,23 +148,19 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
         ]
     return [
         *rows,
-        paired_row(
+        versus(
             "deadlines.arm_cancel_vs_call_later",
-            arm,
+            "call_later",
             "loop.call_later+cancel",
-            m["call_later"],
-            m["taut"],
-            target="cheaper",
-            met=lambda r: r.ratio < 1.0,
+            "cheaper",
+            lambda r: r.ratio < 1.0,
         ),
-        paired_row(
+        versus(
             "deadlines.arm_cancel_vs_threading_timer",
-            arm,
+            "threading.Timer",
             "threading.Timer start+cancel",
-            m["threading.Timer"],
-            m["taut"],
-            target=">=100x cheaper",
-            met=0.01,
+            ">=100x cheaper",
+            0.01,
         ),
     ]
 

@@ -17,6 +17,8 @@ from taut._bench.gateway.common import _row
 STALL_CALLS = 5
 STALL_SLEEP = 0.2
 TICK = 0.001
+
+
 def loop_stall(kind: str) -> tuple[float, int]:
     """The worst gap between ticks of a 1 ms ticker while ``STALL_CALLS``
     calls of ``time.sleep(STALL_SLEEP)`` go to a one-worker default executor,

@@ -1,7 +1,7 @@
 //! Python bindings of the worker pool: converts Python work items to pool
 //! jobs and back. The pool logic itself is in `pool.rs`.
 //!
-//! The worker loop is Python (`taut.executor._work`): it asks a
+//! The worker loop is Python (`taut._worker._work`): it asks a
 //! [`WorkerSlot`] for the next step, runs the call itself, and reports the
 //! outcome. Every method here returns before any user code runs and never
 //! runs Python code itself (no callbacks, no `set_result` with callbacks, no
@@ -64,7 +64,7 @@ struct Job {
     args: Py<PyTuple>,
     kwargs: Option<Py<PyDict>>,
     /// For calls submitted with queue notices: an object with `wait(position)`
-    /// and `start()` methods (see `taut.executor._Tracker`).
+    /// and `start()` methods (see `taut._notices._Tracker`).
     tracker: Option<Py<PyAny>>,
 }
 
@@ -103,7 +103,7 @@ thread_local! {
 /// How long a blocked submitter waits before it looks for signals (Ctrl-C).
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
-/// The kinds of slow steps (see `taut.executor._work`): a list whose first
+/// The kinds of slow steps (see `taut._worker._work`): a list whose first
 /// item is one of these.
 const STEP_START: u8 = 0;
 const STEP_FINISH: u8 = 1;
@@ -188,15 +188,16 @@ struct Names {
     seq: Py<PyString>,
     cancelled_state: Py<PyString>,
     set_running_or_notify_cancel: Py<PyString>,
-    /// `taut.executor`, for its `_state_lock` (looked up on each use: a
-    /// forked child replaces the lock) and its `QueueFull`.
-    executor: Py<PyModule>,
+    /// `taut._future`, for its `_state_lock` (looked up on each use: a
+    /// forked child replaces the lock).
+    future_module: Py<PyModule>,
     queue_full: Py<PyAny>,
 }
 
 impl Names {
     fn new(py: Python<'_>) -> PyResult<Self> {
         let executor = py.import("taut.executor")?;
+        let future_module = py.import("taut._future")?;
         Ok(Names {
             result: PyString::intern(py, "_result").unbind(),
             exception: PyString::intern(py, "_exception").unbind(),
@@ -215,7 +216,7 @@ impl Names {
             set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
                 .unbind(),
             queue_full: executor.getattr("QueueFull")?.unbind(),
-            executor: executor.unbind(),
+            future_module: future_module.unbind(),
         })
     }
 }
@@ -245,7 +246,7 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     }
 }
 
-// Cheap state changes of a `taut.executor.Future` nobody waits on.
+// Cheap state changes of a `taut.Future` nobody waits on.
 // The Python fast paths of that class change the state under the module's
 // `_state_lock` (a plain lock, never held across Python code that could wait
 // for this thread); we take the same lock without blocking, with the GIL
@@ -257,13 +258,16 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
 // Python code: attribute reads and writes on a plain instance, and the C
 // methods of a `_thread.lock`.
 
-/// Runs `change` while holding `taut.executor._state_lock`, if it is free.
+/// Runs `change` while holding `taut._future._state_lock`, if it is free.
 fn with_state_lock<T>(
     py: Python<'_>,
     names: &Names,
     change: impl FnOnce() -> PyResult<Option<T>>,
 ) -> PyResult<Option<T>> {
-    let lock = names.executor.bind(py).getattr(names.state_lock.bind(py))?;
+    let lock = names
+        .future_module
+        .bind(py)
+        .getattr(names.state_lock.bind(py))?;
     if !lock
         .call_method1(names.acquire.bind(py), (false,))?
         .is_truthy()?

@@ -184,7 +184,10 @@ struct Names {
     pending: Py<PyString>,
     running: Py<PyString>,
     finished: Py<PyString>,
-    done_callbacks: Py<PyString>,
+    /// A future's done callbacks: None until one is added.
+    callbacks: Py<PyString>,
+    /// The gates of threads parked in a future's result(): None if none.
+    result_gates: Py<PyString>,
     seq: Py<PyString>,
     cancelled_state: Py<PyString>,
     set_running_or_notify_cancel: Py<PyString>,
@@ -210,7 +213,8 @@ impl Names {
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
             finished: PyString::intern(py, "FINISHED").unbind(),
-            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
+            callbacks: PyString::intern(py, "_callbacks").unbind(),
+            result_gates: PyString::intern(py, "_result_gates").unbind(),
             seq: PyString::intern(py, "_seq").unbind(),
             cancelled_state: PyString::intern(py, "CANCELLED").unbind(),
             set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
@@ -321,8 +325,9 @@ fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(started.is_some())
 }
 
-/// Store the outcome of a future nobody waits on and that has no done
-/// callbacks; false if that needs `set_result`/`set_exception`.
+/// Store the outcome of a future that has no Condition (no `wait()` or
+/// `as_completed()` waiter) and no done callbacks, and wake the threads
+/// parked in its `result()`; false if that needs `set_result`/`set_exception`.
 fn finish_quietly(
     names: &Names,
     future: &Bound<'_, PyAny>,
@@ -340,15 +345,33 @@ fn finish_quietly(
             && future
                 .getattr(names.state.bind(py))?
                 .is(names.running.bind(py))
-            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
+            && {
+                let callbacks = future.getattr(names.callbacks.bind(py))?;
+                callbacks.is_none() || callbacks.len()? == 0
+            };
         if !quiet {
             return Ok(None);
         }
         future.setattr(field, value)?;
         future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        Ok(Some(()))
+        // Threads parked in result()/exception(): taken under the lock
+        // (see `Future._wait_until_done`), woken below.
+        let gates = future.getattr(names.result_gates.bind(py))?;
+        if !gates.is_none() {
+            future.setattr(names.result_gates.bind(py), py.None())?;
+        }
+        Ok(Some(gates))
     })?;
-    Ok(done.is_some())
+    let Some(gates) = done else {
+        return Ok(false);
+    };
+    if !gates.is_none() {
+        for gate in gates.try_iter()? {
+            // A `_thread.lock` held by its waiter: `release` is C code.
+            gate?.call_method0(names.release.bind(py))?;
+        }
+    }
+    Ok(true)
 }
 
 /// One worker thread's handle on its pool: the Python worker loop calls
@@ -436,6 +459,8 @@ impl WorkerSlot {
         let (seq, job, updates) = match take {
             Take::Exit => return Ok(self.exit(py)),
             Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
+            // Woken by work; now holding the GIL, take it if it is still there.
+            Take::Woken => return self.step(py, self.shared.pool.claim_woken()),
             Take::Job {
                 seq, job, updates, ..
             } => (seq, job, updates),
@@ -566,7 +591,7 @@ impl WorkerSlot {
     /// After a `False` step: wait (GIL released) for work.
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
-        let take = gil::detach(py, move || shared.pool.park(shared.idle_timeout));
+        let take = gil::detach(py, move || shared.pool.park_then_claim(shared.idle_timeout));
         self.step(py, take)
     }
 

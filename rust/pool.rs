@@ -1046,6 +1046,33 @@ mod tests {
     }
 
     #[test]
+    fn a_wake_up_with_nothing_queued_does_not_retire_a_worker() {
+        let pool = Arc::new(Pool::new(1, 0));
+        assert!(pool.submit(1u32, false).unwrap().spawn);
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        pool.done(true);
+        assert_eq!(pool.try_take(), Take::Empty);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.park_then_claim(Some(Duration::from_secs(600))));
+        while pool.lock().parked == 0 {
+            thread::yield_now();
+        }
+        // Wake-ups meant for nobody (like spurious ones, or a job a busy
+        // worker took first): it finds nothing, has not timed out, parks again.
+        for _ in 0..100 {
+            pool.work.notify_all();
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !worker.is_finished(),
+            "the worker retired without timing out"
+        );
+        assert_eq!(pool.stats().workers, 1);
+        pool.shutdown();
+        assert_eq!(worker.join().unwrap(), Take::Exit);
+    }
+
+    #[test]
     fn spin_until_spins_until_done_or_the_limit() {
         // Done only after many turns: the spin must not give up after the
         // first clock check (every 32 turns) while the limit is far.

@@ -47,11 +47,13 @@ class Future(_cf.Future[_T]):
     """A ``concurrent.futures.Future`` that is cheap to create and complete.
 
     The standard future builds a ``threading.Condition`` for every call,
-    which costs as much as the rest of a submission. Ours creates it on first
-    use (by a waiter, a callback registration, ``wait()``/``as_completed()``),
-    and completes futures nobody waits on without it. The private fields
-    ``_state``, ``_condition`` and ``_waiters`` keep their meaning, so
-    ``wait``, ``as_completed`` and ``asyncio.wrap_future`` work unchanged.
+    which costs as much as the rest of a submission. Ours creates it only
+    for ``wait()``/``as_completed()`` (and the base class's slow paths);
+    ``result()`` parks on a plain lock of its own instead, so the worker can
+    complete a waited-on future without running Python code. The private
+    fields ``_state``, ``_condition``, ``_waiters`` and ``_done_callbacks``
+    keep their meaning, so ``wait``, ``as_completed`` and
+    ``asyncio.wrap_future`` work unchanged.
     """
 
     _seq: int

@@ -32,6 +32,9 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
 enum Job {
     Call(Py<PyAny>),
+    /// A reference the timer thread must let go of but cannot drop without
+    /// the GIL: the callback thread drops it.
+    Drop(Py<PyAny>),
     Interrupt {
         entry: Arc<Entry>,
         thread_id: u64,
@@ -155,6 +158,7 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
     loop {
         match gil::detach(py, || q.pop())? {
             Job::Call(callable) => return Some(callable),
+            Job::Drop(object) => drop(object),
             Job::Interrupt {
                 entry,
                 thread_id,
@@ -192,6 +196,26 @@ impl Deadline {
     pub(crate) fn entry(&self) -> &Arc<Entry> {
         &self.entry
     }
+
+    /// Arm a deadline at `at` (absolute `time.monotonic()` seconds).
+    pub(crate) fn arm(at: f64) -> PyResult<Self> {
+        if at.is_nan() {
+            return Err(PyValueError::new_err(
+                "at must be a time.monotonic() value in seconds, got nan (float)",
+            ));
+        }
+        Ok(Deadline {
+            entry: timer::arm_ns(timer::secs_to_ns(at)),
+            at,
+        })
+    }
+}
+
+/// Hand `object` to the callback thread to be dropped there with the GIL
+/// (for the timer thread, which must neither take the GIL nor drop a
+/// Python reference without it).
+pub(crate) fn drop_with_gil(object: Py<PyAny>) {
+    queue().push(Job::Drop(object));
 }
 
 /// Queue `action` for expiry; if the deadline already fired, run it now while
@@ -201,7 +225,7 @@ impl Deadline {
 /// exception only once this thread next yields the GIL (switch interval or a
 /// blocking call), so it lands in the caller's block rather than in the
 /// registering `__enter__`.
-fn add_or_run_inline(entry: &Entry, action: Action) {
+pub(crate) fn add_or_run_inline(entry: &Entry, action: Action) {
     if let Err(action) = entry.try_add_action(action) {
         if entry.is_expired() {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
@@ -306,15 +330,7 @@ fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
 impl Deadline {
     #[new]
     fn new(at: f64) -> PyResult<Self> {
-        if at.is_nan() {
-            return Err(PyValueError::new_err(
-                "at must be a time.monotonic() value in seconds, got nan (float)",
-            ));
-        }
-        Ok(Deadline {
-            entry: timer::arm_ns(timer::secs_to_ns(at)),
-            at,
-        })
+        Self::arm(at)
     }
 
     #[getter]

@@ -10,21 +10,20 @@
 //! one pass.
 //!
 //! Deadlines use the same channel: [`LoopChannel::arm`] arms a deadline
-//! whose expiry pushes `(callback, None, None)` from the timer thread,
+//! whose expiry pushes `(target, None, None)` from the timer thread,
 //! without the GIL. A deadline that never fires costs its arm and its
 //! cancel, nothing on the loop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::py_timer::{add_or_run_inline, drop_with_gil, fd_kind, write_byte, Deadline, FdKind};
 use crate::timer::Entry;
 
-/// One finished call (or, with `ok` None, a callable to call: a "there is
-/// room now" notice or an expired deadline's callback).
+/// One finished call (or, with `ok` None, a "there is room now" notice or
+/// an expired deadline's target).
 type Completion = (Py<PyAny>, Option<bool>, Py<PyAny>);
 
 /// What the Python object and every deadline armed through it share. The
@@ -93,24 +92,14 @@ impl LoopChannel {
         self.shared.push(completion);
     }
 
-    /// At `entry`'s expiry, push `callback` (or push it now if it already
+    /// At `entry`'s expiry, push `target` (or push it now if it already
     /// fired). Called with the GIL held.
-    fn attach(&self, py: Python<'_>, entry: &Entry, callback: Bound<'_, PyAny>) {
+    fn attach(&self, py: Python<'_>, entry: &Entry, target: Py<PyAny>) {
         let shared = Arc::clone(&self.shared);
-        let completion: Completion = (callback.unbind(), None, py.None());
+        let completion: Completion = (target, None, py.None());
         // Cancelled first: the action is dropped by `cancel()`, GIL held.
         add_or_run_inline(entry, Box::new(move || shared.push(completion)));
     }
-}
-
-fn check_callable(callback: &Bound<'_, PyAny>) -> PyResult<()> {
-    if callback.is_callable() {
-        return Ok(());
-    }
-    Err(PyTypeError::new_err(format!(
-        "callback must be callable, got {}",
-        callback.repr()?
-    )))
 }
 
 #[pymethods]
@@ -139,26 +128,19 @@ impl LoopChannel {
     }
 
     /// Arm a deadline at `at` (absolute `time.monotonic()` seconds) that
-    /// pushes `callback` onto this channel at expiry, from the timer thread.
-    /// One call instead of arming and then attaching.
-    fn arm(&self, py: Python<'_>, at: f64, callback: Bound<'_, PyAny>) -> PyResult<Deadline> {
-        check_callable(&callback)?;
+    /// pushes `(target, None, None)` onto this channel at expiry, from the
+    /// timer thread; what the loop does with `target` is its reader's
+    /// business. One call instead of arming and then attaching.
+    fn arm(&self, py: Python<'_>, at: f64, target: Py<PyAny>) -> PyResult<Deadline> {
         let deadline = Deadline::arm(at)?;
-        self.attach(py, deadline.entry(), callback);
+        self.attach(py, deadline.entry(), target);
         Ok(deadline)
     }
 
-    /// Push `callback` onto this channel when `deadline` expires (at once
-    /// if it already has); never if it is cancelled first.
-    fn watch(
-        &self,
-        py: Python<'_>,
-        deadline: &Bound<'_, Deadline>,
-        callback: Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        check_callable(&callback)?;
-        self.attach(py, deadline.get().entry(), callback);
-        Ok(())
+    /// Push `(target, None, None)` onto this channel when `deadline`
+    /// expires (at once if it already has); never if it is cancelled first.
+    fn watch(&self, py: Python<'_>, deadline: &Bound<'_, Deadline>, target: Py<PyAny>) {
+        self.attach(py, deadline.get().entry(), target);
     }
 
     /// How many completions wait to be taken.

@@ -197,6 +197,22 @@ impl Deadline {
         &self.entry
     }
 
+    /// After a `cancel()` that found the deadline fired: an interrupt may
+    /// have been set for this thread but not yet raised (it lands at the
+    /// next bytecode boundary). The owner is leaving its scope: discard it
+    /// so it cannot hit unrelated code. Called with the GIL held.
+    fn undo_delivery(&self) {
+        if self.entry.was_delivered() {
+            // SAFETY: GIL held (called from Python methods); NULL clears.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(
+                    ffi::PyThread_get_thread_ident() as _,
+                    ptr::null_mut(),
+                );
+            }
+        }
+    }
+
     /// Arm a deadline at `at` (absolute `time.monotonic()` seconds).
     pub(crate) fn arm(at: f64) -> PyResult<Self> {
         if at.is_nan() {
@@ -357,19 +373,22 @@ impl Deadline {
 
     fn cancel(&self) -> bool {
         let was_pending = self.entry.cancel();
-        if !was_pending && self.entry.was_delivered() {
-            // An interrupt may have been set for this thread but not yet
-            // raised (it lands at the next bytecode boundary). The owner is
-            // leaving its scope: discard it so it cannot hit unrelated code.
-            // SAFETY: GIL held (this is a Python method); NULL clears.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    ffi::PyThread_get_thread_ident() as _,
-                    ptr::null_mut(),
-                );
-            }
+        if !was_pending {
+            self.undo_delivery();
         }
         was_pending
+    }
+
+    /// `cancel()`, and whether the owner left in time: True if the deadline
+    /// had not fired and the clock still reads before `at`.
+    fn cancel_in_time(&self) -> bool {
+        // Only a deadline that had not fired (so nothing was delivered) can
+        // be in time: the undoing in `cancel` is never needed here.
+        if !self.entry.cancel() {
+            self.undo_delivery();
+            return false;
+        }
+        monotonic() < self.at
     }
 
     #[pyo3(signature = (timeout = None))]

@@ -3,10 +3,10 @@
 One non-blocking socket pair per event loop: its read end is watched by the
 loop, its write end is owned by a ``taut._core.LoopChannel``. A deadline
 armed through the channel (``LoopWaker.arm``) or watched by it (:meth:`LoopWaker.watch`)
-makes the Rust timer thread, at expiry, push its callback onto the channel
-and write one byte (no GIL needed, so neither a busy Python thread nor the
-loop's own timers can delay it); the loop wakes and calls the callbacks
-pushed so far. A deadline that never fires costs its arm and its cancel: the
+makes the Rust timer thread, at expiry, push its owner onto the channel and
+write one byte (no GIL needed, so neither a busy Python thread nor the
+loop's own timers can delay it); the loop wakes and calls ``_fire()`` on the
+owners pushed so far. A deadline that never fires costs its arm and its cancel: the
 loop is not touched.
 
 The write end closes when the channel and every deadline armed through it
@@ -16,8 +16,8 @@ and reused; the read end closes with the loop.
 A loop without ``add_reader`` (the Windows proactor loop) is woken through
 ``call_soon_threadsafe`` from taut's callback thread instead.
 
-This module knows deadlines and callbacks only; deadline scopes and bounded
-calls are its users.
+This module knows deadlines and their owners (anything with a ``_fire()``
+method) only; deadline scopes and bounded calls are its users.
 """
 
 from __future__ import annotations
@@ -25,13 +25,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+import sys
 import threading
 import weakref
-from typing import Callable
+from typing import Callable, Protocol
 
 from taut._core import Deadline, LoopChannel
 
-__all__ = ["LoopWaker", "Watch", "last", "waker_for"]
+__all__ = ["LoopWaker", "Owner", "Watch", "last", "waker_for"]
+
+
+class Owner(Protocol):
+    """What a deadline armed through a waker is armed for."""
+
+    def _fire(self) -> None:
+        """Called on the loop's thread once the deadline has expired."""
 
 
 class Watch:
@@ -65,9 +73,9 @@ class LoopWaker:
         self._reader = reader
         # The channel owns the writing end from here on.
         self.channel: LoopChannel | None = LoopChannel(writer.detach())
-        self.arm: Callable[[float, Callable[[], object]], Deadline]
-        """``arm(at, on_expire)``: a deadline at ``at`` (``time.monotonic()``
-        seconds) that calls ``on_expire()`` on the loop's thread once it
+        self.arm: Callable[[float, Owner], Deadline]
+        """``arm(at, owner)``: a deadline at ``at`` (``time.monotonic()``
+        seconds) that calls ``owner._fire()`` on the loop's thread once it
         expires (never if it is cancelled first). The channel's own method
         where there is one: a scope's entry calls it directly."""
         try:
@@ -80,9 +88,9 @@ class LoopWaker:
         self.arm = self.channel.arm
         weakref.finalize(loop, self._release)
 
-    def _arm_threadsafe(self, at: float, on_expire: Callable[[], object]) -> Deadline:
+    def _arm_threadsafe(self, at: float, owner: Owner) -> Deadline:
         deadline = Deadline(at)
-        deadline.call_soon(functools.partial(self._wake_threadsafe, on_expire))
+        deadline.call_soon(functools.partial(self._wake_threadsafe, owner))
         return deadline
 
     def watch(self, deadline: Deadline, on_expire: Callable[[], object]) -> Watch:
@@ -90,16 +98,16 @@ class LoopWaker:
         (unless it is cancelled or the watch stopped first)."""
         watch = Watch(on_expire)
         if self.channel is not None:
-            self.channel.watch(deadline, watch._fire)
+            self.channel.watch(deadline, watch)
         else:
-            deadline.call_soon(functools.partial(self._wake_threadsafe, watch._fire))
+            deadline.call_soon(functools.partial(self._wake_threadsafe, watch))
         return watch
 
-    def _wake_threadsafe(self, callback: Callable[[], object]) -> None:
+    def _wake_threadsafe(self, owner: Owner) -> None:
         loop = self._loop_ref()
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(callback)
+                loop.call_soon_threadsafe(owner._fire)
             except RuntimeError:
                 pass  # closed in between
 
@@ -114,29 +122,49 @@ class LoopWaker:
             return
         # Taken after reading the wake-up bytes: a deadline firing from now
         # on writes a fresh byte, so none is ever left behind unannounced.
-        for callback, _, _ in channel.take():
-            callback()
+        for owner, _, _ in channel.take():
+            owner._fire()
 
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""
         global last
         self._reader.close()
         if last[1] is self.arm:
-            last = (None, None)
+            last = (None, None, False)
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = threading.Lock()
-# The last loop looked up and its waker's ``arm``, read directly by deadline
-# scopes (``(ref, arm) = last; if ref() is loop: arm(at, on_expire)``): most
-# programs run one loop, and a WeakKeyDictionary lookup makes a weak reference
-# each time.
+# The last loop looked up, its waker's ``arm``, and whether that loop tells
+# which thread runs it: read directly by deadline scopes, which arm through
+# it when their loop is that one. Most programs run one loop, and a
+# WeakKeyDictionary lookup makes a weak reference each time.
+#
+# Before CPython 3.12, asyncio.get_running_loop() makes a getpid() system
+# call each time (to notice a fork); a scope entered once per request pays
+# for it. asyncio's own loops set ``_thread_id`` while they run and refuse to
+# run while another loop runs on the same thread, so "this loop's _thread_id
+# is this thread" answers the same question without it. Trusted only for
+# loops whose run_forever is asyncio's own (nest_asyncio, for one, replaces
+# it and lets loops nest), and only where the lookup is slow.
 last: tuple[
     weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
-    Callable[[float, Callable[[], object]], Deadline] | None,
-] = (None, None)
+    Callable[[float, Owner], Deadline] | None,
+    bool,
+] = (None, None, False)
+
+_THREAD_ID_LOOKUP = sys.version_info < (3, 12)
+_RUN_FOREVER = asyncio.BaseEventLoop.run_forever
+
+
+def _runs_as_asyncio_does(loop: asyncio.AbstractEventLoop) -> bool:
+    return (
+        _THREAD_ID_LOOKUP
+        and isinstance(loop, asyncio.BaseEventLoop)
+        and type(loop).run_forever is _RUN_FOREVER
+    )
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
@@ -148,5 +176,5 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
             waker = _wakers.get(loop)
             if waker is None:
                 waker = _wakers[loop] = LoopWaker(loop)
-    last = (weakref.ref(loop), waker.arm)
+    last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop))
     return waker

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from threading import get_ident
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._core import clamp_timeout
@@ -30,6 +31,32 @@ _MISNESTING_ADVICE = (
     "scopes must be exited in the reverse order of entry (an async generator or a "
     "task that outlives a `with` block are common causes)"
 )
+
+
+class _ExitOutcome(int):
+    """What a scope's exit returns: 0 (the exception, if any, propagates) or
+    1 (it is swallowed), as ``__exit__`` must; awaited, the same answer, as
+    ``__aexit__`` must (the sync and async exits are one function)."""
+
+    __slots__ = ()
+
+
+class _Propagate(_ExitOutcome):
+    __slots__ = ()
+    # Awaiting it ends at once with None (falsy): a builtin iterator, no frame.
+    __await__ = ().__iter__
+
+
+class _Swallow(_ExitOutcome):
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return True
+        yield  # a generator that returns at once
+
+
+_PROPAGATE = _Propagate(0)
+_SWALLOW = _Swallow(1)
 
 
 class DeadlineScope:
@@ -154,10 +181,14 @@ class DeadlineScope:
     # -- entry ----------------------------------------------------------------
 
     def _enter(
-        self, loop: asyncio.AbstractEventLoop | None, task: asyncio.Task[Any] | None
+        self,
+        loop: asyncio.AbstractEventLoop | None,
+        task: asyncio.Task[Any] | None,
+        arm: Callable[[float, DeadlineScope], _core.Deadline] | None = None,
     ) -> None:
         """Compute the deadline, link to the enclosing scope, arm the timer.
-        With a task (and its loop), expiry cancels the task."""
+        With a task (and its loop), expiry cancels the task; ``arm`` is the
+        loop's waker's, if the caller has it at hand."""
         if self._entered:
             raise RuntimeError("a deadline scope can be entered only once")
         self._entered = True
@@ -189,10 +220,11 @@ class DeadlineScope:
             else:
                 # One Rust call through the loop's wake-up channel: the loop is
                 # woken (and _fire called) only if the deadline expires.
-                ref, arm = _loop_waker.last
-                if ref is None or ref() is not loop:
-                    arm = _loop_waker.waker_for(loop).arm
-                self._deadline = arm(real_at, self._fire)  # type: ignore[misc]
+                if arm is None:
+                    ref, arm, _ = _loop_waker.last
+                    if ref is None or ref() is not loop:
+                        arm = _loop_waker.waker_for(loop).arm
+                self._deadline = arm(real_at, self)  # type: ignore[misc]
                 if at <= now:
                     # Already expired: cancel before the task's next step, as
                     # asyncio.timeout does, not whenever the timer's wake-up arrives.
@@ -222,64 +254,85 @@ class DeadlineScope:
             raise ValueError(
                 "interrupt=True is for `with` blocks; `async with` cancels the task instead"
             )
-        loop = get_running_loop()
+        # The loop a scope last armed on, if it still runs on this thread
+        # (see _loop_waker.last), else asyncio's answer.
+        ref, arm, by_thread_id = _loop_waker.last
+        loop = None if ref is None else ref()
+        if not (by_thread_id and loop is not None and loop._thread_id == get_ident()):  # type: ignore[attr-defined]
+            running = get_running_loop()
+            if running is not loop:
+                loop, arm = running, None
         task = None if loop is None else task_of(loop)
         if task is None:
             raise RuntimeError("`async with` a deadline scope must run inside an asyncio task")
-        self._enter(loop, task)
+        self._enter(loop, task, arm)
         return self
 
     # -- exit -----------------------------------------------------------------
 
-    def __exit__(
+    def _exit(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
-        return self._exit(exc_type, exc)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        return self._exit(exc_type, exc)
-
-    def _exit(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> bool:
-        """What ``__exit__``/``__aexit__`` return (True swallows ``exc``)."""
+    ) -> _ExitOutcome:
+        """``__exit__`` and ``__aexit__`` both: the outcome is falsy (``exc``
+        propagates) or truthy (it is swallowed), and awaitable to the same
+        answer. A coroutine per exit would cost more than the exit itself."""
         d = self._deadline
         if (
             d is not None
             and not self._interrupt
             and innermost.get() is self
-            and d.cancel()
-            and self._clock() < self._at  # type: ignore[operator]
+            and (
+                d.cancel_in_time()
+                if self._clock is _monotonic
+                else d.cancel() and self._clock() < self._at  # type: ignore[operator]
+            )
         ):
             # In time and properly nested: nothing fired (so nothing was
             # cancelled or interrupted by this scope), nothing else to undo.
             self._expired = False
             self._closed = True
             innermost.set(self._parent)
-            return False
+            return _PROPAGATE
         # (If cancel() ran above, the clock says expired: _close agrees.)
         if self._abandoned:
             # Closed when an outer scope was exited first; that exit raised.
-            return False
+            return _PROPAGATE
         if self._task is not None:
-            return exit_task(self, exc_type, exc)
+            return _SWALLOW if exit_task(self, exc_type, exc) else _PROPAGATE
         expired = self._leave()
         if not expired:
-            return False
+            return _PROPAGATE
         if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
             if not self._raise:
-                return True
+                return _SWALLOW
             raise self._error() from None
         if exc_type is None and self._raise:
             raise self._error()
         # Any other exception propagates unchanged.
-        return False
+        return _PROPAGATE
+
+    if TYPE_CHECKING:
+
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> bool: ...
+
+        async def __aexit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> bool: ...
+
+    else:
+        __exit__ = __aexit__ = _exit
+
 
     def _leave(self) -> bool:
         """Disarm, restore the context; True if this scope's deadline expired.
@@ -328,7 +381,8 @@ class DeadlineScope:
         return expired
 
     def _fire(self) -> None:
-        """On the loop's thread: this scope's deadline has expired."""
+        """On the loop's thread: this scope's deadline has expired (called by
+        the loop's waker, see ``taut._loop_waker``)."""
         task = self._task
         if task is None or self._closed or self._cancel_requested or task.done():
             return
@@ -367,9 +421,4 @@ class DeadlineScope:
 
 
 # No main-thread signal interrupt is raised inside scope entry and exit.
-_signal_interrupt.protect(
-    DeadlineScope.__enter__,
-    DeadlineScope.__exit__,
-    DeadlineScope.__aenter__,
-    DeadlineScope.__aexit__,
-)
+_signal_interrupt.protect(DeadlineScope.__enter__, DeadlineScope.__aenter__, DeadlineScope._exit)

@@ -10,11 +10,12 @@ else (misnesting, expiry, interrupts, cancellations) takes the general path.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from threading import get_ident
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._core import clamp_timeout
@@ -26,37 +27,15 @@ from taut.deadline._tasks import HAS_CANCELLING, exit_task, get_running_loop, ru
 __all__ = ["DeadlineScope"]
 
 _monotonic = time.monotonic
+# The exit protocol's arguments.
+_ExcType = Optional[type[BaseException]]
+_Exc = Optional[BaseException]
+_Tb = Optional[TracebackType]
 
 _MISNESTING_ADVICE = (
     "scopes must be exited in the reverse order of entry (an async generator or a "
     "task that outlives a `with` block are common causes)"
 )
-
-
-class _ExitOutcome(int):
-    """What a scope's exit returns: 0 (the exception, if any, propagates) or
-    1 (it is swallowed), as ``__exit__`` must; awaited, the same answer, as
-    ``__aexit__`` must (the sync and async exits are one function)."""
-
-    __slots__ = ()
-
-
-class _Propagate(_ExitOutcome):
-    __slots__ = ()
-    # Awaiting it ends at once with None (falsy): a builtin iterator, no frame.
-    __await__ = ().__iter__
-
-
-class _Swallow(_ExitOutcome):
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, bool]:
-        return True
-        yield  # a generator that returns at once
-
-
-_PROPAGATE = _Propagate(0)
-_SWALLOW = _Swallow(1)
 
 
 class DeadlineScope:
@@ -94,6 +73,7 @@ class DeadlineScope:
         "_signal_armed",
         "_start",
         "_task",
+        "_token",
         "label",
     )
     # Set by _enter.
@@ -101,6 +81,7 @@ class DeadlineScope:
     _effective: float | None
     _parent: DeadlineScope | None
     _start: float
+    _token: contextvars.Token[DeadlineScope | None]
     # Set when a main-thread signal interrupt is armed.
     _interrupt_raised: bool
 
@@ -229,7 +210,7 @@ class DeadlineScope:
                     # Already expired: cancel before the task's next step, as
                     # asyncio.timeout does, not whenever the timer's wake-up arrives.
                     loop.call_soon(self._fire)
-        innermost.set(self)
+        self._token = innermost.set(self)
 
     def __enter__(self) -> DeadlineScope:
         # interrupt=True says the block is synchronous code (the gather runs a
@@ -270,19 +251,14 @@ class DeadlineScope:
 
     # -- exit -----------------------------------------------------------------
 
-    def _exit(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> _ExitOutcome:
-        """``__exit__`` and ``__aexit__`` both: the outcome is falsy (``exc``
-        propagates) or truthy (it is swallowed), and awaitable to the same
-        answer. A coroutine per exit would cost more than the exit itself."""
+    def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
+        return self._exit(exc_type, exc)
+
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
+        # A scope per request: its usual exit is inline (a call costs as much).
         d = self._deadline
         if (
             d is not None
-            and not self._interrupt
             and innermost.get() is self
             and (
                 d.cancel_in_time()
@@ -290,49 +266,36 @@ class DeadlineScope:
                 else d.cancel() and self._clock() < self._at  # type: ignore[operator]
             )
         ):
-            # In time and properly nested: nothing fired (so nothing was
-            # cancelled or interrupted by this scope), nothing else to undo.
+            # In time and properly nested: nothing fired, so this scope did
+            # not cancel the task; nothing else to undo.
             self._expired = False
             self._closed = True
-            innermost.set(self._parent)
-            return _PROPAGATE
-        # (If cancel() ran above, the clock says expired: _close agrees.)
+            try:
+                innermost.reset(self._token)
+            except ValueError:  # exited in a copy of the context it was entered in
+                innermost.set(self._parent)
+            return False
+        # (If cancel() ran above, the clock says expired: _exit agrees.)
+        return self._exit(exc_type, exc)
+
+    def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
+        """What ``__exit__`` and ``__aexit__`` return (True swallows ``exc``)."""
         if self._abandoned:
             # Closed when an outer scope was exited first; that exit raised.
-            return _PROPAGATE
+            return False
         if self._task is not None:
-            return _SWALLOW if exit_task(self, exc_type, exc) else _PROPAGATE
+            return exit_task(self, exc_type, exc)
         expired = self._leave()
         if not expired:
-            return _PROPAGATE
+            return False
         if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
             if not self._raise:
-                return _SWALLOW
+                return True
             raise self._error() from None
         if exc_type is None and self._raise:
             raise self._error()
         # Any other exception propagates unchanged.
-        return _PROPAGATE
-
-    if TYPE_CHECKING:
-
-        def __exit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc: BaseException | None,
-            tb: TracebackType | None,
-        ) -> bool: ...
-
-        async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc: BaseException | None,
-            tb: TracebackType | None,
-        ) -> bool: ...
-
-    else:
-        __exit__ = __aexit__ = _exit
-
+        return False
 
     def _leave(self) -> bool:
         """Disarm, restore the context; True if this scope's deadline expired.
@@ -342,7 +305,7 @@ class DeadlineScope:
         inner = open_scope()
         expired = self._close()
         if inner is self:
-            innermost.set(self._parent)
+            self._restore()
             return expired
         scope = inner
         while scope is not None and scope is not self:
@@ -365,6 +328,13 @@ class DeadlineScope:
             inner = inner._parent
         innermost.set(self._parent)
         raise error
+
+    def _restore(self) -> None:
+        """Undo this scope's entry in the context (it was the innermost)."""
+        try:
+            innermost.reset(self._token)
+        except ValueError:  # exited in a copy of the context it was entered in
+            innermost.set(self._parent)
 
     def _close(self) -> bool:
         """Disarm everything; True if the deadline expired."""
@@ -421,4 +391,9 @@ class DeadlineScope:
 
 
 # No main-thread signal interrupt is raised inside scope entry and exit.
-_signal_interrupt.protect(DeadlineScope.__enter__, DeadlineScope.__aenter__, DeadlineScope._exit)
+_signal_interrupt.protect(
+    DeadlineScope.__enter__,
+    DeadlineScope.__exit__,
+    DeadlineScope.__aenter__,
+    DeadlineScope.__aexit__,
+)

@@ -64,14 +64,18 @@ from __future__ import annotations
 from taut._checks import check_deadline, check_timeout
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.deadline import _clock, _context, _errors, _scope
-from taut.deadline._clock import set_clock
-from taut.deadline._context import remaining
-from taut.deadline._errors import BoundedResult, DeadlineExpired
-from taut.deadline._scope import DeadlineScope
+from taut.deadline._clock import set_clock as set_clock
+from taut.deadline._context import remaining as remaining
+from taut.deadline._errors import BoundedResult as BoundedResult
+from taut.deadline._errors import DeadlineExpired as DeadlineExpired
+from taut.deadline._scope import DeadlineScope as DeadlineScope
 
 __all__ = ["MAX_TIMEOUT", "clamp_timeout", "fail_after", "fail_at", "move_on_after", "move_on_at"]
-# Each module names its own public names once.
-__all__ += _errors.__all__ + _scope.__all__ + _context.__all__ + _clock.__all__
+# The rest: each module names its public names once, in its own __all__.
+__all__ += _errors.__all__
+__all__ += _scope.__all__
+__all__ += _context.__all__
+__all__ += _clock.__all__
 
 
 def _relative(seconds: object) -> float | None:
@@ -94,7 +98,9 @@ def fail_after(
     the block at expiry: on the main thread even inside a blocking call, on
     other threads at the next bytecode (see the module docstring)."""
     # The common case inline: a call costs as much as the check.
-    relative = seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
+    relative = (
+        seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
+    )
     return DeadlineScope(relative, None, True, label, interrupt)
 
 
@@ -102,7 +108,9 @@ def move_on_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
-    relative = seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
+    relative = (
+        seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
+    )
     return DeadlineScope(relative, None, False, label, interrupt)
 
 

@@ -193,7 +193,7 @@ class DeadlineScope:
         self._parent = parent
         if task is not None:
             self._task = task
-            self._cancelling = task.cancelling() if HAS_CANCELLING else 0
+            self._cancelling = task.cancelling() if HAS_CANCELLING else 0  # type: ignore[attr-defined,unused-ignore]
         if at is not None:
             real_at = at if clock is _monotonic else _core.monotonic() + (at - now)
             if loop is None or task is None:

@@ -79,7 +79,7 @@ def exit_task(
     if ours and HAS_CANCELLING:
         task = scope._task
         assert task is not None
-        if task.uncancel() > scope._cancelling:
+        if task.uncancel() > scope._cancelling:  # type: ignore[attr-defined,unused-ignore]
             # Someone else cancelled the task too: theirs wins.
             ours = False
     if misnested is not None:

@@ -97,21 +97,14 @@ def fail_after(
     expiry. ``interrupt=True`` (``with`` outside a task only) raises it inside
     the block at expiry: on the main thread even inside a blocking call, on
     other threads at the next bytecode (see the module docstring)."""
-    # The common case inline: a call costs as much as the check.
-    relative = (
-        seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
-    )
-    return DeadlineScope(relative, None, True, label, interrupt)
+    return DeadlineScope(_relative(seconds), None, True, label, interrupt)
 
 
 def move_on_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
-    relative = (
-        seconds if type(seconds) is float and 0.0 < seconds <= MAX_TIMEOUT else _relative(seconds)
-    )
-    return DeadlineScope(relative, None, False, label, interrupt)
+    return DeadlineScope(_relative(seconds), None, False, label, interrupt)
 
 
 def fail_at(

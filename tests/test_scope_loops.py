@@ -151,33 +151,35 @@ def test_a_loop_that_runs_its_own_way_is_never_trusted_by_thread() -> None:
     assert asyncio.run(main()) is (sys.version_info < (3, 12))
 
 
+def _close_a_loop_under_an_armed_scope() -> None:
+    loop = asyncio.new_event_loop()
+    entered = asyncio.Event()
+    scopes: list[taut.DeadlineScope] = []
+
+    async def stuck() -> None:
+        async with taut.move_on_after(SHORT) as scope:
+            scopes.append(scope)
+            entered.set()
+            await asyncio.sleep(LONG)
+
+    async def start() -> None:
+        loop.create_task(stuck())
+        await entered.wait()
+
+    loop.run_until_complete(start())
+    loop.close()  # the task stays pending inside its scope
+    deadline = scopes[0]._deadline
+    assert deadline is not None
+    wait_until(lambda: deadline.expired)  # fires with no loop to wake
+
+
 def test_loop_closed_while_a_scope_is_armed() -> None:
     hooked: list[Any] = []
     old_thread_hook, old_unraisable = threading.excepthook, sys.unraisablehook
     threading.excepthook = hooked.append
     sys.unraisablehook = hooked.append
     try:
-        loop = asyncio.new_event_loop()
-        entered = asyncio.Event()
-        scopes: list[taut.DeadlineScope] = []
-
-        async def stuck() -> None:
-            async with taut.move_on_after(SHORT) as scope:
-                scopes.append(scope)
-                entered.set()
-                await asyncio.sleep(LONG)
-
-        async def start() -> None:
-            loop.create_task(stuck())
-            await entered.wait()
-
-        loop.run_until_complete(start())
-        loop.close()  # the task stays pending inside its scope
-        deadline = scopes[0]._deadline
-        assert deadline is not None
-        wait_until(lambda: deadline.expired)  # fires with nobody to wake
-        del loop, deadline
-        scopes.clear()
+        _close_a_loop_under_an_armed_scope()
         gc.collect()
     finally:
         threading.excepthook, sys.unraisablehook = old_thread_hook, old_unraisable

@@ -155,6 +155,7 @@ def _close_a_loop_under_an_armed_scope() -> None:
     loop = asyncio.new_event_loop()
     entered = asyncio.Event()
     scopes: list[taut.DeadlineScope] = []
+    tasks: list[asyncio.Task[None]] = []
 
     async def stuck() -> None:
         async with taut.move_on_after(SHORT) as scope:
@@ -163,7 +164,7 @@ def _close_a_loop_under_an_armed_scope() -> None:
             await asyncio.sleep(LONG)
 
     async def start() -> None:
-        loop.create_task(stuck())
+        tasks.append(loop.create_task(stuck()))
         await entered.wait()
 
     loop.run_until_complete(start())

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use crate::py_timer::{add_or_run_inline, drop_with_gil, fd_kind, write_byte, Deadline, FdKind};
+use crate::py_timer::{
+    add_or_run_inline, drop_on_callback_thread, fd_kind, write_byte, Deadline, FdKind,
+};
 use crate::timer::Entry;
 
 /// One finished call (or, with `ok` None, a "there is room now" notice or
@@ -53,8 +55,8 @@ impl Shared {
             // the GIL can be taken (never on the timer thread).
             drop(inbox);
             let (target, _, value) = completion;
-            drop_with_gil(target);
-            drop_with_gil(value);
+            drop_on_callback_thread(target);
+            drop_on_callback_thread(value);
             return;
         }
         inbox.0.push(completion);

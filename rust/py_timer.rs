@@ -230,7 +230,7 @@ impl Deadline {
 /// Hand `object` to the callback thread to be dropped there with the GIL
 /// (for the timer thread, which must neither take the GIL nor drop a
 /// Python reference without it).
-pub(crate) fn drop_with_gil(object: Py<PyAny>) {
+pub(crate) fn drop_on_callback_thread(object: Py<PyAny>) {
     queue().push(Job::Drop(object));
 }
 

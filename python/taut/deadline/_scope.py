@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 import time
 from threading import get_ident
 from types import TracebackType
@@ -227,7 +226,7 @@ class DeadlineScope:
                 self._interrupt_raised = False
                 _signal_interrupt.arm(self, self._deadline)
             else:
-                self._deadline.interrupt_thread(threading.get_ident(), ScopeInterrupt)
+                self._deadline.interrupt_thread(get_ident(), ScopeInterrupt)
         return self
 
     async def __aenter__(self) -> DeadlineScope:

@@ -84,6 +84,12 @@ pub enum Take<J> {
     Empty,
     /// The worker must exit: idle too long, above the ceiling, or shut down.
     Exit,
+    /// There is work (from `park_then_claim`): the worker is counted as on
+    /// its way (idle, not parked) and takes it with `claim_woken` once it
+    /// holds the GIL again. A job claimed by a thread that still waits for
+    /// the GIL could not run while the thread holding the GIL, finding the
+    /// queue empty, goes to sleep: every call would cost two wake-ups.
+    Woken,
 }
 
 /// Counters for `stats()`.
@@ -284,15 +290,43 @@ impl<J> Pool<J> {
     /// Block until there is a job, or until the worker must exit.
     /// `idle_timeout` = None waits forever. Call without the GIL.
     pub fn wait_take(&self, idle_timeout: Option<Duration>) -> Take<J> {
-        self.wait_take_inner(idle_timeout, false)
+        self.wait_take_inner(idle_timeout, false, false)
     }
 
     /// `wait_take` after a `Take::Empty`, which left the worker counted as idle.
     pub fn park(&self, idle_timeout: Option<Duration>) -> Take<J> {
-        self.wait_take_inner(idle_timeout, true)
+        self.wait_take_inner(idle_timeout, true, false)
     }
 
-    fn wait_take_inner(&self, idle_timeout: Option<Duration>, counted_idle: bool) -> Take<J> {
+    /// `park`, but work found is left in the queue for whichever worker
+    /// holds the GIL first: `Take::Woken`, then `claim_woken` with the GIL.
+    pub fn park_then_claim(&self, idle_timeout: Option<Duration>) -> Take<J> {
+        self.wait_take_inner(idle_timeout, true, true)
+    }
+
+    /// After `Take::Woken`, with the GIL held: the next job, or `Empty` if
+    /// a busy worker took it meanwhile (the worker parks again).
+    pub fn claim_woken(&self) -> Take<J> {
+        let mut st = self.lock();
+        st.idle -= 1; // counted as on its way since `Take::Woken`
+        if st.workers > st.max_workers {
+            return Self::retire(&mut st);
+        }
+        if let Some(take) = self.pop(&mut st) {
+            return take;
+        }
+        if st.shutdown {
+            return Self::retire(&mut st);
+        }
+        Self::going_idle(&mut st)
+    }
+
+    fn wait_take_inner(
+        &self,
+        idle_timeout: Option<Duration>,
+        counted_idle: bool,
+        claim_later: bool,
+    ) -> Take<J> {
         self.released.fetch_add(1, Ordering::AcqRel);
         let mut spin = if self.is_hot() {
             WORKER_SPIN
@@ -310,6 +344,10 @@ impl<J> Pool<J> {
         loop {
             if st.workers > st.max_workers {
                 return Self::retire(&mut st);
+            }
+            if claim_later && !st.queue.is_empty() {
+                st.idle += 1;
+                return Take::Woken;
             }
             if let Some(take) = self.pop(&mut st) {
                 return take;
@@ -950,9 +988,13 @@ mod tests {
                             }
                             Take::Exit => return got,
                             Take::Empty => {}
+                            Take::Woken => {
+                                take = p.claim_woken();
+                                continue;
+                            }
                         }
                         take = match p.try_take() {
-                            Take::Empty => p.park(Some(Duration::from_millis(20))),
+                            Take::Empty => p.park_then_claim(Some(Duration::from_millis(20))),
                             t => t,
                         };
                     }
@@ -967,6 +1009,67 @@ mod tests {
         assert_eq!(all, (0..total).collect::<Vec<_>>());
         assert_eq!(pool.stats().completed, u64::from(total));
         assert_eq!(pool.stats().workers, 0);
+    }
+
+    #[test]
+    fn work_found_by_a_parked_worker_stays_queued_for_whoever_claims_first() {
+        let pool = Arc::new(Pool::new(2, 0));
+        assert!(pool.submit(1u32, false).unwrap().spawn);
+        assert!(pool.submit(2u32, false).unwrap().spawn);
+        // Both workers run a job; one finishes and parks.
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        assert_eq!(job(pool.first_take(None)), Some(2));
+        pool.done(true);
+        assert_eq!(pool.try_take(), Take::Empty);
+        let p = Arc::clone(&pool);
+        let parked = thread::spawn(move || p.park_then_claim(None));
+        while pool.stats().idle == 0 || pool.lock().parked == 0 {
+            thread::yield_now();
+        }
+        // A new job wakes it; it leaves the job queued and stays counted as
+        // on its way, so the job neither starts a thread nor wakes another.
+        assert!(!pool.submit(3u32, false).unwrap().spawn);
+        assert_eq!(parked.join().unwrap(), Take::Woken);
+        assert_eq!(pool.stats().queued, 1);
+        // The busy worker, holding the GIL first, takes it.
+        pool.done(true);
+        assert_eq!(job(pool.try_take()), Some(3));
+        // The woken one finds nothing and is idle again, ready to park.
+        assert_eq!(pool.claim_woken(), Take::Empty);
+        let stats = pool.stats();
+        assert_eq!((stats.idle, stats.running, stats.queued), (1, 1, 0));
+        // Next time it is first: it claims the job.
+        assert!(!pool.submit(4u32, false).unwrap().spawn);
+        assert_eq!(pool.park_then_claim(None), Take::Woken);
+        assert_eq!(job(pool.claim_woken()), Some(4));
+        assert_eq!(pool.stats().idle, 0);
+    }
+
+    #[test]
+    fn a_wake_up_with_nothing_queued_does_not_retire_a_worker() {
+        let pool = Arc::new(Pool::new(1, 0));
+        assert!(pool.submit(1u32, false).unwrap().spawn);
+        assert_eq!(job(pool.first_take(None)), Some(1));
+        pool.done(true);
+        assert_eq!(pool.try_take(), Take::Empty);
+        let p = Arc::clone(&pool);
+        let worker = thread::spawn(move || p.park_then_claim(Some(Duration::from_secs(600))));
+        while pool.lock().parked == 0 {
+            thread::yield_now();
+        }
+        // Wake-ups meant for nobody (like spurious ones, or a job a busy
+        // worker took first): it finds nothing, has not timed out, parks again.
+        for _ in 0..100 {
+            pool.work.notify_all();
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !worker.is_finished(),
+            "the worker retired without timing out"
+        );
+        assert_eq!(pool.stats().workers, 1);
+        pool.shutdown();
+        assert_eq!(worker.join().unwrap(), Take::Exit);
     }
 
     #[test]

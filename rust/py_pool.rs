@@ -1,7 +1,7 @@
 //! Python bindings of the worker pool: converts Python work items to pool
 //! jobs and back. The pool logic itself is in `pool.rs`.
 //!
-//! The worker loop is Python (`taut.executor._work`): it asks a
+//! The worker loop is Python (`taut._worker._work`): it asks a
 //! [`WorkerSlot`] for the next step, runs the call itself, and reports the
 //! outcome. Every method here returns before any user code runs and never
 //! runs Python code itself (no callbacks, no `set_result` with callbacks, no
@@ -64,7 +64,7 @@ struct Job {
     args: Py<PyTuple>,
     kwargs: Option<Py<PyDict>>,
     /// For calls submitted with queue notices: an object with `wait(position)`
-    /// and `start()` methods (see `taut.executor._Tracker`).
+    /// and `start()` methods (see `taut._notices._Tracker`).
     tracker: Option<Py<PyAny>>,
 }
 
@@ -103,7 +103,7 @@ thread_local! {
 /// How long a blocked submitter waits before it looks for signals (Ctrl-C).
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
-/// The kinds of slow steps (see `taut.executor._work`): a list whose first
+/// The kinds of slow steps (see `taut._worker._work`): a list whose first
 /// item is one of these.
 const STEP_START: u8 = 0;
 const STEP_FINISH: u8 = 1;
@@ -184,19 +184,23 @@ struct Names {
     pending: Py<PyString>,
     running: Py<PyString>,
     finished: Py<PyString>,
-    done_callbacks: Py<PyString>,
+    /// A future's done callbacks: None until one is added.
+    callbacks: Py<PyString>,
+    /// The gates of threads parked in a future's result(): None if none.
+    result_gates: Py<PyString>,
     seq: Py<PyString>,
     cancelled_state: Py<PyString>,
     set_running_or_notify_cancel: Py<PyString>,
-    /// `taut.executor`, for its `_state_lock` (looked up on each use: a
-    /// forked child replaces the lock) and its `QueueFull`.
-    executor: Py<PyModule>,
+    /// `taut._future`, for its `_state_lock` (looked up on each use: a
+    /// forked child replaces the lock).
+    future_module: Py<PyModule>,
     queue_full: Py<PyAny>,
 }
 
 impl Names {
     fn new(py: Python<'_>) -> PyResult<Self> {
         let executor = py.import("taut.executor")?;
+        let future_module = py.import("taut._future")?;
         Ok(Names {
             result: PyString::intern(py, "_result").unbind(),
             exception: PyString::intern(py, "_exception").unbind(),
@@ -209,13 +213,14 @@ impl Names {
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
             finished: PyString::intern(py, "FINISHED").unbind(),
-            done_callbacks: PyString::intern(py, "_done_callbacks").unbind(),
+            callbacks: PyString::intern(py, "_callbacks").unbind(),
+            result_gates: PyString::intern(py, "_result_gates").unbind(),
             seq: PyString::intern(py, "_seq").unbind(),
             cancelled_state: PyString::intern(py, "CANCELLED").unbind(),
             set_running_or_notify_cancel: PyString::intern(py, "set_running_or_notify_cancel")
                 .unbind(),
             queue_full: executor.getattr("QueueFull")?.unbind(),
-            executor: executor.unbind(),
+            future_module: future_module.unbind(),
         })
     }
 }
@@ -245,7 +250,7 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     }
 }
 
-// Cheap state changes of a `taut.executor.Future` nobody waits on.
+// Cheap state changes of a `taut.Future` nobody waits on.
 // The Python fast paths of that class change the state under the module's
 // `_state_lock` (a plain lock, never held across Python code that could wait
 // for this thread); we take the same lock without blocking, with the GIL
@@ -257,13 +262,16 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
 // Python code: attribute reads and writes on a plain instance, and the C
 // methods of a `_thread.lock`.
 
-/// Runs `change` while holding `taut.executor._state_lock`, if it is free.
+/// Runs `change` while holding `taut._future._state_lock`, if it is free.
 fn with_state_lock<T>(
     py: Python<'_>,
     names: &Names,
     change: impl FnOnce() -> PyResult<Option<T>>,
 ) -> PyResult<Option<T>> {
-    let lock = names.executor.bind(py).getattr(names.state_lock.bind(py))?;
+    let lock = names
+        .future_module
+        .bind(py)
+        .getattr(names.state_lock.bind(py))?;
     if !lock
         .call_method1(names.acquire.bind(py), (false,))?
         .is_truthy()?
@@ -317,8 +325,9 @@ fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(started.is_some())
 }
 
-/// Store the outcome of a future nobody waits on and that has no done
-/// callbacks; false if that needs `set_result`/`set_exception`.
+/// Store the outcome of a future that has no Condition (no `wait()` or
+/// `as_completed()` waiter) and no done callbacks, and wake the threads
+/// parked in its `result()`; false if that needs `set_result`/`set_exception`.
 fn finish_quietly(
     names: &Names,
     future: &Bound<'_, PyAny>,
@@ -336,15 +345,33 @@ fn finish_quietly(
             && future
                 .getattr(names.state.bind(py))?
                 .is(names.running.bind(py))
-            && future.getattr(names.done_callbacks.bind(py))?.len()? == 0;
+            && {
+                let callbacks = future.getattr(names.callbacks.bind(py))?;
+                callbacks.is_none() || callbacks.len()? == 0
+            };
         if !quiet {
             return Ok(None);
         }
         future.setattr(field, value)?;
         future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        Ok(Some(()))
+        // Threads parked in result()/exception(): taken under the lock
+        // (see `Future._wait_until_done`), woken below.
+        let gates = future.getattr(names.result_gates.bind(py))?;
+        if !gates.is_none() {
+            future.setattr(names.result_gates.bind(py), py.None())?;
+        }
+        Ok(Some(gates))
     })?;
-    Ok(done.is_some())
+    let Some(gates) = done else {
+        return Ok(false);
+    };
+    if !gates.is_none() {
+        for gate in gates.try_iter()? {
+            // A `_thread.lock` held by its waiter: `release` is C code.
+            gate?.call_method0(names.release.bind(py))?;
+        }
+    }
+    Ok(true)
 }
 
 /// One worker thread's handle on its pool: the Python worker loop calls
@@ -432,6 +459,8 @@ impl WorkerSlot {
         let (seq, job, updates) = match take {
             Take::Exit => return Ok(self.exit(py)),
             Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
+            // Woken by work; now holding the GIL, take it if it is still there.
+            Take::Woken => return self.step(py, self.shared.pool.claim_woken()),
             Take::Job {
                 seq, job, updates, ..
             } => (seq, job, updates),
@@ -562,7 +591,7 @@ impl WorkerSlot {
     /// After a `False` step: wait (GIL released) for work.
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
-        let take = gil::detach(py, move || shared.pool.park(shared.idle_timeout));
+        let take = gil::detach(py, move || shared.pool.park_then_claim(shared.idle_timeout));
         self.step(py, take)
     }
 

@@ -229,6 +229,19 @@ def test_env_value_below_the_float_range_is_expired_not_disabled(
     assert resolve_timeout(KEY, default=1, env_var=ENV) is None
 
 
+@pytest.mark.parametrize(("text", "seconds"), [("PT5M", 300.0), (" P1DT2H ", 93600.0)])
+def test_env_values_take_iso_durations_like_config_files(
+    monkeypatch: pytest.MonkeyPatch, rec: Recorder, text: str, seconds: float
+) -> None:
+    monkeypatch.setenv(ENV, text)
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == seconds
+    monkeypatch.setenv(ENV, "PT0S")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) is None
+    monkeypatch.setenv(ENV, "P1M")  # a month has no fixed length: refused, default kept
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == 1.0
+    assert len(rec.messages) == 1 and "years and months" in rec.messages[0]
+
+
 @pytest.mark.parametrize("text", ["1e400", "99999999999999999999999999999", "1e300"])
 def test_huge_env_values_clamp(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setenv(ENV, text)
@@ -275,6 +288,28 @@ def test_yaml_toml_json_files(tmp_path: Path) -> None:
     assert resolve_timeout(KEY, default=1, config=str(t)) == 12.0
     assert resolve_timeout(KEY, default=1, config=j) == 13.0
     assert resolve_timeout(KEY, default=1, config=yml) == 14.0
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("c.yaml", "timeouts:\n  tools:\n    concurrent_batch: {v}\n"),
+        ("c.toml", "[timeouts.tools]\nconcurrent_batch = {v}\n"),
+        ("c.json", '{{"timeouts": {{"tools": {{"concurrent_batch": {v}}}}}}}'),
+    ],
+)
+def test_a_file_value_below_the_float_range_is_expired_not_disabled(
+    tmp_path: Path, rec: Recorder, name: str, text: str
+) -> None:
+    """A parser turns 1.0e-400 into 0.0, which would disable the timeout."""
+    tiny = write(tmp_path / name, text.format(v="1.0e-400"))
+    got = resolve_timeout(KEY, default=1, config=str(tiny))
+    assert got is not None and 0 < got < 1e-300
+    negative = write(tmp_path / ("neg-" + name), text.format(v="-1.0e-400"))
+    assert resolve_timeout(KEY, default=1, config=str(negative)) == 1.0
+    assert len(rec.messages) == 1 and "negative" in rec.messages[0]
+    zero = write(tmp_path / ("zero-" + name), text.format(v="0.0"))
+    assert resolve_timeout(KEY, default=1, config=str(zero)) is None
 
 
 def test_yaml_is_loaded_safely(tmp_path: Path, rec: Recorder) -> None:

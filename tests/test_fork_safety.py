@@ -3,7 +3,7 @@
 A ``fork()`` can land while a worker thread is between releasing the GIL and
 taking it back. Anything lazily initialised in that window (a ``PyOnceLock``,
 an ``intern!`` string) is then locked for good in the child, and the child's
-first worker to touch it hangs (holding ``taut.executor._state_lock``, so
+first worker to touch it hangs (holding ``taut._future._state_lock``, so
 every caller of ``result()`` hangs with it). Only a process's first tasks
 pass through such initialisations, so each attempt is a fresh interpreter.
 """

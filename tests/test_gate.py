@@ -718,7 +718,7 @@ def test_a_thirty_day_and_a_century_deadline_are_kept_exactly() -> None:
 def test_a_long_future_wait_is_made_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the OS slice shrunk to 20 ms, a 0.3 s wait is several pieces and
     still lasts its whole timeout; a result that arrives mid-wait is returned."""
-    import taut.executor as executor_module
+    import taut._future as executor_module
 
     monkeypatch.setattr(executor_module, "OS_WAIT_SLICE", 0.02)
     never: taut.Future = taut.Future()

@@ -64,6 +64,18 @@ def test_the_executor_works_without_loading_them() -> None:
     assert sorted(set(HEAVY) & loaded) == []
 
 
+def test_the_command_lines_version_loads_none_of_them() -> None:
+    loaded = imported_by(
+        "import sys\n"
+        "from taut.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit as end:\n"
+        "    assert end.code in (0, None), end.code\n"
+    )
+    assert sorted(set(HEAVY) & loaded) == []
+
+
 def test_the_agent_layer_loads_on_first_use() -> None:
     # The check itself must be able to fail: first use does load pydantic.
     assert "pydantic" in imported_by("import taut; taut.PlanningConstraints")

@@ -79,59 +79,33 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
     from taut.stats import TautStats, stats
     from taut.tools import QueueNotice, ToolCall, ToolResult, ToolRunner, ToolStatus
 
-# Each lazily loaded module and the public names it defines. Keep in step with
-# the TYPE_CHECKING imports above (tests/test_import.py checks both ways).
-_LAZY_MODULES: dict[str, tuple[str, ...]] = {
-    "taut._asyncio": ("to_thread",),
-    "taut.bounded": ("run_bounded_async", "run_bounded_sync"),
+# Each lazily loaded module and the public names it defines (separated by
+# spaces). Keep in step with the TYPE_CHECKING imports above
+# (tests/test_import.py checks both ways).
+_LAZY_MODULES: dict[str, str] = {
+    "taut._asyncio": "to_thread",
+    "taut.bounded": "run_bounded_async run_bounded_sync",
     "taut.config": (
-        "ConfigWarning",
-        "TautConfig",
-        "concurrent_batch_timeout",
-        "load_config",
-        "resolve_timeout",
-        "sequential_call_timeout",
-        "tool_workers",
+        "ConfigWarning TautConfig concurrent_batch_timeout load_config resolve_timeout"
+        " sequential_call_timeout tool_workers"
     ),
-    "taut.constraints": ("Budget", "PlanningConstraints"),
+    "taut.constraints": "Budget PlanningConstraints",
     "taut.deadline": (
-        "MAX_TIMEOUT",
-        "BoundedResult",
-        "DeadlineExpired",
-        "DeadlineScope",
-        "clamp_timeout",
-        "fail_after",
-        "fail_at",
-        "move_on_after",
-        "move_on_at",
-        "remaining",
+        "MAX_TIMEOUT BoundedResult DeadlineExpired DeadlineScope clamp_timeout fail_after fail_at"
+        " move_on_after move_on_at remaining"
     ),
-    "taut.gather": (
-        "Call",
-        "GatherRejected",
-        "Outcome",
-        "OutcomeStatus",
-        "Scheduler",
-        "agather",
-        "call",
-        "gather",
-    ),
+    "taut.gather": "Call GatherRejected Outcome OutcomeStatus Scheduler agather call gather",
     "taut.journal": (
-        "InMemoryJournal",
-        "Journal",
-        "JournalBusy",
-        "JournalError",
-        "JournalRecord",
-        "JournaledError",
-        "PostgresJournal",
-        "Reservation",
-        "SqliteJournal",
+        "InMemoryJournal Journal JournalBusy JournalError JournalRecord JournaledError"
+        " PostgresJournal Reservation SqliteJournal"
     ),
-    "taut.process": ("ProcessResult", "kill_process_tree", "run_process"),
-    "taut.stats": ("TautStats", "stats"),
-    "taut.tools": ("QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"),
+    "taut.process": "ProcessResult kill_process_tree run_process",
+    "taut.stats": "TautStats stats",
+    "taut.tools": "QueueNotice ToolCall ToolResult ToolRunner ToolStatus",
 }
-_LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+_LAZY: dict[str, str] = {
+    name: module for module, names in _LAZY_MODULES.items() for name in names.split()
+}
 
 # Public names that are also submodules: as an attribute of ``taut`` the name
 # means the function (``taut.gather(...)``, ``taut.stats()``), the module is

@@ -23,7 +23,8 @@ import weakref
 from typing import Any, Callable, TypeVar
 
 from taut._core import LoopChannel, PoolCore
-from taut.executor import QueueFull, ThreadPoolExecutor, _deliver_notices, default_executor
+from taut._notices import _deliver_notices
+from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 
 _T = TypeVar("_T")
 

@@ -49,14 +49,15 @@ __all__ = [
 MAX_COUNT = 2**31 - 1
 
 
-def describe(value: object) -> str:
-    """``repr(value) (type)``, short, and safe against a ``repr`` that raises."""
+def describe(value: object, limit: int = 80) -> str:
+    """``repr(value) (type)``, the repr cut to ``limit`` characters, and safe
+    against a ``repr`` that raises."""
     try:
         text = repr(value)
     except Exception:
         text = "<unrepresentable>"
-    if len(text) > 80:
-        text = text[:77] + "..."
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
     return f"{text} ({type(value).__name__})"
 
 

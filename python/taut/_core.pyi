@@ -224,7 +224,7 @@ _Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]
 class WorkerSlot:
     """One worker thread's handle on its pool (``PoolCore.new_worker()``).
 
-    The worker loop is Python (``taut.executor._work``); every method here
+    The worker loop is Python (``taut._worker._work``); every method here
     returns the next *step* before any user code runs: ``None`` (exit),
     ``False`` (idle: drop references, then ``park()``), a ``_Call`` tuple
     (already RUNNING: call it, then ``ok(value)`` or ``fail(exc)``), or a

@@ -81,7 +81,7 @@ class WorkQueue:
         """The oldest waiting call, taken out of the pool. ``block``: wait for
         one (checking every millisecond) up to ``timeout`` seconds; raises
         ``queue.Empty`` when there is none."""
-        from taut.executor import _deliver_notices
+        from taut._notices import _deliver_notices
 
         limit = check_timeout(timeout) if block else 0.0
         end = None if limit is None else time.monotonic() + limit

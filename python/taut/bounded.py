@@ -42,12 +42,13 @@ from taut._blocked_loop import (
 )
 from taut._checks import check_duration, check_timeout
 from taut._core import Deadline, monotonic
-from taut._loop_waker import waker_for
-from taut.deadline import BoundedResult, DeadlineExpired
 
 # The caller spins for a short pooled call exactly as the executor's own
 # Future.result() does, with the same bound.
-from taut.executor import _SPIN_MICROS, default_executor
+from taut._future import _SPIN_MICROS
+from taut._loop_waker import waker_for
+from taut.deadline import BoundedResult, DeadlineExpired
+from taut.executor import default_executor
 from taut.stats import TautStats, counters, stats
 
 __all__ = ["TautStats", "run_bounded_async", "run_bounded_sync", "stats"]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taut._bench import Row, check_keys, machine_line
-from taut.demo import LANGUAGES
+from taut._demo_text import LANGUAGES
 
 # Benchmark areas: the name ``--area`` takes, and the module of taut._bench
 # with run(quick) -> list[Row] behind it.

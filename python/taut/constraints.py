@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 from pydantic import (
     AliasChoices,
@@ -40,7 +40,8 @@ from pydantic import (
     field_validator,
 )
 
-from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count
+from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
+from taut._guidance import planning_sentence
 from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
@@ -55,16 +56,6 @@ _MAX_BUDGET_S = MAX_TIMEOUT
 _AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
 
 
-def _describe(value: object) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = "<unrepresentable>"
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
 def _seconds_to_timedelta(seconds: float) -> timedelta:
     return timedelta(seconds=min(seconds, _MAX_BUDGET_S))
 
@@ -77,7 +68,8 @@ def _coerce_budget(value: object) -> object:
         return value
     if isinstance(value, bool):
         raise ValueError(
-            f"time_budget must be seconds, an ISO-8601 duration or None, got {_describe(value)}"
+            "time_budget must be seconds, an ISO-8601 duration or None, "
+            f"got {describe(value, limit=60)}"
         )
     if not isinstance(value, str):
         # Numbers of any kind through the one gate (inf = no budget, as
@@ -87,7 +79,7 @@ def _coerce_budget(value: object) -> object:
         except TypeError as exc:
             raise ValueError(
                 "time_budget must be seconds, an ISO-8601 duration or None, "
-                f"got {_describe(value)}"
+                f"got {describe(value, limit=60)}"
             ) from exc
         return None if seconds is None else timedelta(seconds=seconds)
     if isinstance(value, str):
@@ -128,42 +120,6 @@ def iso_duration(value: timedelta) -> str:
     if clock:
         out += "T" + clock
     return out if out != "P" else "PT0S"
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-_UNITS = {
-    "en": (("hour", "hours"), ("minute", "minutes"), ("second", "seconds")),
-    "de": (("Stunde", "Stunden"), ("Minute", "Minuten"), ("Sekunde", "Sekunden")),
-}
-
-
-def _duration_text(seconds: float, lang: str) -> str:
-    (h1, hn), (m1, mn), (s1, sn) = _UNITS[lang]
-    if 0 < seconds < 1:
-        return "less than a second" if lang == "en" else "weniger als eine Sekunde"
-    total = round(seconds)
-    h, rest = divmod(total, 3600)
-    m, s = divmod(rest, 60)
-    parts = []
-    if h:
-        parts.append(_plural(h, h1, hn))
-    if m:
-        parts.append(_plural(m, m1, mn))
-    if s:
-        parts.append(_plural(s, s1, sn))
-    # "1 hour 30 minutes", not "1 hour and 30 minutes": the sentence's own "and"
-    # joins the time and the agents.
-    return " ".join(parts)
-
-
-def _norm_lang(lang: str) -> str:
-    base = str(lang).lower().replace("_", "-").split("-")[0]
-    if base not in _UNITS:
-        raise ValueError(f"lang must be one of 'en', 'de' (or a regional variant), got {lang!r}")
-    return base
 
 
 class PlanningConstraints(BaseModel):
@@ -268,7 +224,8 @@ class PlanningConstraints(BaseModel):
             for name, number in value.items():
                 if isinstance(number, bool):
                     raise ValueError(
-                        f"{info.field_name}[{name!r}] must be a number, got {_describe(number)}"
+                        f"{info.field_name}[{name!r}] must be a number, "
+                        f"got {describe(number, limit=60)}"
                     )
         return value
 
@@ -308,23 +265,9 @@ class PlanningConstraints(BaseModel):
         """The planning sentence for a prompt, e.g. "You have 30 minutes and 3
         available agents." (``lang="de"``: "Du hast 30 Minuten und 3 verfügbare
         Agenten."). Cost budgets and weights add one sentence each."""
-        lang = _norm_lang(lang)
-        text = _GUIDANCE[lang]
-        budget = self.time_budget_s
-        if budget is None:
-            time_part = text.no_time_limit
-        elif budget <= 0:
-            time_part = text.no_time_left
-        else:
-            time_part = _duration_text(budget, lang)
-        n = self.max_agents
-        agents = text.no_agent_limit if n is None else text.agents(n)
-        out = text.sentence.format(time=time_part, agents=agents)
-        if self.cost_budgets:
-            out += text.budgets.format(_pairs(self.cost_budgets, lang))
-        if self.weights:
-            out += text.weights.format(_pairs(self.weights, lang))
-        return out
+        return planning_sentence(
+            lang, self.time_budget_s, self.max_agents, self.cost_budgets, self.weights
+        )
 
     def cap(self, agents: Sequence[T]) -> list[T]:
         """The first ``max_agents`` of ``agents`` (all of them without a limit)."""
@@ -334,47 +277,6 @@ class PlanningConstraints(BaseModel):
     def start(self, clock: Callable[[], float] = time.monotonic) -> Budget:
         """Start the clock: a live :class:`Budget` measured with ``clock``."""
         return Budget(self, clock=clock)
-
-
-def _num(value: float, lang: str = "en") -> str:
-    text = f"{value:g}"
-    return text.replace(".", ",") if lang == "de" else text
-
-
-def _pairs(values: Mapping[str, float], lang: str) -> str:
-    return ", ".join(f"{k} {_num(v, lang)}" for k, v in values.items())
-
-
-class _GuidanceText(NamedTuple):
-    no_time_limit: str
-    no_time_left: str
-    no_agent_limit: str
-    agents: Callable[[int], str]
-    sentence: str  # {time} and {agents}
-    budgets: str  # {0}: the cost budgets
-    weights: str  # {0}: the weights
-
-
-_GUIDANCE = {
-    "en": _GuidanceText(
-        "no time limit",
-        "no time left",
-        "no limit on the number of agents",
-        lambda n: _plural(n, "available agent", "available agents"),
-        "You have {time} and {agents}.",
-        " Do not exceed these budgets: {0}.",
-        " Preferences (weights): {0}.",
-    ),
-    "de": _GuidanceText(
-        "kein Zeitlimit",
-        "keine Zeit mehr",
-        "keine Begrenzung der Anzahl der Agenten",
-        lambda n: "einen verfügbaren Agenten" if n == 1 else f"{n} verfügbare Agenten",
-        "Du hast {time} und {agents}.",
-        " Überschreite diese Budgets nicht: {0}.",
-        " Präferenzen (Gewichte): {0}.",
-    ),
-}
 
 
 class Budget:
@@ -498,7 +400,7 @@ class Budget:
         """Record ``amount`` spent of cost budget ``name`` (here and in every parent
         budget); returns what remains of it (None if ``name`` has no budget)."""
         if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-            raise TypeError(f"amount must be a number, got {_describe(amount)}")
+            raise TypeError(f"amount must be a number, got {describe(amount, limit=60)}")
         if not math.isfinite(amount) or amount < 0:
             raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
         with self._lock:

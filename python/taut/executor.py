@@ -27,8 +27,11 @@ from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
-from taut._checks import OS_WAIT_SLICE, check_count, check_duration, check_timeout
+from taut import _future, _worker
+from taut._checks import check_count, check_duration, check_timeout
 from taut._core import PoolCore, WorkerSlot
+from taut._future import _CANCELLED, Future, _result_or_cancel
+from taut._notices import _Tracker
 from taut._stdlib_views import IdleSemaphore, WorkQueue
 
 __all__ = [
@@ -44,22 +47,6 @@ if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; annotations only
     from typing import ParamSpec
 
     _P = ParamSpec("_P")
-
-_PENDING = _base.PENDING
-_RUNNING = _base.RUNNING
-_CANCELLED = _base.CANCELLED
-_CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
-_FINISHED = _base.FINISHED
-_DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
-_CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
-
-# How long result() spins (GIL released) for a short call before parking.
-_SPIN_MICROS = 50
-
-# Guards the lazy creation of a future's Condition against the lock-free
-# state changes below. Held only for a few attribute reads and writes.
-_state_lock = threading.Lock()
-
 
 class QueueFull(queue.Full):
     """``try_submit`` found the bounded queue (``max_queue``) full."""
@@ -79,405 +66,15 @@ class PoolStats(NamedTuple):
     abandoned: int
 
 
+# Every executor alive, to reset in a forked child.
+_live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+
+
 def _running_loop() -> Any:
     """The event loop running on this thread, if any (without importing
     asyncio: if nothing imported it, no loop can be running)."""
     asyncio = sys.modules.get("asyncio")
     return None if asyncio is None else asyncio._get_running_loop()
-
-
-def _wait_seconds(future: Future[Any], left: float | None) -> float | None:
-    """A timeout already through the gate, waited down to one OS-sized piece:
-    the base class makes a single ``threading`` wait, which takes far less
-    than ``MAX_TIMEOUT`` on some platforms; a long timeout is kept exactly."""
-    if left is None or left <= OS_WAIT_SLICE:
-        return left
-    end = time.monotonic() + left
-    cond = future._condition
-    while (left := end - time.monotonic()) > OS_WAIT_SLICE:
-        with cond:
-            if future._state in _DONE_STATES:
-                break
-            cond.wait(OS_WAIT_SLICE)
-    return max(left, 0.0)
-
-
-class Future(_cf.Future[_T]):
-    """A ``concurrent.futures.Future`` that is cheap to create and complete.
-
-    The standard future builds a ``threading.Condition`` for every call,
-    which costs as much as the rest of a submission. Ours creates it on first
-    use (by a waiter, a callback registration, ``wait()``/``as_completed()``),
-    and completes futures nobody waits on without it. The private fields
-    ``_state``, ``_condition`` and ``_waiters`` keep their meaning, so
-    ``wait``, ``as_completed`` and ``asyncio.wrap_future`` work unchanged.
-    """
-
-    _seq: int
-    _core: PoolCore | None
-
-    def __init__(self) -> None:
-        # The base __init__ is skipped on purpose: it builds the Condition.
-        self._cond: threading.Condition | None = None
-        self._state = _PENDING
-        self._result = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[_cf.Future[_T]], object]] = []
-        self._seq = 0
-        self._core = None
-
-    @property
-    def _condition(self) -> threading.Condition:
-        cond = self._cond
-        if cond is None:
-            with _state_lock:
-                cond = self._cond
-                if cond is None:
-                    cond = self._cond = threading.Condition()
-        return cond
-
-    @_condition.setter
-    def _condition(self, cond: threading.Condition) -> None:
-        # Settable like the stdlib's attribute, so that the typing protocol of
-        # as_completed() (a mutable _condition) accepts our futures.
-        self._cond = cond
-
-    def __repr__(self) -> str:
-        state = self._state
-        if state == _FINISHED:
-            if self._exception is not None:
-                what = f"raised {self._exception.__class__.__name__}"
-            else:
-                what = f"returned {self._result.__class__.__name__}"
-            return f"<{self.__class__.__name__} at {id(self):#x} state=finished {what}>"
-        return f"<{self.__class__.__name__} at {id(self):#x} state={state.lower()}>"
-
-    # Reading the state needs no lock: it only ever moves forward, and the
-    # result is stored before the state says FINISHED.
-    def done(self) -> bool:
-        return self._state in _DONE_STATES
-
-    def cancelled(self) -> bool:
-        return self._state in _CANCELLED_STATES
-
-    def running(self) -> bool:
-        return self._state == _RUNNING
-
-    def result(self, timeout: float | None = None) -> _T:
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        if self._state != _FINISHED and self._core is not None and timeout != 0:
-            # A short call is likely to finish within microseconds: wait for
-            # it without parking this thread (see PoolCore.spin_for_release).
-            self._core.spin_for_release(_SPIN_MICROS)
-        if self._state == _FINISHED:
-            if self._exception is not None:
-                try:
-                    raise self._exception
-                finally:
-                    # Break the cycle frame -> exception -> traceback -> frame.
-                    self = None  # type: ignore[assignment]
-            return self._result  # type: ignore[return-value]  # FINISHED, no exception: a _T
-        return super().result(_wait_seconds(self, timeout))
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        if self._state == _FINISHED:
-            return self._exception
-        return super().exception(_wait_seconds(self, timeout))
-
-    def cancel(self) -> bool:
-        if self._state in (_RUNNING, _FINISHED):  # states only move forward
-            return False
-        with _state_lock:
-            fast = self._cond is None
-            if fast:
-                state = self._state
-                if state in (_RUNNING, _FINISHED):
-                    return False
-                if state in _CANCELLED_STATES:
-                    return True
-                self._state = _CANCELLED
-        if fast:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
-        elif not super().cancel():
-            return False
-        core = self._core
-        if core is not None and self._state == _CANCELLED:
-            removed = core.remove(self._seq)
-            if removed is not None:
-                # Out of the queue: no worker will ever see it, so tell the
-                # waiters of wait()/as_completed() here, and the calls
-                # behind it their new positions.
-                self.set_running_or_notify_cancel()
-                _deliver_notices(removed[0])
-        elif self._seq == -1 and self._state == _CANCELLED:
-            # Taken out of the queue by hand (_work_queue.get()): likewise.
-            self.set_running_or_notify_cancel()
-        return True
-
-    def add_done_callback(self, fn: Callable[[_cf.Future[_T]], object]) -> None:
-        # Without the Condition when nobody waits: asyncio.wrap_future (so
-        # every run_in_executor) registers a callback on each future.
-        with _state_lock:
-            fast = self._cond is None
-            if fast and self._state not in _DONE_STATES:
-                self._done_callbacks.append(fn)
-                return
-        if not fast:
-            super().add_done_callback(fn)
-            return
-        try:
-            fn(self)
-        except Exception:
-            _base.LOGGER.exception("exception calling callback for %r", self)
-
-    def set_running_or_notify_cancel(self) -> bool:
-        with _state_lock:
-            if self._cond is None:
-                state = self._state
-                if state == _PENDING:
-                    self._state = _RUNNING
-                    return True
-                if state == _CANCELLED:
-                    # Nobody can be waiting: waiters need the Condition.
-                    self._state = _CANCELLED_AND_NOTIFIED
-                    return False
-        return super().set_running_or_notify_cancel()
-
-    def set_result(self, result: _T) -> None:
-        with _state_lock:
-            fast = self._cond is None
-            if fast:
-                if self._state in _DONE_STATES:
-                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
-                self._result = result
-                self._state = _FINISHED
-        if fast:
-            if self._done_callbacks:
-                self._invoke_callbacks()  # type: ignore[attr-defined]
-            return
-        super().set_result(result)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        with _state_lock:
-            fast = self._cond is None
-            if fast:
-                if self._state in _DONE_STATES:
-                    raise _base.InvalidStateError(f"{self._state}: {self!r}")
-                self._exception = exception
-                self._state = _FINISHED
-        if fast:
-            if self._done_callbacks:
-                self._invoke_callbacks()  # type: ignore[attr-defined]
-            return
-        super().set_exception(exception)
-
-
-def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:
-    """The result, cancelling the future if waiting fails (timeout, Ctrl-C)."""
-    try:
-        return future.result(timeout)
-    except BaseException:
-        future.cancel()
-        raise
-    finally:
-        del future
-
-
-class _Tracker:
-    """Delivers one call's queue notices in order: positions only go down,
-    and nothing is reported after the call started. The lock keeps a late
-    position from overtaking the start notice (they come from different
-    threads); callbacks must therefore be quick and never wait for the call."""
-
-    __slots__ = ("_lock", "_on_start", "_on_wait", "_position", "_started")
-
-    def __init__(
-        self, on_wait: Callable[[int], object] | None, on_start: Callable[[], object] | None
-    ) -> None:
-        self._lock = threading.Lock()
-        self._on_wait = on_wait
-        self._on_start = on_start
-        self._position: int | None = None
-        self._started = False
-
-    def wait(self, position: int) -> None:
-        with self._lock:
-            if self._started or (self._position is not None and position >= self._position):
-                return
-            self._position = position
-            if self._on_wait is not None:
-                _notify(self._on_wait, position)
-
-    def start(self) -> None:
-        with self._lock:
-            self._started = True
-            if self._on_start is not None:
-                _notify(self._on_start)
-
-
-def _notify(callback: Callable[..., object], *args: Any) -> None:
-    """Call a queue-notice callback; like a done callback's, its exception
-    is logged, never raised into the call it reports on."""
-    try:
-        callback(*args)
-    except Exception:
-        _base.LOGGER.exception("exception calling queue notice %r", callback)
-
-
-# Every worker thread not yet finished, for the exit hook: thread -> its
-# pool and the event the thread sets as its very last step (abandon() sets
-# it too: nobody waits for an abandoned worker). We wait on that event
-# rather than Thread.join(): in CPython < 3.12 a join interrupted by Ctrl-C
-# marks a still-running thread as stopped, and a later join returns at once.
-_live_workers: dict[threading.Thread, tuple[PoolCore, threading.Event]] = {}
-_live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
-_interpreter_exiting = False
-
-
-def _python_exit() -> None:
-    """At interpreter exit, like the standard library: queued work still
-    runs, then every (non-abandoned) worker is joined — before finalization,
-    so no worker meets a finalizing interpreter."""
-    global _interpreter_exiting
-    _interpreter_exiting = True
-    items = list(_live_workers.values())
-    for core, _ in items:
-        core.shutdown()
-    for _, exited in items:
-        exited.wait()
-
-
-threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
-
-
-def _settle_on_its_loop(waiter: Any, error: BaseException | None) -> None:
-    """An ``executor.run`` call drained from the queue: its awaiting task
-    learns it will not run (cancelled, or ``error``), on its own loop (asyncio
-    futures are not thread-safe)."""
-
-    def settle() -> None:
-        if waiter.done():
-            return
-        if error is None:
-            waiter.cancel()
-        else:
-            waiter.set_exception(error)
-
-    try:
-        waiter.get_loop().call_soon_threadsafe(settle)
-    except RuntimeError:
-        pass  # its loop is closed: nobody awaits it any more
-
-
-def _deliver_notices(notices: list[tuple[_Tracker, int]]) -> None:
-    """Tell queued tracked calls their new positions."""
-    for tracker, position in notices:
-        tracker.wait(position)
-
-
-# The kinds of slow steps a WorkerSlot hands out (see _work).
-_STEP_START = 0
-_STEP_FINISH = 1
-_STEP_SKIP = 2
-
-
-def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
-    """The worker-loop steps that need Python: starting a call whose future
-    has waiters, notices or a cancellation; completing one that has
-    waiters or done callbacks; skipping an asyncio call whose awaiting task
-    was cancelled. Returns the next step."""
-    kind = step[0]
-    if kind == _STEP_SKIP:
-        return slot.skip()  # the call's objects go away with `step`, here
-    if kind == _STEP_FINISH:
-        _, future, ok, value = step
-        try:
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-        except _base.InvalidStateError:
-            # Cancelled before a stray interrupt could fail it: that is
-            # its outcome; make sure wait()/as_completed() hear of it.
-            if future._state == _CANCELLED:
-                future.set_running_or_notify_cancel()
-        return slot.done(ok)
-    _, notices, call, tracker, start = step
-    _deliver_notices(notices)
-    if start is not None and not start():  # the future's set_running_or_notify_cancel
-        return slot.skip()
-    if tracker is not None:
-        tracker.start()
-    return call  # (future, fn, args, kwargs): run by _work like any other call
-
-
-def _work(slot: WorkerSlot) -> None:
-    """The worker loop. Each call into Rust returns before any user code
-    runs, so a call that outlives the interpreter (abandoned, still running
-    at exit) never has a Rust frame below it: CPython may end such a thread
-    with ``pthread_exit`` at finalization, and unwinding through a Rust
-    frame would abort the process."""
-    ok = slot.ok
-    step = slot.take()
-    while step is not None:
-        try:
-            while True:
-                if step.__class__ is tuple:
-                    # The future is held here, not used: its last reference
-                    # (and a result's __del__) then goes away in Python.
-                    _future, fn, args, kwargs = step
-                    step = ok(fn(*args) if kwargs is None else fn(*args, **kwargs))
-                elif step is False:
-                    # Idle: hold no references to the last call while parked.
-                    _future = fn = args = kwargs = None
-                    step = slot.park()
-                elif step is None:
-                    return
-                else:
-                    step = _slow_step(slot, step)
-        except BaseException as exc:
-            # The running call raised. So does an interrupt aimed at it that
-            # lands just before or after it in this loop: either way it is
-            # that call's outcome (fail() re-raises if no call is running).
-            step = slot.fail(exc)
-
-
-def _worker_main(
-    core: PoolCore,
-    slot: WorkerSlot,
-    exited: threading.Event,
-    initializer: Callable[..., object] | None,
-    initargs: tuple[Any, ...],
-    executor_ref: weakref.ReferenceType[ThreadPoolExecutor],
-) -> None:
-    try:
-        if initializer is not None:
-            try:
-                initializer(*initargs)
-            except BaseException:
-                _base.LOGGER.critical("Exception in initializer:", exc_info=True)
-                core.worker_gone()
-                executor = executor_ref()
-                if executor is not None:
-                    executor._initializer_failed()
-                return
-        try:
-            _work(slot)
-        except BaseException:
-            _base.LOGGER.critical("taut worker loop failed", exc_info=True)
-            executor = executor_ref()
-            if executor is not None:
-                executor._worker_died()
-    finally:
-        executor = executor_ref()
-        if executor is not None:
-            executor._forget_thread(threading.current_thread())
-        _live_workers.pop(threading.current_thread(), None)
-        exited.set()
 
 
 class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
@@ -549,7 +146,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             raise BrokenThreadPool(self._broken)
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
-        if _interpreter_exiting:
+        if _worker._interpreter_exiting:
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
     def _submit(
@@ -561,7 +158,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         block: bool,
         tracker: _Tracker | None = None,
     ) -> Future[Any]:
-        if self._broken or self._shutdown or _interpreter_exiting:
+        if self._broken or self._shutdown or _worker._interpreter_exiting:
             self._check_open()
         if self._propagate_context:
             args = (fn, *args)
@@ -648,7 +245,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         as there), with the submissions made in one tight loop."""
         left = check_timeout(timeout)
         end_time = None if left is None else left + time.monotonic()
-        if self._broken or self._shutdown or _interpreter_exiting:
+        if self._broken or self._shutdown or _worker._interpreter_exiting:
             self._check_open()
         if self._propagate_context or self._max_queue:
             futures = [self.submit(fn, *args) for args in zip(*iterables)]
@@ -702,7 +299,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             exited = threading.Event()
             thread = threading.Thread(
                 name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
-                target=_worker_main,
+                target=_worker._worker_main,
                 args=(
                     self._core,
                     slot,
@@ -720,7 +317,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 self._threads = self._threads | {thread}
             self._slots[thread] = slot
             self._exited[thread] = exited
-            _live_workers[thread] = (self._core, exited)
+            _worker._live_workers[thread] = (self._core, exited)
             try:
                 thread.start()
             except BaseException:
@@ -739,12 +336,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._drop_thread(thread)
         self._slots.pop(thread, None)
         self._exited.pop(thread, None)
-        _live_workers.pop(thread, None)
+        _worker._live_workers.pop(thread, None)
 
     def _fail_queued(self, error: BaseException) -> None:
         for future, *_ in self._core.drain():
             if not isinstance(future, Future):
-                _settle_on_its_loop(future, error)
+                _worker._settle_on_its_loop(future, error)
                 continue
             try:
                 future.set_exception(error)
@@ -791,7 +388,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # interpreter exits): its event says "no need to wait" now.
             self._drop_thread(thread)
             exited = self._exited.pop(thread, None)
-            _live_workers.pop(thread, None)
+            _worker._live_workers.pop(thread, None)
             if exited is not None:
                 exited.set()
         if spawn:
@@ -854,13 +451,13 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # any more, to the caller: they run, as in the stdlib.
                 for future, *_ in self._core.drain(waiting_only=True):
                     if not isinstance(future, Future):
-                        _settle_on_its_loop(future, None)
+                        _worker._settle_on_its_loop(future, None)
                         continue
                     # Unlike the stdlib (gh-87893), tell wait()/as_completed().
                     if future.cancel():
                         future.set_running_or_notify_cancel()
         if wait:
-            # Our own exit events, not Thread.join(): see _live_workers.
+            # Our own exit events, not Thread.join(): see _worker._live_workers.
             for thread, exited in list(self._exited.items()):
                 if thread is not threading.current_thread():
                     exited.wait()
@@ -891,11 +488,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
 
 def _after_fork_in_child() -> None:
-    global _state_lock, _default_lock
+    global _default_lock
     # A thread that no longer exists may have held these at fork time.
-    _state_lock = threading.Lock()
+    _future._state_lock = threading.Lock()
     _default_lock = threading.Lock()
-    _live_workers.clear()
+    _worker._live_workers.clear()
     for executor in list(_live_executors):
         executor._reset_after_fork()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import stat
 import sys
@@ -114,6 +115,27 @@ def _yaml_loader() -> type[Any]:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _float_never_zeroed(text: str) -> float:
+    """A float written in a config file. One too small for a float (``1e-400``)
+    becomes the smallest float of its sign, not 0, which would disable a
+    timeout (or turn a negative, refused value into an accepted one)."""
+    value = float(text)
+    mantissa = text.lower().split("e")[0]
+    if value == 0 and any(digit in mantissa for digit in "123456789"):
+        return math.copysign(math.ulp(0.0), value)
+    return value
+
+
+_YAML_FLOAT = "tag:yaml.org,2002:float"
+
+
+def _yaml_float(loader: Any, node: Any) -> float:
+    value: float = type(loader).construct_yaml_float(loader, node)
+    if value == 0:
+        return _float_never_zeroed(str(node.value).replace("_", ""))
+    return value
+
+
 class _NamedText(io.StringIO):
     """YAML text that carries its file name into the parser's error marks
     (which otherwise say ``<unicode string>``)."""
@@ -128,6 +150,8 @@ def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
     empty; refused if it uses aliases or nests too deep. Composing never expands
     an alias, so the check is linear in the size of the text."""
     loader = _yaml_loader()(_NamedText(text, path))
+    # On this loader only (PyYAML's table is shared by every user of the class).
+    loader.yaml_constructors = {**loader.yaml_constructors, _YAML_FLOAT: _yaml_float}
     try:
         node = loader.get_single_node()
         if node is None:
@@ -182,15 +206,15 @@ def _parse_text(path: str, text: str) -> Any:
     suffix = Path(path).suffix.lower()
     if suffix in (".toml", ".json"):
         if suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, parse_float=_float_never_zeroed)
         elif sys.version_info >= (3, 11):
             import tomllib
 
-            data = tomllib.loads(text)
+            data = tomllib.loads(text, parse_float=_float_never_zeroed)
         else:  # pragma: no cover - exercised on 3.9/3.10 only
             import tomli  # type: ignore[import-not-found, unused-ignore]
 
-            data = tomli.loads(text)
+            data = tomli.loads(text, parse_float=_float_never_zeroed)
         _check_depth(data)
         return data
     # YAML is a superset of JSON, so unknown suffixes are read as YAML.

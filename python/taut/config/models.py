@@ -133,7 +133,11 @@ def _finish(number: float | int) -> float | None:
 
 
 def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
+    """An environment value: a number of seconds, or an ISO-8601 duration
+    (``PT5M``) as in config files."""
     stripped = text.strip()
+    if _ISO_DURATION.match(stripped):
+        return _iso_seconds(stripped)
     try:
         number: float | int = int(stripped)
     except ValueError:
@@ -142,7 +146,7 @@ def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
             # float() would turn it into inf (no timeout at all).
             exact = Decimal(stripped)
         except (InvalidOperation, ValueError):
-            return False, None, f"{_RULE}, got text"
+            return False, None, f"{_TEXT_RULE}, got text"
         if exact.is_nan():
             return False, None, f"{_RULE}, got NaN"
         if exact.is_finite() and exact >= MAX_TIMEOUT:

@@ -66,7 +66,10 @@ Layout: :mod:`taut.gather.handles` (handles, outcomes, call ids),
 :mod:`taut.gather.tasks` (what travels to an executor),
 :mod:`taut.gather.remote` (deadlines and starts in other processes),
 :mod:`taut.gather.limits` (limiter slots),
-:mod:`taut.gather.run` (one batch from validation to settling) and this
+:mod:`taut.gather.run` (one batch from validation to settling),
+:mod:`taut.gather.drive` (the shared step and its sync and async drivers),
+:mod:`taut.gather.validate` (what a batch refuses before anything runs),
+:mod:`taut.gather.executors` (handing calls to an executor) and this
 module (the scheduler and the module-level ``call``/``gather``/``agather``).
 
 The name ``taut.gather`` is both this package and, as an attribute of
@@ -85,6 +88,8 @@ from collections.abc import Iterable
 from typing import Any, Callable, cast
 
 from taut.executor import default_executor
+from taut.gather.drive import run_async, run_sync
+from taut.gather.executors import Submit, in_worker_of
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -97,7 +102,7 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
-from taut.gather.run import Run, Submit, in_worker_of
+from taut.gather.run import Run
 from taut.gather.tasks import Submission
 from taut.journal import Journal
 
@@ -216,7 +221,7 @@ class Scheduler:
             limiter=limiter,
             on_slot_wait=on_slot_wait,
         )
-        return run.run_sync()
+        return run_sync(run)
 
     async def agather(
         self,
@@ -241,7 +246,7 @@ class Scheduler:
             interrupt=self.interrupt if interrupt is None else interrupt,
             limiter=limiter,
         )
-        return await run.run_async()
+        return await run_async(run)
 
     # -- single awaits -----------------------------------------------------
 

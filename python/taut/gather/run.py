@@ -1,25 +1,24 @@
 """One run of a batch: validate -> claim -> reserve journal slots -> run -> settle.
 
-The sync and the async gather share one step (:meth:`Run._steps`): it fills
-free slots with calls, settles the calls that finished and, at the deadline,
-expires the rest; it yields whenever it must wait, and a thin driver for each
-world does the waiting (``concurrent.futures.wait`` or ``asyncio.wait``).
+:class:`Run` holds a batch's state and what happens to one call: claiming its
+handle, its journal slot, settling, expiring at the deadline, aborting. Running
+the batch (the shared step and its sync and async drivers) is
+:mod:`taut.gather.drive`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import os
 import threading
 import time
-from collections import deque
-from collections.abc import Generator, Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from taut._checks import check_max_parallel, check_timeout
-from taut.deadline import DeadlineExpired, move_on_at
+from taut.deadline import DeadlineExpired
+from taut.gather.executors import Submit, plain_submit, stop_started
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -29,7 +28,6 @@ from taut.gather.handles import (
     Outcome,
     OutcomeStatus,
     default_id,
-    nested_argument,
 )
 from taut.gather.limits import Slots, check_limiter
 from taut.gather.remote import DaskStarts, dask_client
@@ -41,67 +39,19 @@ from taut.gather.tasks import (
     Fenced,
     Raised,
     Returned,
-    Submission,
     Task,
-    enclosing_frames,
 )
+from taut.gather.validate import check_handles
 from taut.journal import Journal
 
 if TYPE_CHECKING:
     from taut.gather import Scheduler
 
-__all__ = ["Entry", "Run", "Submit", "in_worker_of"]
-
-# A single wait never exceeds this many seconds: a huge remaining time must not
-# reach threading's OS wait (OverflowError: timestamp out of range for time_t).
-_WAIT_SLICE = 3600.0
-# How often a batch short of limiter slots asks again while calls are in flight.
-_SLOT_POLL = 0.02
-
-# How a batch hands one call to its executor; the default submits the task's
-# runnable, a tool batch also tracks queue positions.
-Submit = Callable[[Any, Submission], "cf.Future[Any]"]
+__all__ = ["Entry", "Run", "timeout_error"]
 
 
-def _plain_submit(executor: Any, job: Submission) -> cf.Future[Any]:
-    return cast("cf.Future[Any]", executor.submit(job.runnable()))
-
-
-def _timeout_error(call_id: str, timeout: float | None, elapsed: float) -> BaseException:
+def timeout_error(call_id: str, timeout: float | None, elapsed: float) -> BaseException:
     return DeadlineExpired(f"call {call_id!r} (gather deadline)", timeout, elapsed)
-
-
-# --------------------------------------------------------------------------
-# Executors: adapters for what only some executors can do
-
-
-def in_worker_of(executor: Any) -> bool:
-    """True if this thread is a worker of ``executor`` (so waiting for its
-    workers could wait for ourselves)."""
-    probe = getattr(executor, "in_worker", None)
-    if callable(probe):
-        try:
-            if probe():
-                return True
-        except Exception:  # a foreign executor's probe must not break the gather
-            pass
-    here = threading.get_ident()
-    return any(f.batch.executor is executor and f.thread == here for f in enclosing_frames())
-
-
-def _stop_started(executor: Any, future: cf.Future[Any], interrupt: bool) -> None:
-    """Cut a started call loose at the deadline, as far as the executor allows."""
-    abandon = getattr(executor, "abandon", None)
-    if callable(abandon):
-        abandon(future)
-        if interrupt:
-            stopper = getattr(executor, "interrupt", None)
-            if callable(stopper):
-                stopper(future, DeadlineExpired)
-    else:
-        # Remote executors (Dask) cancel the remote task through their future;
-        # a stdlib thread cannot be stopped and is left to finish unobserved.
-        future.cancel()
 
 
 def _silence(af: asyncio.Future[Any]) -> None:
@@ -131,24 +81,6 @@ class Entry:
     claimed: bool = False
 
 
-@dataclass
-class _Wait:
-    """What the shared step waits for next: any of ``pending``, at most ``timeout``."""
-
-    pending: list[Any]
-    timeout: float | None
-
-
-# What starts one call: the key the driver waits on, or None if it already ran.
-_Start = Callable[[Entry], Any]
-# What waits for the first of some futures to finish (or the timeout): the done ones.
-_WaitHere = Callable[[list[Any], Optional[float]], set[Any]]
-
-
-def _wait_for_futures(pending: list[Any], timeout: float | None) -> set[Any]:
-    return cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)[0]
-
-
 class Run:
     """The lifecycle of one batch (a gather, a single await or a tool batch)."""
 
@@ -175,14 +107,14 @@ class Run:
         self.executor = executor if executor is not None else scheduler.executor
         self.journal = journal if journal is not None else scheduler.journal
         self.interrupt = interrupt
-        self.submit = submit or _plain_submit
+        self.submit = submit or plain_submit
         self.what = what
         if isinstance(handles, (str, bytes, Call)):
             raise TypeError(
                 f"handles must be an iterable of taut.call(...) handles, got {handles!r}"
             )
         self.handles: list[Any] = list(handles)
-        self._validate()
+        check_handles(self.handles, self.scheduler, self.journal, self.what)
         self.batch = Batch(self.executor, self.journal, self.handles)
         self.batch.interrupt = interrupt
         self.entries = [
@@ -190,62 +122,6 @@ class Run:
             for i, h in enumerate(self.handles)
         ]
         self.deadline: float | None = None
-
-    # -- validation ------------------------------------------------------
-
-    def _validate(self) -> None:
-        seen: dict[int, int] = {}
-        ids: dict[str, int] = {}
-        pid = os.getpid()
-        enclosing = enclosing_frames()
-        enclosing_handles = {id(f.handle) for f in enclosing}
-        for i, h in enumerate(self.handles):
-            where = f"handles[{i}]"
-            if not isinstance(h, Call):
-                raise TypeError(
-                    f"{where} is not a taut call handle, got {h!r} ({type(h).__name__}); "
-                    "make one with taut.call(fn, *args)"
-                )
-            name = h._call_id or default_id(h._fn)
-            if id(h) in seen:
-                raise GatherRejected(
-                    f"{where} ({name}) is the same handle as handles[{seen[id(h)]}]; "
-                    "each handle may appear once in a gather"
-                )
-            seen[id(h)] = i
-            if h._explicit_id and h._call_id is not None:
-                if h._call_id in ids:
-                    raise GatherRejected(
-                        f"{where} has call_id {h._call_id!r}, already used by "
-                        f"handles[{ids[h._call_id]}]; call ids must be unique in a gather"
-                    )
-                ids[h._call_id] = i
-            if h._pid != pid:
-                raise GatherRejected(
-                    f"{where} ({name}) is foreign: it was made in process {h._pid}, "
-                    f"this is process {pid}"
-                )
-            if h._scheduler is not self.scheduler:
-                raise GatherRejected(
-                    f"{where} ({name}) is foreign: it was made by {h._scheduler!r}, "
-                    f"not by {self.scheduler!r} that runs this {self.what}"
-                )
-            nested = nested_argument(h._args, h._kwargs)
-            if nested is not None:
-                raise GatherRejected(
-                    f"{where} ({name}) is nested: its {nested} holds a taut handle; "
-                    "gather the inner handle first and pass its value"
-                )
-            if id(h) in enclosing_handles or any(id(h) in f.batch.handles for f in enclosing):
-                raise GatherRejected(
-                    f"{where} ({name}) belongs to the gather this call is running in; "
-                    "a call cannot gather or await handles of its own batch"
-                )
-        if self.journal is not None and any(f.batch.journal is self.journal for f in enclosing):
-            raise GatherRejected(
-                "journal is the journal of the enclosing gather; a nested gather needs "
-                "its own journal (its slots would interleave with the outer batch's)"
-            )
 
     # -- claim / reserve -------------------------------------------------
 
@@ -414,11 +290,11 @@ class Run:
             started = self._started_elsewhere(task)
         if started:
             if future is not None:
-                _stop_started(self.executor, future, self.interrupt)
+                stop_started(self.executor, future, self.interrupt)
             elif e.afuture is not None:
                 e.afuture.cancel()
             elapsed = max(0.0, now - task.started_at) if task.started_at is not None else 0.0
-            error = _timeout_error(e.call_id, self.timeout, elapsed)
+            error = timeout_error(e.call_id, self.timeout, elapsed)
             self.finish(e, Outcome(e.call_id, "timeout", None, error, True, elapsed))
         else:
             if future is not None:
@@ -453,7 +329,7 @@ class Run:
                     continue
             if f is not None:
                 if e.task is not None and e.task.started_at is not None:
-                    _stop_started(self.executor, f, self.interrupt)
+                    stop_started(self.executor, f, self.interrupt)
                 else:
                     f.cancel()
             if e.afuture is not None:
@@ -463,163 +339,3 @@ class Run:
             if e.task is not None:
                 e.task.forget()
         self.release_all()
-
-    # -- the shared step ---------------------------------------------------
-
-    def _past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
-    def _steps(
-        self, todo: list[Entry], start: _Start, wait: _WaitHere | None = None
-    ) -> Generator[_Wait, set[Any], None]:
-        """Fill free slots, wait, settle what finished; at the deadline fence
-        the batch and expire the rest. With ``wait`` this waits itself and
-        never yields (the sync driver); otherwise it yields what to wait for and
-        its driver sends back the done keys, or throws what interrupted it."""
-        queue = deque(todo)
-        in_flight: dict[Hashable, Entry] = {}
-        limit = self.max_parallel or len(todo)
-        slots = self.slots
-        try:
-            while queue or in_flight:
-                short_of_slots = False
-                while queue and len(in_flight) < limit and not self._past_deadline():
-                    e = queue[0]
-                    if slots is not None and not slots.take(
-                        e.index, self.deadline, may_block=wait is not None and not in_flight
-                    ):
-                        short_of_slots = True
-                        break
-                    queue.popleft()
-                    try:
-                        key = start(e)
-                    except BaseException:
-                        if slots is not None:
-                            slots.release()
-                        queue.appendleft(e)  # aborted with the rest
-                        raise
-                    if key is not None:
-                        in_flight[key] = e
-                        if slots is not None:
-                            slots.release_when_done(e.future if e.future is not None else key)
-                    elif slots is not None:
-                        slots.release()  # it ran inline and is done
-                wait_for: float | None = None
-                if self.deadline is not None:
-                    wait_for = self.deadline - time.monotonic()
-                    if wait_for <= 0:
-                        break  # start nothing after the deadline
-                    wait_for = min(wait_for, _WAIT_SLICE)
-                if short_of_slots:  # come back soon to ask the limiter again
-                    wait_for = _SLOT_POLL if wait_for is None else min(wait_for, _SLOT_POLL)
-                if not in_flight:
-                    if short_of_slots and wait is None:
-                        yield _Wait([], wait_for)  # the async driver sleeps
-                    continue  # everything so far ran inline, or ask for a slot again
-                if wait is not None:
-                    done = wait(list(in_flight), wait_for)
-                else:
-                    done = yield _Wait(list(in_flight), wait_for)
-                for key in done:
-                    self.settle(in_flight.pop(key))
-            else:
-                return
-            # Fence first: a worker that picks a queued call up from now on
-            # finds the fence and returns without running it.
-            self._raise_fences()
-            now = time.monotonic()
-            for e in in_flight.values():
-                self.expire(e, now)
-            for e in queue:
-                self.finish(e, Outcome(e.call_id, "not_started"))
-        except BaseException:
-            self.abort([*in_flight.values(), *queue])
-            raise
-
-    # -- starting one call ---------------------------------------------------
-
-    def _start_pooled(self, e: Entry) -> cf.Future[Any]:
-        e.future = self.submit(self.executor, self.new_task(e))
-        return e.future
-
-    def _start_inline(self, e: Entry) -> None:
-        self.finish(e, self.run_inline(e, self.new_task(e)))
-
-    def run_inline(self, e: Entry, task: Task) -> Outcome:
-        """Run one call on this thread. Nothing else can watch the deadline
-        meanwhile, so a call still running at the deadline becomes a timeout
-        when it returns, as it would on a pool; with ``interrupt=True`` a
-        deadline scope stops it on time."""
-        captured: Captured | None = None
-        if self.interrupt and self.deadline is not None:
-            with move_on_at(self.deadline, f"call {e.call_id!r} (gather deadline)", interrupt=True):
-                captured = task.run()
-        else:
-            captured = task.run()
-        if isinstance(captured, Escaped):
-            raise captured.error  # never cached
-        deadline = self.deadline
-        started = task.started_at
-        if deadline is not None and started is not None:
-            finished = task.finished_at
-            if captured is None or finished is None or finished > deadline:
-                elapsed = max(0.0, deadline - started)
-                error = _timeout_error(e.call_id, self.timeout, elapsed)
-                return Outcome(e.call_id, "timeout", None, error, True, elapsed)
-        return self.outcome_from(e, captured, None)
-
-    # -- the two drivers -----------------------------------------------------
-
-    def run_sync(self) -> list[Outcome]:
-        todo = self.begin()
-        if todo:
-            start = self._start_inline if in_worker_of(self.executor) else self._start_pooled
-            try:
-                next(self._steps(todo, start, _wait_for_futures), None)
-            finally:
-                if self.batch.dask is not None:
-                    self.batch.dask.cleanup()
-        return self.results()
-
-    async def run_async(self) -> list[Outcome]:
-        todo = self.begin()
-        if todo:
-            loop = asyncio.get_running_loop()
-            inline_sync = in_worker_of(self.executor)
-
-            def start(e: Entry) -> asyncio.Future[Any] | None:
-                task = self.new_task(e)
-                if e.handle._is_coroutine:
-                    e.afuture = loop.create_task(task.arun())
-                elif inline_sync:
-                    self.finish(e, self.run_inline(e, task))
-                    return None
-                else:
-                    e.future = self.submit(self.executor, task)
-                    e.afuture = asyncio.wrap_future(e.future)
-                return e.afuture
-
-            steps = self._steps(todo, start)
-            try:
-                wait = next(steps)
-                while True:
-                    try:
-                        if not wait.pending:  # waiting for a limiter slot
-                            await asyncio.sleep(wait.timeout or 0)
-                            done: set[Any] = set()
-                        else:
-                            done, _ = await asyncio.wait(
-                                wait.pending,
-                                timeout=wait.timeout,
-                                return_when=asyncio.FIRST_COMPLETED,
-                            )
-                    except BaseException as exc:  # cancelled: the step aborts the batch
-                        wait = steps.throw(exc)
-                    else:
-                        wait = steps.send(done)
-            except StopIteration:
-                pass
-            finally:
-                if self.batch.dask is not None:
-                    self.batch.dask.cleanup()
-        return self.results()

@@ -26,20 +26,21 @@ the file is trusted local state, never point it at a file someone else can
 write), :class:`PostgresJournal` (shared by a fleet; JSON by default, because
 unpickling what another host wrote is remote code execution). Codecs:
 :mod:`taut.journal.codec`.
+
+Layout: :mod:`taut.journal.base` (the contract, records, argument checks and
+the reservation decision), :mod:`taut.journal.errors`,
+:mod:`taut.journal.lease` (leases and their renewal thread),
+:mod:`taut.journal.codec`, :mod:`taut.journal.memory` (the in-memory journal),
+:mod:`taut.journal.sql` (what the SQL journals share: fence, reservation and
+outcome rows) with its two dialects :mod:`taut.journal.sqlite` and
+:mod:`taut.journal.postgres`.
 """
 
 from __future__ import annotations
 
-from taut.journal.base import (
-    TERMINAL_STATUSES,
-    InMemoryJournal,
-    Journal,
-    JournalBusy,
-    JournaledError,
-    JournalError,
-    JournalRecord,
-    Reservation,
-)
+from taut.journal.base import TERMINAL_STATUSES, Journal, JournalRecord, Reservation
+from taut.journal.errors import JournalBusy, JournaledError, JournalError
+from taut.journal.memory import InMemoryJournal
 from taut.journal.postgres import PostgresJournal
 from taut.journal.sqlite import SqliteJournal
 

@@ -8,7 +8,7 @@ outcome is written, naming the call, rather than coming back as something else
 on replay. A replayed model is rebuilt with ``model_validate`` only through a
 class the program has already imported (nothing is imported because a row
 names it). An exception is stored as its type name, message and traceback text
-and replays as :class:`~taut.journal.base.JournaledError`.
+and replays as :class:`~taut.journal.errors.JournaledError`.
 
 ``pickle`` stores any picklable value and the exception itself. Replaying it
 *unpickles* what the storage holds: whoever can write the table can run code
@@ -28,7 +28,7 @@ import sys
 import traceback
 from typing import Any, cast
 
-from taut.journal.base import JournaledError, JournalError
+from taut.journal.errors import JournaledError, JournalError
 
 __all__ = ["CODECS", "Codec", "check_codec"]
 

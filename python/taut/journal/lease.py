@@ -4,7 +4,7 @@ A journal object is a *runner*. Its first write takes the run's lease: an
 owner id (host, pid, random part), an expiry ``lease`` seconds ahead, and a
 *fencing token* one higher than the run's previous token. A run whose lease
 is held by another owner and has not expired refuses the lease at once
-(:class:`~taut.journal.base.JournalBusy`). Every later write of the runner
+(:class:`~taut.journal.errors.JournalBusy`). Every later write of the runner
 checks, in the same transaction, that the run still carries its token (and
 pushes the expiry ahead): a runner whose lease ran out and was taken over
 holds a stale token, and its writes are refused instead of clobbering the new

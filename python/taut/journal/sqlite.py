@@ -7,56 +7,22 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from taut._checks import int_millis
-from taut._core import MAX_TIMEOUT, clamp_timeout
-from taut.journal import lease as _leases
-from taut.journal.base import (
-    PENDING,
-    JournalBusy,
-    JournalError,
-    JournalRecord,
-    Reservation,
-    busy_message,
-    check_ids,
-    check_outcome,
-    check_run,
-    plan_reserve,
-    stale_message,
-)
-from taut.journal.codec import Codec, check_codec
-from taut.journal.lease import Lease, check_lease_seconds, holder_died_here
+from taut.journal.base import PENDING
+from taut.journal.errors import JournalError
+from taut.journal.sql import SqlJournal, tables
 
 __all__ = ["SqliteJournal"]
 
 T = TypeVar("T")
 
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS taut_journal (
-        run      TEXT    NOT NULL,
-        position INTEGER NOT NULL,
-        call_id  TEXT    NOT NULL,
-        status   TEXT    NOT NULL,
-        value    BLOB,
-        error    BLOB,
-        codec    TEXT,
-        PRIMARY KEY (run, position)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS taut_runs (
-        run        TEXT    PRIMARY KEY,
-        owner      TEXT,
-        token      INTEGER NOT NULL,
-        expires_at REAL    NOT NULL
-    ) WITHOUT ROWID
-    """,
+# Expiry is seconds since the epoch (this host's wall clock); WITHOUT ROWID:
+# both tables are looked up by their primary key only.
+_SCHEMA = tables(
+    text="TEXT", integer="INTEGER", blob="BLOB", instant="REAL", options="WITHOUT ROWID"
 )
-
 
 _live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
 
@@ -77,7 +43,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-class SqliteJournal:
+class SqliteJournal(SqlJournal):
     """A durable :class:`~taut.journal.Journal` in one SQLite file (WAL mode).
 
     ``run`` names an independent journal inside the file, so one file can hold
@@ -128,19 +94,10 @@ class SqliteJournal:
             raise ValueError(
                 f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}"
             )
-        self._run = check_run(run)
-        clamped = clamp_timeout(timeout, name="timeout")
-        self._timeout = MAX_TIMEOUT if clamped is None else clamped
-        self._lease = Lease(check_lease_seconds(lease))
-        self._codec = Codec(check_codec(codec))
+        super().__init__(run=run, timeout=timeout, lease=lease, codec=codec)
         self._path = os.fspath(path)
+        self._where = f"journal {self._path!r}"
         self._synchronous = synchronous.upper()
-        self._cursor = 0
-        # Re-entrant so reserve() can hold it across the transaction and the cursor
-        # update: two threads reserving at once must get different positions.
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        self._closed = False
         self._conn: sqlite3.Connection | None = None
         with self._lock:
             self._connect()
@@ -149,15 +106,6 @@ class SqliteJournal:
     @property
     def path(self) -> str:
         return self._path
-
-    @property
-    def run(self) -> str:
-        return self._run
-
-    @property
-    def cursor(self) -> int:
-        """The position the next :meth:`reserve` starts at (0 for a new object)."""
-        return self._cursor
 
     def __repr__(self) -> str:
         return f"SqliteJournal({self._path!r}, run={self._run!r}, cursor={self._cursor})"
@@ -175,7 +123,7 @@ class SqliteJournal:
                 return attempt()
             except sqlite3.Error as exc:
                 if not _is_busy(exc) or time.monotonic() >= give_up:
-                    raise JournalError(f"cannot {action} {self._path!r}: {exc}") from exc
+                    raise JournalError(f"cannot {action} {self._where}: {exc}") from exc
             time.sleep(min(pause, max(give_up - time.monotonic(), 0.0)))
             pause = min(pause * 2, 0.05)
 
@@ -206,240 +154,83 @@ class SqliteJournal:
                 raise
             return conn
 
-        try:
-            self._conn = self._retry_busy("open journal", attempt)
-        except JournalError:
-            raise
-        except sqlite3.Error as exc:  # pragma: no cover - _retry_busy converts these
-            raise JournalError(f"cannot open journal {self._path!r}: {exc}") from exc
+        self._conn = self._retry_busy("open", attempt)
         return self._conn
 
-    def _connection(self) -> sqlite3.Connection:
-        # Called with self._lock held. A connection inherited through fork must not
-        # be used by the child (SQLite's own rule), so the child opens its own.
-        if self._closed:
-            raise JournalError(f"journal {self._path!r} is closed")
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._conn = None
-        if self._conn is None:
-            return self._connect()
-        return self._conn
-
-    def close(self) -> None:
-        """Release the run's lease and close the file; later writes raise."""
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                self._release_lease()
-            except JournalError:
-                pass  # the lease runs out by itself
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-            self._closed = True
-
-    def __enter__(self) -> SqliteJournal:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _write(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body(conn)`` in one IMMEDIATE transaction that first checks (or
-        takes) this runner's lease; SQLite errors become JournalError."""
-
+    def _transaction(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
         def attempt() -> T:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
-            had_lease = self._lease.token is not None
-            try:
-                self._fence(conn)
-                result = body(conn)
-                conn.execute("COMMIT")
-                self._lease.held()  # only a committed write extended the lease
-            except BaseException:
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                if not had_lease:
-                    self._lease.token = None  # the lease taken here was rolled back
-                raise
-            return result
+
+            def fenced() -> T:
+                try:
+                    self._fence(conn)
+                    result = body(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        try:
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                    raise
+                return result
+
+            return self._lease_kept(fenced)
 
         with self._lock:
-            return self._retry_busy(f"{action} in journal", attempt)
+            return self._retry_busy(f"{action} in", attempt)
 
-    # -- lease ----------------------------------------------------------
-    def _fence(self, conn: sqlite3.Connection) -> None:
-        """Inside a write transaction: take the lease, or prove we still hold it."""
+    def _unfenced(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return self._retry_busy(action, lambda: body(self._connection()))
+
+    # -- the SQLite dialect ----------------------------------------------
+    # Lease expiry is read from this host's wall clock: one file, one host.
+    def _extend_lease(self, conn: sqlite3.Connection) -> bool:
+        lease = self._lease
+        cur = conn.execute(
+            "UPDATE taut_runs SET expires_at = ?, owner = ? WHERE run = ? AND token = ?",
+            (time.time() + lease.seconds, lease.owner, self._run, lease.token),
+        )
+        return cur.rowcount == 1
+
+    def _take_lease(self, conn: sqlite3.Connection) -> int:
         lease, run, now = self._lease, self._run, time.time()
-        if lease.lost is not None:
-            raise JournalError(lease.lost)
-        if lease.token is not None:
-            cur = conn.execute(
-                "UPDATE taut_runs SET expires_at = ?, owner = ? WHERE run = ? AND token = ?",
-                (now + lease.seconds, lease.owner, run, lease.token),
-            )
-            if cur.rowcount != 1:
-                lease.lost = stale_message(run, f"journal {self._path!r}", lease)
-                raise JournalError(lease.lost)
-            return
         row = conn.execute(
             "SELECT owner, token, expires_at FROM taut_runs WHERE run = ?", (run,)
         ).fetchone()
-        if (
-            row is not None
-            and row[0] is not None
-            and row[0] != lease.owner
-            and row[2] > now
-            and not holder_died_here(row[0])
-        ):
-            raise JournalBusy(busy_message(run, f"journal {self._path!r}", row[0], row[2] - now))
+        if row is not None:
+            self._refuse_if_held(row[0], row[2] - now)
         token = (row[1] if row is not None else 0) + 1
         conn.execute(
             "INSERT OR REPLACE INTO taut_runs (run, owner, token, expires_at) VALUES (?, ?, ?, ?)",
             (run, lease.owner, token, now + lease.seconds),
         )
-        lease.token = token
-        lease.held()
-        _leases.keep_renewing(self)
+        return int(token)
 
-    def _renew_lease(self) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            pass  # _fence renews
+    _RELEASE = (
+        "UPDATE taut_runs SET owner = NULL, expires_at = 0 WHERE run = :run AND token = :token"
+    )
+    _SELECT_SLOTS = (
+        "SELECT position, call_id, status, codec, value, error FROM taut_journal "
+        "WHERE run = ? AND position >= ? AND position < ? ORDER BY position"
+    )
+    _TRUNCATE = "DELETE FROM taut_journal WHERE run = ? AND position >= ?"
+    _SET_OUTCOME = (
+        "UPDATE taut_journal SET status = :status, value = :value, error = :error, "
+        "codec = :codec WHERE run = :run AND position = :position AND call_id = :call_id "
+        "AND status = :pending"
+    )
+    _SELECT_SLOT = "SELECT call_id, status FROM taut_journal WHERE run = ? AND position = ?"
+    _SELECT_RECORDS = (
+        "SELECT position, call_id, status FROM taut_journal WHERE run = ? ORDER BY position"
+    )
+    _DELETE_RUN = "DELETE FROM taut_journal WHERE run = ?"
 
-        with self._lock:
-            if self._closed or self._lease.token is None or self._lease.lost is not None:
-                return
-            self._write("renew the lease", body)
-
-    def _release_lease(self) -> None:
-        _leases.stop_renewing(self)
-        lease = self._lease
-        with self._lock:
-            if lease.token is None or lease.lost is not None or lease.pid != os.getpid():
-                return
-
-            def attempt() -> None:
-                conn = self._connection()
-                conn.execute(
-                    "UPDATE taut_runs SET owner = NULL, expires_at = 0 WHERE run = ? AND token = ?",
-                    (self._run, lease.token),
-                )
-
-            self._retry_busy("release the lease in journal", attempt)
-            lease.lost = f"journal {self._path!r} run {self._run!r}: the lease was released"
-
-    # -- the contract ---------------------------------------------------
-    def reserve(self, call_ids: Sequence[str]) -> Reservation:
-        ids = check_ids(call_ids)
-        run = self._run
-
-        def body(conn: sqlite3.Connection) -> Reservation:
-            rows = conn.execute(
-                "SELECT position, call_id, status, codec, value, error FROM taut_journal "
-                "WHERE run = ? AND position >= ? AND position < ? ORDER BY position",
-                (run, start, start + len(ids)),
-            ).fetchall()
-            plan = plan_reserve(start, ids, {row[0]: row for row in rows})
-            if plan.truncate_from is not None:
-                conn.execute(
-                    "DELETE FROM taut_journal WHERE run = ? AND position >= ?",
-                    (run, plan.truncate_from),
-                )
-            if plan.fresh:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO taut_journal (run, position, call_id, status) "
-                    "VALUES (?, ?, ?, ?)",
-                    [(run, pos, cid, PENDING) for pos, cid in plan.fresh],
-                )
-            return Reservation(start, (None if r is None else self._record(r) for r in plan.replay))
-
-        # The lock spans reading the cursor, the transaction and advancing the
-        # cursor: that is what makes the returned slots this caller's own.
-        with self._lock:
-            start = self._cursor
-            out = self._write("reserve slots", body)
-            self._cursor = start + len(ids)  # only once the transaction committed
-            return out
-
-    def _record(self, row: tuple[Any, ...]) -> JournalRecord:
-        position, call_id, status, codec, value, error = row
-        try:
-            py_value, py_error = self._codec.load(codec, position, call_id, value, error)
-        except JournalError as exc:
-            raise JournalError(f"{exc} (journal {self._path!r})") from exc.__cause__
-        return JournalRecord(position, call_id, status, py_value, py_error)
-
-    def complete(
-        self,
-        position: int,
-        call_id: str,
-        status: str,
-        value: object,
-        error: BaseException | None,
-    ) -> None:
-        check_outcome(status, error)
-        value_blob = self._codec.dump_value(position, call_id, value)
-        error_blob = self._codec.dump_error(error)
-        run, codec = self._run, self._codec.name
-
-        def body(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE taut_journal SET status = ?, value = ?, error = ?, codec = ? "
-                "WHERE run = ? AND position = ? AND call_id = ? AND status = ?",
-                (status, value_blob, error_blob, codec, run, position, call_id, PENDING),
-            )
-            if cur.rowcount == 1:
-                return
-            row = conn.execute(
-                "SELECT call_id, status FROM taut_journal WHERE run = ? AND position = ?",
-                (run, position),
-            ).fetchone()
-            if row is None or row[0] != call_id:
-                raise JournalError(
-                    f"position {position} of journal {self._path!r} is not reserved for "
-                    f"call {call_id!r}"
-                )
-            raise JournalError(
-                f"call {call_id!r} at position {position} already has outcome {row[1]!r}"
-            )
-
-        self._write("record an outcome", body)
-
-    def records(self) -> list[tuple[int, str, str]]:
-        """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""
-
-        def attempt() -> list[Any]:
-            return (
-                self._connection()
-                .execute(
-                    "SELECT position, call_id, status FROM taut_journal WHERE run = ? "
-                    "ORDER BY position",
-                    (self._run,),
-                )
-                .fetchall()
-            )
-
-        with self._lock:
-            rows = self._retry_busy("read journal", attempt)
-        return [(int(p), str(c), str(s)) for p, c, s in rows]
-
-    def clear(self) -> None:
-        """Delete every slot of this run and reset the cursor."""
-
-        def body(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM taut_journal WHERE run = ?", (self._run,))
-
-        with self._lock:
-            self._write("clear", body)
-            self._cursor = 0
+    def _insert_pending(self, conn: sqlite3.Connection, fresh: list[tuple[int, str]]) -> None:
+        conn.executemany(
+            "INSERT OR REPLACE INTO taut_journal (run, position, call_id, status) "
+            "VALUES (?, ?, ?, ?)",
+            [(self._run, pos, cid, PENDING) for pos, cid in fresh],
+        )

@@ -1,0 +1,331 @@
+"""``taut.Future``: a ``concurrent.futures.Future`` that owns nothing but
+itself until somebody needs more, and completes without a Condition when
+only ``result()`` waits on it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from _thread import allocate_lock
+from concurrent import futures as _cf
+from concurrent.futures import _base
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from taut._checks import OS_WAIT_SLICE, check_timeout
+from taut._notices import _deliver_notices
+
+if TYPE_CHECKING:
+    from taut._core import PoolCore
+
+_T = TypeVar("_T")
+
+_PENDING = _base.PENDING
+_RUNNING = _base.RUNNING
+_CANCELLED = _base.CANCELLED
+_CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
+_FINISHED = _base.FINISHED
+_DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
+_CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
+
+
+# How long result() spins (GIL released) for a short call before parking.
+_SPIN_MICROS = 50
+
+# Guards the lazy creation of a future's Condition and of its lists, and
+# the registration of result() waiters, against the lock-free state changes
+# below. Held only for a few attribute reads and writes.
+_state_lock = threading.Lock()
+
+
+def _release_all(gates: list[Any]) -> None:
+    """Wake the ``result()``/``exception()`` callers parked on these gates."""
+    for gate in gates:
+        gate.release()
+
+
+class Future(_cf.Future[_T]):
+    """A ``concurrent.futures.Future`` that is cheap to create and complete.
+
+    The standard future builds a ``threading.Condition`` for every call,
+    which costs as much as the rest of a submission. Ours creates it only
+    for ``wait()``/``as_completed()`` (and the base class's slow paths);
+    ``result()`` parks on a plain lock of its own instead, so the worker can
+    complete a waited-on future without running Python code. The private
+    fields ``_state``, ``_condition``, ``_waiters`` and ``_done_callbacks``
+    keep their meaning, so ``wait``, ``as_completed`` and
+    ``asyncio.wrap_future`` work unchanged.
+    """
+
+    _seq: int
+    _core: PoolCore | None
+    # The lists behind ``_waiters`` and ``_done_callbacks``, made on first
+    # use like the Condition: most futures never get a waiter or a callback,
+    # and every object a pending future owns is one more for the garbage
+    # collector to walk (a third of a no-op task's cost with 100k pending).
+    _waiter_list: list[Any] | None = None
+    _callbacks: list[Callable[[_cf.Future[_T]], object]] | None = None
+    # One held lock per thread parked in result()/exception(), released by
+    # whoever completes or cancels the future. A plain lock instead of the
+    # base class's Condition: the worker can then complete the future in
+    # Rust (no Python notify, no Condition built for every waited call).
+    _result_gates: list[Any] | None = None
+
+    def __init__(self) -> None:
+        # The base __init__ is skipped on purpose: it builds the Condition.
+        self._cond: threading.Condition | None = None
+        self._state = _PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._seq = 0
+        self._core = None
+
+    # The standard library's code (wait(), as_completed(), the base methods)
+    # uses these two lists only under the future's Condition, so making them
+    # on first read needs no other lock.
+    @property
+    def _waiters(self) -> list[Any]:
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, waiters: list[Any]) -> None:
+        self._waiter_list = waiters
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[_cf.Future[_T]], object]]:
+        callbacks = self._callbacks
+        if callbacks is None:
+            callbacks = self._callbacks = []
+        return callbacks
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, callbacks: list[Callable[[_cf.Future[_T]], object]]) -> None:
+        self._callbacks = callbacks
+
+    @property
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _state_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        # Settable like the stdlib's attribute, so that the typing protocol of
+        # as_completed() (a mutable _condition) accepts our futures.
+        self._cond = cond
+
+    def __repr__(self) -> str:
+        state = self._state
+        if state == _FINISHED:
+            if self._exception is not None:
+                what = f"raised {self._exception.__class__.__name__}"
+            else:
+                what = f"returned {self._result.__class__.__name__}"
+            return f"<{self.__class__.__name__} at {id(self):#x} state=finished {what}>"
+        return f"<{self.__class__.__name__} at {id(self):#x} state={state.lower()}>"
+
+    # Reading the state needs no lock: it only ever moves forward, and the
+    # result is stored before the state says FINISHED.
+    def done(self) -> bool:
+        return self._state in _DONE_STATES
+
+    def cancelled(self) -> bool:
+        return self._state in _CANCELLED_STATES
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def result(self, timeout: float | None = None) -> _T:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if self._state != _FINISHED and self._core is not None and timeout != 0:
+            # A short call is likely to finish within microseconds: wait for
+            # it without parking this thread (see PoolCore.spin_for_release).
+            self._core.spin_for_release(_SPIN_MICROS)
+        if self._state != _FINISHED:
+            self._wait_until_done(timeout)
+        state = self._state
+        if state == _FINISHED:
+            if self._exception is not None:
+                try:
+                    raise self._exception
+                finally:
+                    # Break the cycle frame -> exception -> traceback -> frame.
+                    self = None  # type: ignore[assignment]
+            return self._result  # type: ignore[return-value]  # FINISHED, no exception: a _T
+        if state in _CANCELLED_STATES:
+            raise _base.CancelledError()
+        raise _base.TimeoutError()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if self._state != _FINISHED:
+            self._wait_until_done(timeout)
+        state = self._state
+        if state == _FINISHED:
+            return self._exception
+        if state in _CANCELLED_STATES:
+            raise _base.CancelledError()
+        raise _base.TimeoutError()
+
+    def _wait_until_done(self, timeout: float | None) -> None:
+        """Park until the future is done or ``timeout`` (already through the
+        gate) has passed, on a gate of its own that the completer releases.
+        A long timeout is waited in OS-sized pieces: one lock wait takes far
+        less than ``MAX_TIMEOUT`` on some platforms."""
+        if timeout == 0:
+            return
+        gate = allocate_lock()
+        gate.acquire()
+        with _state_lock:
+            if self._state in _DONE_STATES:
+                return
+            gates = self._result_gates
+            if gates is None:
+                self._result_gates = [gate]
+            else:
+                gates.append(gate)
+        woken = False
+        try:
+            if timeout is None:
+                woken = gate.acquire()
+            else:
+                end = time.monotonic() + timeout
+                while not woken and (left := end - time.monotonic()) > 0:
+                    woken = gate.acquire(True, min(left, OS_WAIT_SLICE))
+        finally:
+            if not woken:
+                # Timed out or interrupted (Ctrl-C): take the gate back, so
+                # that polling with short timeouts leaves nothing behind.
+                with _state_lock:
+                    gates = self._result_gates
+                    if gates is not None and gate in gates:
+                        gates.remove(gate)
+
+    def _wake_waiting_results(self) -> None:
+        """After a change to a done state made under the Condition."""
+        with _state_lock:
+            gates = self._result_gates
+            if gates is not None:
+                self._result_gates = None
+        if gates:
+            _release_all(gates)
+
+    def cancel(self) -> bool:
+        if self._state in (_RUNNING, _FINISHED):  # states only move forward
+            return False
+        with _state_lock:
+            fast = self._cond is None
+            if fast:
+                state = self._state
+                if state in (_RUNNING, _FINISHED):
+                    return False
+                if state in _CANCELLED_STATES:
+                    return True
+                self._state = _CANCELLED
+                gates = self._result_gates
+                if gates is not None:
+                    self._result_gates = None
+        if fast:
+            if gates:
+                _release_all(gates)
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        elif super().cancel():
+            self._wake_waiting_results()
+        else:
+            return False
+        core = self._core
+        if core is not None and self._state == _CANCELLED:
+            removed = core.remove(self._seq)
+            if removed is not None:
+                # Out of the queue: no worker will ever see it, so tell the
+                # waiters of wait()/as_completed() here, and the calls
+                # behind it their new positions.
+                self.set_running_or_notify_cancel()
+                _deliver_notices(removed[0])
+        elif self._seq == -1 and self._state == _CANCELLED:
+            # Taken out of the queue by hand (_work_queue.get()): likewise.
+            self.set_running_or_notify_cancel()
+        return True
+
+    def add_done_callback(self, fn: Callable[[_cf.Future[_T]], object]) -> None:
+        # Without the Condition when nobody waits: asyncio.wrap_future (so
+        # every run_in_executor) registers a callback on each future.
+        with _state_lock:
+            fast = self._cond is None
+            if fast and self._state not in _DONE_STATES:
+                callbacks = self._callbacks
+                if callbacks is None:
+                    self._callbacks = [fn]
+                else:
+                    callbacks.append(fn)
+                return
+        if not fast:
+            super().add_done_callback(fn)
+            return
+        try:
+            fn(self)
+        except Exception:
+            _base.LOGGER.exception("exception calling callback for %r", self)
+
+    def set_running_or_notify_cancel(self) -> bool:
+        with _state_lock:
+            if self._cond is None:
+                state = self._state
+                if state == _PENDING:
+                    self._state = _RUNNING
+                    return True
+                if state == _CANCELLED:
+                    # No wait()/as_completed() waiter (they need the
+                    # Condition); result() waiters were woken by cancel().
+                    self._state = _CANCELLED_AND_NOTIFIED
+                    return False
+        return super().set_running_or_notify_cancel()
+
+    def set_result(self, result: _T) -> None:
+        if not self._finish_quietly("_result", result):
+            super().set_result(result)
+            self._wake_waiting_results()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if not self._finish_quietly("_exception", exception):
+            super().set_exception(exception)
+            self._wake_waiting_results()
+
+    def _finish_quietly(self, field: str, value: object) -> bool:
+        """Store the outcome in ``field`` and wake result() waiters and
+        callbacks, if nobody needs the Condition; False if the base class
+        must (a wait()/as_completed() waiter made it)."""
+        with _state_lock:
+            if self._cond is not None:
+                return False
+            if self._state in _DONE_STATES:
+                raise _base.InvalidStateError(f"{self._state}: {self!r}")
+            setattr(self, field, value)
+            self._state = _FINISHED
+            gates = self._result_gates
+            if gates is not None:
+                self._result_gates = None
+        if gates:
+            _release_all(gates)
+        if self._callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
+
+
+def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:
+    """The result, cancelling the future if waiting fails (timeout, Ctrl-C)."""
+    try:
+        return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
+    finally:
+        del future

@@ -1,0 +1,162 @@
+"""The worker loop, in Python: each call into Rust (a ``WorkerSlot``) only
+hands out the next step and returns before any user code runs. Also the
+exit hook that joins workers before the interpreter finalizes."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from concurrent.futures import _base
+from typing import TYPE_CHECKING, Any, Callable
+
+from taut._core import PoolCore, WorkerSlot
+from taut._future import _CANCELLED
+from taut._notices import _deliver_notices
+
+if TYPE_CHECKING:
+    from taut.executor import ThreadPoolExecutor
+
+
+# Every worker thread not yet finished, for the exit hook: thread -> its
+# pool and the event the thread sets as its very last step (abandon() sets
+# it too: nobody waits for an abandoned worker). We wait on that event
+# rather than Thread.join(): in CPython < 3.12 a join interrupted by Ctrl-C
+# marks a still-running thread as stopped, and a later join returns at once.
+_live_workers: dict[threading.Thread, tuple[PoolCore, threading.Event]] = {}
+_interpreter_exiting = False
+
+
+def _python_exit() -> None:
+    """At interpreter exit, like the standard library: queued work still
+    runs, then every (non-abandoned) worker is joined — before finalization,
+    so no worker meets a finalizing interpreter."""
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    items = list(_live_workers.values())
+    for core, _ in items:
+        core.shutdown()
+    for _, exited in items:
+        exited.wait()
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
+def _settle_on_its_loop(waiter: Any, error: BaseException | None) -> None:
+    """An ``executor.run`` call drained from the queue: its awaiting task
+    learns it will not run (cancelled, or ``error``), on its own loop (asyncio
+    futures are not thread-safe)."""
+
+    def settle() -> None:
+        if waiter.done():
+            return
+        if error is None:
+            waiter.cancel()
+        else:
+            waiter.set_exception(error)
+
+    try:
+        waiter.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass  # its loop is closed: nobody awaits it any more
+
+
+# The kinds of slow steps a WorkerSlot hands out (see _work).
+_STEP_START = 0
+_STEP_FINISH = 1
+_STEP_SKIP = 2
+
+
+def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
+    """The worker-loop steps that need Python: starting a call whose future
+    has waiters, notices or a cancellation; completing one that has
+    waiters or done callbacks; skipping an asyncio call whose awaiting task
+    was cancelled. Returns the next step."""
+    kind = step[0]
+    if kind == _STEP_SKIP:
+        return slot.skip()  # the call's objects go away with `step`, here
+    if kind == _STEP_FINISH:
+        _, future, ok, value = step
+        try:
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        except _base.InvalidStateError:
+            # Cancelled before a stray interrupt could fail it: that is
+            # its outcome; make sure wait()/as_completed() hear of it.
+            if future._state == _CANCELLED:
+                future.set_running_or_notify_cancel()
+        return slot.done(ok)
+    _, notices, call, tracker, start = step
+    _deliver_notices(notices)
+    if start is not None and not start():  # the future's set_running_or_notify_cancel
+        return slot.skip()
+    if tracker is not None:
+        tracker.start()
+    return call  # (future, fn, args, kwargs): run by _work like any other call
+
+
+def _work(slot: WorkerSlot) -> None:
+    """The worker loop. Each call into Rust returns before any user code
+    runs, so a call that outlives the interpreter (abandoned, still running
+    at exit) never has a Rust frame below it: CPython may end such a thread
+    with ``pthread_exit`` at finalization, and unwinding through a Rust
+    frame would abort the process."""
+    ok = slot.ok
+    step = slot.take()
+    while step is not None:
+        try:
+            while True:
+                if step.__class__ is tuple:
+                    # The future is held here, not used: its last reference
+                    # (and a result's __del__) then goes away in Python.
+                    _future, fn, args, kwargs = step
+                    step = ok(fn(*args) if kwargs is None else fn(*args, **kwargs))
+                elif step is False:
+                    # Idle: hold no references to the last call while parked.
+                    _future = fn = args = kwargs = None
+                    step = slot.park()
+                elif step is None:
+                    return
+                else:
+                    step = _slow_step(slot, step)
+        except BaseException as exc:
+            # The running call raised. So does an interrupt aimed at it that
+            # lands just before or after it in this loop: either way it is
+            # that call's outcome (fail() re-raises if no call is running).
+            step = slot.fail(exc)
+
+
+def _worker_main(
+    core: PoolCore,
+    slot: WorkerSlot,
+    exited: threading.Event,
+    initializer: Callable[..., object] | None,
+    initargs: tuple[Any, ...],
+    executor_ref: weakref.ReferenceType[ThreadPoolExecutor],
+) -> None:
+    try:
+        if initializer is not None:
+            try:
+                initializer(*initargs)
+            except BaseException:
+                _base.LOGGER.critical("Exception in initializer:", exc_info=True)
+                core.worker_gone()
+                executor = executor_ref()
+                if executor is not None:
+                    executor._initializer_failed()
+                return
+        try:
+            _work(slot)
+        except BaseException:
+            _base.LOGGER.critical("taut worker loop failed", exc_info=True)
+            executor = executor_ref()
+            if executor is not None:
+                executor._worker_died()
+    finally:
+        executor = executor_ref()
+        if executor is not None:
+            executor._forget_thread(threading.current_thread())
+        _live_workers.pop(threading.current_thread(), None)
+        exited.set()

@@ -1,0 +1,216 @@
+"""Running a batch: one shared step and two thin drivers.
+
+The sync and the async gather share one step (:func:`steps`): it fills free
+slots with calls, settles the calls that finished and, at the deadline,
+expires the rest; it yields whenever it must wait, and a thin driver for each
+world does the waiting (``concurrent.futures.wait`` in :func:`run_sync`,
+``asyncio.wait`` in :func:`run_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import time
+from collections import deque
+from collections.abc import Generator, Hashable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from taut.deadline import move_on_at
+from taut.gather.executors import in_worker_of
+from taut.gather.handles import Outcome
+from taut.gather.run import Entry, Run, timeout_error
+from taut.gather.tasks import Captured, Escaped, Task
+
+__all__ = ["run_async", "run_inline", "run_sync", "steps"]
+
+# A single wait never exceeds this many seconds: a huge remaining time must not
+# reach threading's OS wait (OverflowError: timestamp out of range for time_t).
+_WAIT_SLICE = 3600.0
+# How often a batch short of limiter slots asks again while calls are in flight.
+_SLOT_POLL = 0.02
+
+
+@dataclass
+class _Wait:
+    """What the shared step waits for next: any of ``pending``, at most ``timeout``."""
+
+    pending: list[Any]
+    timeout: float | None
+
+
+# What starts one call: the key the driver waits on, or None if it already ran.
+_Start = Callable[[Entry], Any]
+# What waits for the first of some futures to finish (or the timeout): the done ones.
+_WaitHere = Callable[[list[Any], Optional[float]], set[Any]]
+
+
+def _wait_for_futures(pending: list[Any], timeout: float | None) -> set[Any]:
+    return cf.wait(pending, timeout=timeout, return_when=cf.FIRST_COMPLETED)[0]
+
+
+def _past_deadline(run: Run) -> bool:
+    return run.deadline is not None and time.monotonic() >= run.deadline
+
+
+def steps(
+    run: Run, todo: list[Entry], start: _Start, wait: _WaitHere | None = None
+) -> Generator[_Wait, set[Any], None]:
+    """Fill free slots, wait, settle what finished; at the deadline fence
+    the batch and expire the rest. With ``wait`` this waits itself and
+    never yields (the sync driver); otherwise it yields what to wait for and
+    its driver sends back the done keys, or throws what interrupted it."""
+    queue = deque(todo)
+    in_flight: dict[Hashable, Entry] = {}
+    limit = run.max_parallel or len(todo)
+    slots = run.slots
+    try:
+        while queue or in_flight:
+            short_of_slots = False
+            while queue and len(in_flight) < limit and not _past_deadline(run):
+                e = queue[0]
+                if slots is not None and not slots.take(
+                    e.index, run.deadline, may_block=wait is not None and not in_flight
+                ):
+                    short_of_slots = True
+                    break
+                queue.popleft()
+                try:
+                    key = start(e)
+                except BaseException:
+                    if slots is not None:
+                        slots.release()
+                    queue.appendleft(e)  # aborted with the rest
+                    raise
+                if key is not None:
+                    in_flight[key] = e
+                    if slots is not None:
+                        slots.release_when_done(e.future if e.future is not None else key)
+                elif slots is not None:
+                    slots.release()  # it ran inline and is done
+            wait_for: float | None = None
+            if run.deadline is not None:
+                wait_for = run.deadline - time.monotonic()
+                if wait_for <= 0:
+                    break  # start nothing after the deadline
+                wait_for = min(wait_for, _WAIT_SLICE)
+            if short_of_slots:  # come back soon to ask the limiter again
+                wait_for = _SLOT_POLL if wait_for is None else min(wait_for, _SLOT_POLL)
+            if not in_flight:
+                if short_of_slots and wait is None:
+                    yield _Wait([], wait_for)  # the async driver sleeps
+                continue  # everything so far ran inline, or ask for a slot again
+            if wait is not None:
+                done = wait(list(in_flight), wait_for)
+            else:
+                done = yield _Wait(list(in_flight), wait_for)
+            for key in done:
+                run.settle(in_flight.pop(key))
+        else:
+            return
+        # Fence first: a worker that picks a queued call up from now on
+        # finds the fence and returns without running it.
+        run._raise_fences()
+        now = time.monotonic()
+        for e in in_flight.values():
+            run.expire(e, now)
+        for e in queue:
+            run.finish(e, Outcome(e.call_id, "not_started"))
+    except BaseException:
+        run.abort([*in_flight.values(), *queue])
+        raise
+
+
+def run_inline(run: Run, e: Entry, task: Task) -> Outcome:
+    """Run one call on this thread. Nothing else can watch the deadline
+    meanwhile, so a call still running at the deadline becomes a timeout
+    when it returns, as it would on a pool; with ``interrupt=True`` a
+    deadline scope stops it on time."""
+    captured: Captured | None = None
+    if run.interrupt and run.deadline is not None:
+        with move_on_at(run.deadline, f"call {e.call_id!r} (gather deadline)", interrupt=True):
+            captured = task.run()
+    else:
+        captured = task.run()
+    if isinstance(captured, Escaped):
+        raise captured.error  # never cached
+    deadline = run.deadline
+    started = task.started_at
+    if deadline is not None and started is not None:
+        finished = task.finished_at
+        if captured is None or finished is None or finished > deadline:
+            elapsed = max(0.0, deadline - started)
+            error = timeout_error(e.call_id, run.timeout, elapsed)
+            return Outcome(e.call_id, "timeout", None, error, True, elapsed)
+    return run.outcome_from(e, captured, None)
+
+
+def _start_sync_call(run: Run, e: Entry, task: Task, inline: bool) -> cf.Future[Any] | None:
+    """Hand a sync call to the executor (its future), or run it ``inline`` on
+    this thread and settle it (None)."""
+    if inline:
+        run.finish(e, run_inline(run, e, task))
+        return None
+    e.future = run.submit(run.executor, task)
+    return e.future
+
+
+def run_sync(run: Run) -> list[Outcome]:
+    """Run the batch on this thread, waiting with ``concurrent.futures.wait``."""
+    todo = run.begin()
+    if todo:
+        inline = in_worker_of(run.executor)
+
+        def start(e: Entry) -> cf.Future[Any] | None:
+            return _start_sync_call(run, e, run.new_task(e), inline)
+
+        try:
+            next(steps(run, todo, start, _wait_for_futures), None)
+        finally:
+            if run.batch.dask is not None:
+                run.batch.dask.cleanup()
+    return run.results()
+
+
+async def run_async(run: Run) -> list[Outcome]:
+    """Run the batch on the running loop, waiting with ``asyncio.wait``."""
+    todo = run.begin()
+    if todo:
+        loop = asyncio.get_running_loop()
+        inline_sync = in_worker_of(run.executor)
+
+        def start(e: Entry) -> asyncio.Future[Any] | None:
+            task = run.new_task(e)
+            if e.handle._is_coroutine:
+                e.afuture = loop.create_task(task.arun())
+                return e.afuture
+            future = _start_sync_call(run, e, task, inline_sync)
+            if future is not None:
+                e.afuture = asyncio.wrap_future(future)
+            return e.afuture
+
+        stepper = steps(run, todo, start)
+        try:
+            wait = next(stepper)
+            while True:
+                try:
+                    if not wait.pending:  # waiting for a limiter slot
+                        await asyncio.sleep(wait.timeout or 0)
+                        done: set[Any] = set()
+                    else:
+                        done, _ = await asyncio.wait(
+                            wait.pending,
+                            timeout=wait.timeout,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                except BaseException as exc:  # cancelled: the step aborts the batch
+                    wait = stepper.throw(exc)
+                else:
+                    wait = stepper.send(done)
+        except StopIteration:
+            pass
+        finally:
+            if run.batch.dask is not None:
+                run.batch.dask.cleanup()
+    return run.results()

@@ -1,0 +1,76 @@
+"""What a batch checks before anything runs: every handle is a taut handle,
+appears once, belongs to this scheduler and process, holds no handle among
+its arguments, and is not part of the gather this call runs in."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from taut.gather.handles import Call, GatherRejected, default_id, nested_argument
+from taut.gather.tasks import enclosing_frames
+from taut.journal import Journal
+
+if TYPE_CHECKING:
+    from taut.gather import Scheduler
+
+__all__ = ["check_handles"]
+
+
+def check_handles(
+    handles: list[Any], scheduler: Scheduler, journal: Journal | None, what: str
+) -> None:
+    """Raise TypeError or GatherRejected for the first handle a batch must
+    refuse; ``what`` names the batch ("gather", "await", "tool batch")."""
+    seen: dict[int, int] = {}
+    ids: dict[str, int] = {}
+    pid = os.getpid()
+    enclosing = enclosing_frames()
+    enclosing_handles = {id(f.handle) for f in enclosing}
+    for i, h in enumerate(handles):
+        where = f"handles[{i}]"
+        if not isinstance(h, Call):
+            raise TypeError(
+                f"{where} is not a taut call handle, got {h!r} ({type(h).__name__}); "
+                "make one with taut.call(fn, *args)"
+            )
+        name = h._call_id or default_id(h._fn)
+        if id(h) in seen:
+            raise GatherRejected(
+                f"{where} ({name}) is the same handle as handles[{seen[id(h)]}]; "
+                "each handle may appear once in a gather"
+            )
+        seen[id(h)] = i
+        if h._explicit_id and h._call_id is not None:
+            if h._call_id in ids:
+                raise GatherRejected(
+                    f"{where} has call_id {h._call_id!r}, already used by "
+                    f"handles[{ids[h._call_id]}]; call ids must be unique in a gather"
+                )
+            ids[h._call_id] = i
+        if h._pid != pid:
+            raise GatherRejected(
+                f"{where} ({name}) is foreign: it was made in process {h._pid}, "
+                f"this is process {pid}"
+            )
+        if h._scheduler is not scheduler:
+            raise GatherRejected(
+                f"{where} ({name}) is foreign: it was made by {h._scheduler!r}, "
+                f"not by {scheduler!r} that runs this {what}"
+            )
+        nested = nested_argument(h._args, h._kwargs)
+        if nested is not None:
+            raise GatherRejected(
+                f"{where} ({name}) is nested: its {nested} holds a taut handle; "
+                "gather the inner handle first and pass its value"
+            )
+        if id(h) in enclosing_handles or any(id(h) in f.batch.handles for f in enclosing):
+            raise GatherRejected(
+                f"{where} ({name}) belongs to the gather this call is running in; "
+                "a call cannot gather or await handles of its own batch"
+            )
+    if journal is not None and any(f.batch.journal is journal for f in enclosing):
+        raise GatherRejected(
+            "journal is the journal of the enclosing gather; a nested gather needs "
+            "its own journal (its slots would interleave with the outer batch's)"
+        )

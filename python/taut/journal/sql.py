@@ -1,0 +1,316 @@
+"""What every SQL journal shares: the lease fence, reservations, outcome rows.
+
+:class:`SqlJournal` implements the journal contract over two tables,
+``taut_journal`` (one row per slot) and ``taut_runs`` (one row per run: its
+lease), for any database. A backend (:mod:`taut.journal.sqlite`,
+:mod:`taut.journal.postgres`) brings only what really differs: its SQL
+dialect (the statements below, and how a lease is taken and extended against
+the database's clock) and its connection handling (connecting, transactions,
+retries, fork).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Callable, ClassVar, TypeVar
+
+from taut._core import MAX_TIMEOUT, clamp_timeout
+from taut.journal import lease as _leases
+from taut.journal.base import (
+    PENDING,
+    JournalRecord,
+    Reservation,
+    check_ids,
+    check_outcome,
+    check_run,
+    plan_reserve,
+)
+from taut.journal.codec import Codec, check_codec
+from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
+from taut.journal.lease import Lease, check_lease_seconds
+
+__all__ = ["SqlJournal", "tables"]
+
+T = TypeVar("T")
+
+
+def tables(
+    *, text: str, integer: str, blob: str, instant: str, options: str = ""
+) -> tuple[str, str]:
+    """The two tables every SQL journal keeps, in a dialect's column types:
+    ``taut_journal``, one row per slot (``value`` and ``error`` as the codec
+    wrote them, ``codec`` naming it), and ``taut_runs``, one row per run
+    holding its lease. ``instant`` is the type of a lease's expiry."""
+    return (
+        f"""
+        CREATE TABLE IF NOT EXISTS taut_journal (
+            run      {text} NOT NULL,
+            position {integer} NOT NULL,
+            call_id  {text} NOT NULL,
+            status   {text} NOT NULL,
+            value    {blob},
+            error    {blob},
+            codec    {text},
+            PRIMARY KEY (run, position)
+        ) {options}
+        """,
+        f"""
+        CREATE TABLE IF NOT EXISTS taut_runs (
+            run        {text} PRIMARY KEY,
+            owner      {text},
+            token      {integer} NOT NULL,
+            expires_at {instant} NOT NULL
+        ) {options}
+        """,
+    )
+
+
+class SqlJournal:
+    """The journal contract over SQL tables; a backend subclasses it.
+
+    The SQL of the backend's dialect, in its placeholder style: positional
+    parameters in the order named, named ones (``_SET_OUTCOME``) from the
+    outcome mapping built by :meth:`complete`.
+    """
+
+    _SELECT_SLOTS: ClassVar[str]  # run, first, end -> position, call_id, status, codec, ...
+    _TRUNCATE: ClassVar[str]  # run, position: delete the slots from there on
+    _SET_OUTCOME: ClassVar[str]  # named: fill a pending slot (the outcome mapping)
+    _SELECT_SLOT: ClassVar[str]  # run, position -> call_id, status
+    _SELECT_RECORDS: ClassVar[str]  # run -> position, call_id, status of every slot
+    _DELETE_RUN: ClassVar[str]  # run: delete every slot
+    _RELEASE: ClassVar[str]  # named (lease params): clear the owner if the token is ours
+
+    _where: str  # "journal '/path'": names the journal in every error
+
+    def __init__(self, *, run: object, timeout: float | None, lease: float, codec: str) -> None:
+        self._run = check_run(run)
+        clamped = clamp_timeout(timeout, name="timeout")
+        self._timeout = MAX_TIMEOUT if clamped is None else clamped
+        self._lease = Lease(check_lease_seconds(lease))
+        self._codec = Codec(check_codec(codec))
+        self._cursor = 0
+        # Re-entrant so reserve() can hold it across the transaction and the cursor
+        # update: two threads reserving at once must get different positions.
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._closed = False
+        self._conn: Any = None
+
+    @property
+    def run(self) -> str:
+        return self._run
+
+    @property
+    def cursor(self) -> int:
+        """The position the next :meth:`reserve` starts at (0 for a new object)."""
+        return self._cursor
+
+    # -- what a backend provides -----------------------------------------
+    def _connect(self) -> Any:
+        """Open the connection (creating the tables when missing) and keep it."""
+        raise NotImplementedError
+
+    def _transaction(self, action: str, body: Callable[[Any], T]) -> T:
+        """Run ``body(conn)`` in one transaction that first checks (or takes)
+        this runner's lease (:meth:`_fence`); database errors become
+        ``JournalError("cannot {action} in {where}: ...")``."""
+        raise NotImplementedError
+
+    def _unfenced(self, action: str, body: Callable[[Any], T]) -> T:
+        """Run ``body(conn)`` without the lease check; database errors become
+        ``JournalError("cannot {action} {where}: ...")``."""
+        raise NotImplementedError
+
+    def _extend_lease(self, conn: Any) -> bool:
+        """Push the run's expiry ahead if it still carries this runner's token."""
+        raise NotImplementedError
+
+    def _take_lease(self, conn: Any) -> int:
+        """Take the run's lease (:meth:`_refuse_if_held` first): the new token."""
+        raise NotImplementedError
+
+    def _insert_pending(self, conn: Any, fresh: list[tuple[int, str]]) -> None:
+        """Write pending slots ``(position, call_id)``, replacing what is there."""
+        raise NotImplementedError
+
+    def _write_at_once(self, outcome: dict[str, Any]) -> bool:
+        """A backend's fast path for an outcome while the lease is held: True
+        when it wrote it; False sends it through :meth:`_transaction`."""
+        return False
+
+    def _is_gone(self, conn: Any) -> bool:
+        """Whether a kept connection can no longer be used (reconnect)."""
+        return False
+
+    # -- connection ------------------------------------------------------
+    def _connection(self) -> Any:
+        # Called with self._lock held. A connection inherited through fork must not
+        # be used by the child, so the child opens its own.
+        if self._closed:
+            raise JournalError(f"{self._where} is closed")
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._conn = None
+        if self._conn is None or self._is_gone(self._conn):
+            return self._connect()
+        return self._conn
+
+    def close(self) -> None:
+        """Release the run's lease and the connection; later writes raise."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._release_lease()
+            except JournalError:
+                pass  # the lease runs out by itself
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+            self._closed = True
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- lease -----------------------------------------------------------
+    def _fence(self, conn: Any) -> None:
+        """Inside a write transaction: take the lease, or prove we still hold it."""
+        lease = self._lease
+        if lease.lost is not None:
+            raise JournalError(lease.lost)
+        if lease.token is not None:
+            if not self._extend_lease(conn):
+                lease.lost = stale_message(self._run, self._where, lease)
+                raise JournalError(lease.lost)
+            return
+        lease.token = self._take_lease(conn)
+        lease.held()
+        _leases.keep_renewing(self)
+
+    def _refuse_if_held(self, owner: str | None, expires_in: float) -> None:
+        """Raise JournalBusy while another live runner holds the run. A holder
+        that died on this host need not be waited out."""
+        if (
+            owner is not None
+            and owner != self._lease.owner
+            and expires_in > 0
+            and not _leases.holder_died_here(owner)
+        ):
+            raise JournalBusy(busy_message(self._run, self._where, owner, expires_in))
+
+    def _lease_kept(self, body: Callable[[], T]) -> T:
+        """``body()`` (a fenced transaction): only a committed write extended
+        the lease; a lease taken by a transaction that failed was never held."""
+        had_lease = self._lease.token is not None
+        try:
+            result = body()
+        except BaseException:
+            if not had_lease:
+                self._lease.token = None  # the lease taken here was rolled back
+            raise
+        self._lease.held()
+        return result
+
+    def _lease_params(self) -> dict[str, Any]:
+        lease = self._lease
+        return dict(lease=lease.seconds, owner=lease.owner, run=self._run, token=lease.token)
+
+    def _renew_lease(self) -> None:
+        with self._lock:
+            if self._closed or self._lease.token is None or self._lease.lost is not None:
+                return
+            self._transaction("renew the lease", lambda conn: None)  # _fence renews
+
+    def _release_lease(self) -> None:
+        _leases.stop_renewing(self)
+        lease = self._lease
+        with self._lock:
+            if lease.token is None or lease.lost is not None or lease.pid != os.getpid():
+                return
+            self._unfenced(
+                "release the lease in",
+                lambda conn: conn.execute(self._RELEASE, self._lease_params()),
+            )
+            lease.lost = f"{self._where}: the lease was released"
+
+    # -- the contract ----------------------------------------------------
+    def reserve(self, call_ids: Sequence[str]) -> Reservation:
+        ids = check_ids(call_ids)
+        run = self._run
+
+        def body(conn: Any) -> Reservation:
+            rows = conn.execute(self._SELECT_SLOTS, (run, start, start + len(ids))).fetchall()
+            plan = plan_reserve(start, ids, {row[0]: row for row in rows})
+            if plan.truncate_from is not None:
+                conn.execute(self._TRUNCATE, (run, plan.truncate_from))
+            if plan.fresh:
+                self._insert_pending(conn, plan.fresh)
+            return Reservation(start, (None if r is None else self._record(r) for r in plan.replay))
+
+        # The lock spans reading the cursor, the transaction and advancing the
+        # cursor: that is what makes the returned slots this caller's own.
+        with self._lock:
+            start = self._cursor
+            out = self._transaction("reserve slots", body)
+            self._cursor = start + len(ids)  # only once the transaction committed
+            return out
+
+    def _record(self, row: tuple[Any, ...]) -> JournalRecord:
+        position, call_id, status, codec, value, error = row
+        try:
+            py_value, py_error = self._codec.load(codec, int(position), call_id, value, error)
+        except JournalError as exc:
+            raise JournalError(f"{exc} ({self._where})") from exc.__cause__
+        return JournalRecord(int(position), call_id, status, py_value, py_error)
+
+    def complete(
+        self, position: int, call_id: str, status: str, value: object, error: BaseException | None
+    ) -> None:
+        check_outcome(status, error)
+        run = self._run
+        outcome = {
+            "status": status,
+            "codec": self._codec.name,
+            "value": self._codec.dump_value(position, call_id, value),
+            "error": self._codec.dump_error(error),
+            "run": run,
+            "position": position,
+            "call_id": call_id,
+            "pending": PENDING,
+        }
+        if self._write_at_once(outcome):
+            return
+
+        def body(conn: Any) -> None:
+            if conn.execute(self._SET_OUTCOME, outcome).rowcount == 1:
+                return
+            # Not written: find out why, in the same transaction.
+            row = conn.execute(self._SELECT_SLOT, (run, position)).fetchone()
+            if row is None or row[0] != call_id:
+                raise JournalError(
+                    f"position {position} of {self._where} is not reserved for call {call_id!r}"
+                )
+            raise JournalError(
+                f"call {call_id!r} at position {position} already has outcome {row[1]!r}"
+            )
+
+        self._transaction("record an outcome", body)
+
+    def records(self) -> list[tuple[int, str, str]]:
+        """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""
+        rows = self._unfenced(
+            "read", lambda conn: list(conn.execute(self._SELECT_RECORDS, (self._run,)).fetchall())
+        )
+        return [(int(p), str(c), str(s)) for p, c, s in rows]
+
+    def clear(self) -> None:
+        """Delete every slot of this run and reset the cursor."""
+        with self._lock:
+            self._transaction("clear", lambda conn: conn.execute(self._DELETE_RUN, (self._run,)))
+            self._cursor = 0

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering as AO};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
@@ -345,7 +345,31 @@ fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pymethods]
 impl Deadline {
     #[new]
-    fn new(at: f64) -> PyResult<Self> {
+    fn new(at: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let at = match at.extract::<f64>() {
+            Ok(at) => at,
+            // An int beyond the float range: a moment that never comes (or
+            // long gone), not an OverflowError from the conversion.
+            Err(err) if err.is_instance_of::<PyOverflowError>(at.py()) => {
+                if at.gt(0)? {
+                    f64::INFINITY
+                } else {
+                    f64::NEG_INFINITY
+                }
+            }
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "at must be a time.monotonic() value in seconds, got {} ({})",
+                    at.repr()
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|_| "?".into()),
+                    at.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|_| "?".into()),
+                )))
+            }
+        };
         Self::arm(at)
     }
 

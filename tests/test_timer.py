@@ -78,6 +78,19 @@ def test_past_deadline_fires_at_once() -> None:
     assert Deadline(-1e300).wait(LONG)
 
 
+def test_ints_beyond_the_float_range_are_never_and_long_ago() -> None:
+    # Not an OverflowError from the float conversion.
+    never = Deadline(10**400)
+    assert not never.wait(0.01)
+    assert never.cancel()
+    assert Deadline(-(10**400)).wait(LONG)
+
+
+def test_a_non_number_names_the_parameter() -> None:
+    with pytest.raises(TypeError, match=r"at must be a time.monotonic\(\) .* got 'x' \(str\)"):
+        Deadline("x")  # type: ignore[arg-type]
+
+
 def test_extreme_values_are_accepted() -> None:
     d = Deadline(1e300)
     assert not d.wait(0.01)

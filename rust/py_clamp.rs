@@ -122,6 +122,14 @@ fn to_secs(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<f64>> {
 }
 
 fn to_secs_inner(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    // The common cases first, before the type-name lookups below: an exact
+    // float or int is never a bool, a string or a numpy type.
+    if let Ok(f) = value.cast_exact::<PyFloat>() {
+        return Ok(f.value());
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        return from_exact_int(name, value, value);
+    }
     let py = value.py();
     // bool is an int subclass, so it must be refused before the int path.
     if value.is_instance_of::<PyBool>() || is_numpy(value, &["bool_", "bool", "datetime64"]) {

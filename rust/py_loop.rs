@@ -1,35 +1,101 @@
-//! Completions delivered to an asyncio event loop through one descriptor.
+//! One asyncio event loop's wake-up channel: finished calls and expired
+//! deadlines delivered to the loop through one descriptor.
 //!
 //! The standard way for a worker thread to finish an awaited call is
 //! `loop.call_soon_threadsafe`, once per call: a lock, a callback object and
 //! a write to the loop's self-pipe each time, all Python run by the worker.
 //! Here a worker pushes `(target, ok, value)` onto the loop's channel (no
 //! Python code) and writes one byte only when the loop is not already due
-//! to drain; the loop's reader callback (`taut._asyncio`) then settles every
-//! finished call in one pass.
+//! to drain; the loop's reader callback then settles every finished call in
+//! one pass.
+//!
+//! Deadlines use the same channel: [`LoopChannel::arm`] arms a deadline
+//! whose expiry pushes `(target, None, None)` from the timer thread,
+//! without the GIL. A deadline that never fires costs its arm and its
+//! cancel, nothing on the loop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
 use crate::gil;
-use crate::py_timer::{fd_kind, write_byte, FdKind};
+use crate::py_timer::{
+    add_or_run_inline, drop_on_callback_thread, fd_kind, write_byte, Deadline, FdKind,
+};
+use crate::timer::Entry;
 
-/// One finished call (or, with `ok` None, a "there is room now" notice
-/// whose target is a callable).
+/// One finished call (or, with `ok` None, a "there is room now" notice or
+/// an expired deadline's target).
 type Completion = (Py<PyAny>, Option<bool>, Py<PyAny>);
 
-/// One event loop's channel. Python owns the reading end of the socket pair;
-/// the channel owns the writing end and closes it when it is dropped, so a
-/// worker never writes to a descriptor number that was reused.
-#[pyclass(frozen, module = "taut._core")]
-pub struct LoopChannel {
-    inbox: Mutex<Vec<Completion>>,
+/// What the Python object and every deadline armed through it share. The
+/// descriptor is closed when the last of them lets go, so the timer thread
+/// never writes to a descriptor number that was closed and reused.
+struct Shared {
+    /// The completions, and whether the Python object is gone (nobody will
+    /// take them any more).
+    inbox: Mutex<(Vec<Completion>, bool)>,
     /// A wake-up byte is on its way: later pushes need not write another.
     armed: AtomicBool,
     fd: i32,
     kind: FdKind,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, (Vec<Completion>, bool)> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue a completion and wake the loop if it is not already woken.
+    /// Runs no Python code and needs no GIL (references are only moved).
+    fn push(&self, completion: Completion) {
+        if self.enqueue(completion) {
+            self.wake();
+        }
+    }
+
+    /// Queue a completion; true when the caller must `wake` the loop (it
+    /// is not already due to drain).
+    fn enqueue(&self, completion: Completion) -> bool {
+        let mut inbox = self.lock();
+        if inbox.1 {
+            // The loop's end is gone: these references are dropped where
+            // the GIL can be taken (never on the timer thread).
+            drop(inbox);
+            let (target, _, value) = completion;
+            drop_on_callback_thread(target);
+            drop_on_callback_thread(value);
+            return false;
+        }
+        inbox.0.push(completion);
+        drop(inbox);
+        !self.armed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Write the wake-up byte.
+    fn wake(&self) {
+        #[cfg(unix)]
+        write_byte(self.fd, self.kind);
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: the channel owns this descriptor (see `LoopChannel::new`)
+        // and this is the last reference to it.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// One event loop's channel. Python owns the reading end of the socket pair;
+/// the channel owns the writing end.
+#[pyclass(frozen, module = "taut._core")]
+pub struct LoopChannel {
+    shared: Arc<Shared>,
 }
 
 impl LoopChannel {
@@ -40,19 +106,19 @@ impl LoopChannel {
     /// it, finds the GIL free instead of waking a second time for it once
     /// this thread lets go.
     pub(crate) fn push(&self, py: Python<'_>, completion: Completion) {
-        self.inbox
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(completion);
-        if !self.armed.swap(true, Ordering::AcqRel) {
-            #[cfg(unix)]
-            {
-                let (fd, kind) = (self.fd, self.kind);
-                gil::detach(py, move || write_byte(fd, kind));
-            }
-            #[cfg(not(unix))]
-            let _ = py;
+        if self.shared.enqueue(completion) {
+            let shared = Arc::clone(&self.shared);
+            gil::detach(py, move || shared.wake());
         }
+    }
+
+    /// At `entry`'s expiry, push `target` (or push it now if it already
+    /// fired). Called with the GIL held.
+    fn attach(&self, py: Python<'_>, entry: &Entry, target: Py<PyAny>) {
+        let shared = Arc::clone(&self.shared);
+        let completion: Completion = (target, None, py.None());
+        // Cancelled first: the action is dropped by `cancel()`, GIL held.
+        add_or_run_inline(entry, Box::new(move || shared.push(completion)));
     }
 }
 
@@ -64,19 +130,37 @@ impl LoopChannel {
     fn new(fd: i32) -> PyResult<Self> {
         let kind = fd_kind(fd)?;
         Ok(LoopChannel {
-            inbox: Mutex::new(Vec::new()),
-            armed: AtomicBool::new(false),
-            fd,
-            kind,
+            shared: Arc::new(Shared {
+                inbox: Mutex::new((Vec::new(), false)),
+                armed: AtomicBool::new(false),
+                fd,
+                kind,
+            }),
         })
     }
 
     /// Everything pushed so far, oldest first. Read the wake-up bytes
     /// before calling this: a push after it writes a fresh byte.
     fn take(&self) -> Vec<Completion> {
-        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        self.armed.store(false, Ordering::Release);
-        std::mem::take(&mut *inbox)
+        let mut inbox = self.shared.lock();
+        self.shared.armed.store(false, Ordering::Release);
+        std::mem::take(&mut inbox.0)
+    }
+
+    /// Arm a deadline at `at` (absolute `time.monotonic()` seconds) that
+    /// pushes `(target, None, None)` onto this channel at expiry, from the
+    /// timer thread; what the loop does with `target` is its reader's
+    /// business. One call instead of arming and then attaching.
+    fn arm(&self, py: Python<'_>, at: f64, target: Py<PyAny>) -> PyResult<Deadline> {
+        let deadline = Deadline::arm(at)?;
+        self.attach(py, deadline.entry(), target);
+        Ok(deadline)
+    }
+
+    /// Push `(target, None, None)` onto this channel when `deadline`
+    /// expires (at once if it already has); never if it is cancelled first.
+    fn watch(&self, py: Python<'_>, deadline: &Bound<'_, Deadline>, target: Py<PyAny>) {
+        self.attach(py, deadline.get().entry(), target);
     }
 
     /// `take` for the loop's reader callback: first empty the reading end
@@ -111,16 +195,20 @@ impl LoopChannel {
 
     /// How many completions wait to be taken.
     fn __len__(&self) -> usize {
-        self.inbox.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.shared.lock().0.len()
     }
 }
 
 impl Drop for LoopChannel {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        // SAFETY: the channel owns this descriptor (see `new`).
-        unsafe {
-            libc::close(self.fd);
-        }
+        // Dropped with the GIL held (the Python object's deallocation): what
+        // is still queued is dropped here, and later pushes from deadlines
+        // armed through this channel go to the callback thread instead.
+        let left = {
+            let mut inbox = self.shared.lock();
+            inbox.1 = true;
+            std::mem::take(&mut inbox.0)
+        };
+        drop(left);
     }
 }

@@ -32,6 +32,9 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
 enum Job {
     Call(Py<PyAny>),
+    /// A reference the timer thread must let go of but cannot drop without
+    /// the GIL: the callback thread drops it.
+    Drop(Py<PyAny>),
     Interrupt {
         entry: Arc<Entry>,
         thread_id: u64,
@@ -155,6 +158,7 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
     loop {
         match gil::detach(py, || q.pop())? {
             Job::Call(callable) => return Some(callable),
+            Job::Drop(object) => drop(object),
             Job::Interrupt {
                 entry,
                 thread_id,
@@ -192,6 +196,42 @@ impl Deadline {
     pub(crate) fn entry(&self) -> &Arc<Entry> {
         &self.entry
     }
+
+    /// After a `cancel()` that found the deadline fired: an interrupt may
+    /// have been set for this thread but not yet raised (it lands at the
+    /// next bytecode boundary). The owner is leaving its scope: discard it
+    /// so it cannot hit unrelated code. Called with the GIL held.
+    fn undo_delivery(&self) {
+        if self.entry.was_delivered() {
+            // SAFETY: GIL held (called from Python methods); NULL clears.
+            unsafe {
+                ffi::PyThreadState_SetAsyncExc(
+                    ffi::PyThread_get_thread_ident() as _,
+                    ptr::null_mut(),
+                );
+            }
+        }
+    }
+
+    /// Arm a deadline at `at` (absolute `time.monotonic()` seconds).
+    pub(crate) fn arm(at: f64) -> PyResult<Self> {
+        if at.is_nan() {
+            return Err(PyValueError::new_err(
+                "at must be a time.monotonic() value in seconds, got nan (float)",
+            ));
+        }
+        Ok(Deadline {
+            entry: timer::arm_ns(timer::secs_to_ns(at)),
+            at,
+        })
+    }
+}
+
+/// Hand `object` to the callback thread to be dropped there with the GIL
+/// (for the timer thread, which must neither take the GIL nor drop a
+/// Python reference without it).
+pub(crate) fn drop_on_callback_thread(object: Py<PyAny>) {
+    queue().push(Job::Drop(object));
 }
 
 /// Queue `action` for expiry; if the deadline already fired, run it now while
@@ -201,7 +241,7 @@ impl Deadline {
 /// exception only once this thread next yields the GIL (switch interval or a
 /// blocking call), so it lands in the caller's block rather than in the
 /// registering `__enter__`.
-fn add_or_run_inline(entry: &Entry, action: Action) {
+pub(crate) fn add_or_run_inline(entry: &Entry, action: Action) {
     if let Err(action) = entry.try_add_action(action) {
         if entry.is_expired() {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
@@ -330,15 +370,7 @@ impl Deadline {
                 )))
             }
         };
-        if at.is_nan() {
-            return Err(PyValueError::new_err(
-                "at must be a time.monotonic() value in seconds, got nan (float)",
-            ));
-        }
-        Ok(Deadline {
-            entry: timer::arm_ns(timer::secs_to_ns(at)),
-            at,
-        })
+        Self::arm(at)
     }
 
     #[getter]
@@ -365,19 +397,22 @@ impl Deadline {
 
     fn cancel(&self) -> bool {
         let was_pending = self.entry.cancel();
-        if !was_pending && self.entry.was_delivered() {
-            // An interrupt may have been set for this thread but not yet
-            // raised (it lands at the next bytecode boundary). The owner is
-            // leaving its scope: discard it so it cannot hit unrelated code.
-            // SAFETY: GIL held (this is a Python method); NULL clears.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    ffi::PyThread_get_thread_ident() as _,
-                    ptr::null_mut(),
-                );
-            }
+        if !was_pending {
+            self.undo_delivery();
         }
         was_pending
+    }
+
+    /// `cancel()`, and whether the owner left in time: True if the deadline
+    /// had not fired and the clock still reads before `at`.
+    fn cancel_in_time(&self) -> bool {
+        // Only a deadline that had not fired (so nothing was delivered) can
+        // be in time: the undoing in `cancel` is never needed here.
+        if !self.entry.cancel() {
+            self.undo_delivery();
+            return false;
+        }
+        monotonic() < self.at
     }
 
     #[pyo3(signature = (timeout = None))]

@@ -351,6 +351,18 @@ fn run_list(mut head: *mut Node, fire: bool) {
     if head.is_null() {
         return;
     }
+    if !fire {
+        // Dropped, not run: their order does not matter (no Vec needed).
+        while !head.is_null() {
+            // SAFETY: as below, settle() gave this thread the whole list.
+            let node = unsafe { Box::from_raw(head) };
+            head = node.next;
+            if let Item::Waiter(thread) = node.item {
+                thread.unpark();
+            }
+        }
+        return;
+    }
     let mut items = Vec::new();
     while !head.is_null() {
         // SAFETY: every node came from Box::into_raw, and settle() gave this
@@ -362,8 +374,7 @@ fn run_list(mut head: *mut Node, fire: bool) {
     // The stack is LIFO: reverse so actions run in registration order.
     for item in items.into_iter().rev() {
         match item {
-            Item::Action(action) if fire => run_guarded(action),
-            Item::Action(action) => drop(action),
+            Item::Action(action) => run_guarded(action),
             Item::Waiter(thread) => thread.unpark(),
         }
     }

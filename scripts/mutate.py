@@ -52,7 +52,8 @@ class Mutation:
 
 EXECUTOR = "python/taut/executor.py"
 GATHER = "python/taut/gather/run.py"
-DEADLINE = "python/taut/deadline.py"
+SCOPE = "python/taut/deadline/_scope.py"
+SCOPE_CONTEXT = "python/taut/deadline/_context.py"
 CLI = "python/taut/cli.py"
 BENCH = "python/taut/_bench/__init__.py"
 WAKEUPS = "tests/test_executor_wakeups.py"
@@ -136,24 +137,23 @@ MUTATIONS = [
     ),
     Mutation(
         "scope-ignores-outer-deadline",
-        DEADLINE,
-        "effective = at if outer is None else min(at, outer)",
-        "effective = at",
+        SCOPE,
+        "self._effective = at if outer is None else outer if at is None else min(at, outer)",
+        "self._effective = at",
         ("tests/test_scopes.py",),
     ),
     Mutation(
         "scope-expiry-only-from-the-timer",
-        DEADLINE,
-        "expired = fired or (not self._real and self._at is not None "
-        "and self._clock() >= self._at)",
+        SCOPE,
+        "expired = fired or (self._at is not None and self._clock() >= self._at)",
         "expired = fired",
         ("tests/test_scopes.py",),
     ),
     Mutation(
         "remaining-goes-negative",
-        DEADLINE,
-        "    return max(0.0, at - _clock())",
-        "    return at - _clock()",
+        SCOPE_CONTEXT,
+        "    return max(0.0, at - _clock.now())",
+        "    return at - _clock.now()",
         ("tests/test_scopes.py",),
     ),
     Mutation(

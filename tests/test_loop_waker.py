@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
+import weakref
 
 import pytest
 from _waiting import wait_until
 
 import taut
-from taut._core import Deadline, monotonic
+from taut._core import Deadline, LoopChannel, monotonic
 from taut._loop_waker import waker_for
 
 pytestmark = [
@@ -76,3 +78,44 @@ def test_a_stopped_watch_never_calls_back() -> None:
         assert fired == []
 
     asyncio.run(main())
+
+
+def _channel() -> tuple[socket.socket, LoopChannel]:
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    return reader, LoopChannel(writer.detach())
+
+
+def test_a_deadline_armed_through_a_channel_pushes_its_target_at_expiry() -> None:
+    reader, channel = _channel()
+    with reader:
+        early, late = object(), object()
+        cancelled = channel.arm(monotonic() + 0.05, early)
+        fired = channel.arm(monotonic() + 0.05, late)
+        assert cancelled.cancel()
+        wait_until(lambda: len(channel) == 1)
+        assert fired.expired
+        assert reader.recv(16) == b"\x01"
+        assert channel.take() == [(late, None, None)]
+        # Watching a deadline that already fired pushes at once.
+        channel.watch(fired, early)
+        assert channel.take() == [(early, None, None)]
+
+
+def test_a_channel_dropped_before_its_deadline_fires_lets_go_of_the_target() -> None:
+    class Target:
+        pass
+
+    Deadline(monotonic()).call_soon(lambda: None)  # the callback thread runs
+    reader, channel = _channel()
+    with reader:
+        target = Target()
+        gone = weakref.ref(target)
+        deadline = channel.arm(monotonic() + 0.05, target)
+        del target, channel
+        gc.collect()
+        assert gone() is not None or deadline.expired  # held while armed
+        wait_until(lambda: deadline.expired)
+        # Released on taut's callback thread (the timer thread has no GIL).
+        wait_until(lambda: gone() is None)

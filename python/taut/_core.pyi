@@ -112,6 +112,9 @@ class Deadline:
         False if it had already fired. Called from a thread that an
         ``interrupt_thread`` targeted, it also discards an interrupt that was
         set but not raised yet."""
+    def cancel_in_time(self) -> bool:
+        """``cancel()``, and whether the owner left in time: True if it had
+        not fired and the clock still reads before ``at``."""
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block with the GIL released until expiry (True), cancel or
@@ -258,15 +261,24 @@ class LoopChannel:
     """Completions for one asyncio event loop: workers push ``(target, ok,
     value)`` without running Python code and write one byte to ``fd`` only
     when the loop is not already due to drain; the loop's reader callback
-    takes them all at once. Owns ``fd`` (closes it when dropped)."""
+    takes them all at once. Owns ``fd``: closes it once the channel and every
+    deadline armed through it are gone."""
 
     def __new__(cls, fd: int) -> LoopChannel: ...
     def take(self) -> list[tuple[Any, bool | None, Any]]:
         """Every completion so far, oldest first (read the wake-up bytes
-        first). ``ok`` None: a room notice whose target is a callable."""
+        first). ``ok`` None: a room notice whose target is a callable, or
+        the target of an expired deadline (``arm``/``watch``)."""
     def take_woken(self, reader_fd: int) -> list[tuple[Any, bool | None, Any]]:
         """``take`` after emptying ``reader_fd`` (the caller's reading end,
         non-blocking) of its wake-up bytes, without raising once it is empty."""
+    def arm(self, at: float, target: Any) -> Deadline:
+        """A deadline at ``at`` (``time.monotonic()`` seconds) whose expiry
+        pushes ``(target, None, None)`` from the timer thread, without the
+        GIL (a wake-up byte as for completions). Never if cancelled first."""
+    def watch(self, deadline: Deadline, target: Any) -> None:
+        """Push ``(target, None, None)`` when ``deadline`` expires (at once
+        if it already has); never if it is cancelled first."""
     def __len__(self) -> int: ...
 
 @final

@@ -1,155 +1,180 @@
 """Waking an event loop from taut's timer thread, without the GIL.
 
-One non-blocking socket pair per event loop, its read end watched by the loop.
-A watched deadline asks the Rust timer thread to write one byte to the write
-end at expiry (no GIL needed, so neither a busy Python thread nor the loop's
-own timers can delay it); the loop wakes and runs the callbacks of the watched
-deadlines that have expired. A loop without ``add_reader`` (the Windows
-proactor loop) is woken through ``call_soon_threadsafe`` from taut's callback
-thread instead.
+One non-blocking socket pair per event loop: its read end is watched by the
+loop, its write end is owned by a ``taut._core.LoopChannel``. A deadline
+armed through the channel (``LoopWaker.arm``) or watched by it (:meth:`LoopWaker.watch`)
+makes the Rust timer thread, at expiry, push its owner onto the channel and
+write one byte (no GIL needed, so neither a busy Python thread nor the
+loop's own timers can delay it); the loop wakes and calls ``_fire()`` on the
+owners pushed so far. A deadline that never fires costs its arm and its cancel: the
+loop is not touched.
 
-This module knows deadlines and callbacks only; deadline scopes and bounded
-calls are its users.
+The write end closes when the channel and every deadline armed through it
+are gone, so the timer never writes to a descriptor number that was closed
+and reused; the read end closes with the loop.
+
+A loop without ``add_reader`` (the Windows proactor loop) is woken through
+``call_soon_threadsafe`` from taut's callback thread instead.
+
+This module knows deadlines and their owners (anything with a ``_fire()``
+method) only; deadline scopes and bounded calls are its users.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import sys
 import threading
 import weakref
-from typing import Callable
+from typing import Callable, Protocol
 
-from taut._core import Deadline, monotonic
+from taut._core import Deadline, LoopChannel
 
-__all__ = ["LoopWaker", "Watch", "waker_for"]
+__all__ = ["LoopWaker", "Owner", "Watch", "last", "waker_for"]
+
+
+class Owner(Protocol):
+    """What a deadline armed through a waker is armed for."""
+
+    def _fire(self) -> None:
+        """Called on the loop's thread once the deadline has expired."""
 
 
 class Watch:
     """One deadline watched on one loop; :meth:`stop` before the owner goes away."""
 
-    __slots__ = ("deadline", "on_expire", "waker")
+    __slots__ = ("on_expire",)
 
-    def __init__(self, waker: LoopWaker, deadline: Deadline, on_expire: Callable[[], object]):
-        self.waker = waker
-        self.deadline = deadline
-        self.on_expire = on_expire
+    def __init__(self, on_expire: Callable[[], object]) -> None:
+        self.on_expire: Callable[[], object] | None = on_expire
 
     def stop(self) -> None:
-        self.waker._unwatch(self)
+        """Never call back from now on (also if the deadline already fired)."""
+        self.on_expire = None
 
-
-class _Descriptors:
-    """What the loop's finaliser needs: no reference to the loop or to the
-    watchers' callbacks (which often hold the loop), so the loop can be collected."""
-
-    __slots__ = ("fired", "pending", "reader", "writer")
-
-    def __init__(self, reader: socket.socket, writer: socket.socket) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.pending: set[Deadline] = set()
-        self.fired = False  # some watched deadline fired: its byte may be in flight
-
-    def release(self) -> None:
-        """The loop is gone: disarm what is pending, then close the sockets.
-
-        A deadline that fired may still be writing its byte on the timer thread,
-        and a closed descriptor number can be reused at once. The timer thread
-        runs one expiry's effects before it fires the next deadline, so the
-        sockets are closed from the callback of a fresh deadline, fired after
-        every earlier one. At interpreter exit they are left open instead."""
-        for deadline in list(self.pending):
-            deadline.cancel()
-        if not (self.fired or any(d.expired for d in self.pending)):
-            self.close()
-            return
-        if sys.is_finalizing():
-            return
-        try:
-            Deadline(monotonic()).call_soon(self.close)
-        except Exception:  # no callback thread (exit under way): leave them open
-            pass
-
-    def close(self) -> None:
-        self.reader.close()
-        self.writer.close()
+    def _fire(self) -> None:
+        on_expire = self.on_expire
+        if on_expire is not None:
+            on_expire()
 
 
 class LoopWaker:
-    """Wakes one event loop at the expiry of the deadlines it watches."""
+    """Wakes one event loop at the expiry of the deadlines armed through it."""
+
+    __slots__ = ("__weakref__", "_loop_ref", "_reader", "arm", "channel")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop_ref = weakref.ref(loop)
-        self._watches: set[Watch] = set()
         reader, writer = socket.socketpair()
         reader.setblocking(False)
         writer.setblocking(False)
-        self._fds = _Descriptors(reader, writer)
-        self._write_fd: int | None = writer.fileno()
+        self._reader = reader
+        # The channel owns the writing end from here on.
+        self.channel: LoopChannel | None = LoopChannel(writer.detach())
+        self.arm: Callable[[float, Owner], Deadline]
+        """``arm(at, owner)``: a deadline at ``at`` (``time.monotonic()``
+        seconds) that calls ``owner._fire()`` on the loop's thread once it
+        expires (never if it is cancelled first). The channel's own method
+        where there is one: a scope's entry calls it directly."""
         try:
-            loop.add_reader(reader.fileno(), self._on_readable)
+            loop.add_reader(reader.fileno(), self._drain)
         except (NotImplementedError, AttributeError):
-            self._fds.close()
-            self._write_fd = None
+            reader.close()
+            self.channel = None
+            self.arm = self._arm_threadsafe
             return
-        weakref.finalize(loop, self._fds.release)
+        self.arm = self.channel.arm
+        weakref.finalize(loop, self._release)
+
+    def _arm_threadsafe(self, at: float, owner: Owner) -> Deadline:
+        deadline = Deadline(at)
+        deadline.call_soon(functools.partial(self._wake_threadsafe, owner))
+        return deadline
 
     def watch(self, deadline: Deadline, on_expire: Callable[[], object]) -> Watch:
         """Call ``on_expire()`` on the loop's thread once ``deadline`` expires
-        (unless the watch is stopped first)."""
-        watch = Watch(self, deadline, on_expire)
-        self._watches.add(watch)
-        if self._write_fd is not None:
-            self._fds.pending.add(deadline)
-            try:
-                deadline.notify_fd(self._write_fd)
-                return watch
-            except NotImplementedError:  # no fd wake-ups on this platform
-                self._fds.pending.discard(deadline)
-        deadline.call_soon(self._wake_threadsafe)
+        (unless it is cancelled or the watch stopped first)."""
+        watch = Watch(on_expire)
+        if self.channel is not None:
+            self.channel.watch(deadline, watch)
+        else:
+            deadline.call_soon(functools.partial(self._wake_threadsafe, watch))
         return watch
 
-    def _unwatch(self, watch: Watch) -> None:
-        self._watches.discard(watch)
-        self._fds.pending.discard(watch.deadline)
-        if watch.deadline.expired:
-            self._fds.fired = True
-
-    def _wake_threadsafe(self) -> None:
+    def _wake_threadsafe(self, owner: Owner) -> None:
         loop = self._loop_ref()
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(self._check)
+                loop.call_soon_threadsafe(owner._fire)
             except RuntimeError:
                 pass  # closed in between
 
-    def _on_readable(self) -> None:
+    def _drain(self) -> None:
         try:
-            while self._fds.reader.recv(4096):
+            while self._reader.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
-        self._check()
+        channel = self.channel
+        if channel is None:
+            return
+        # Taken after reading the wake-up bytes: a deadline firing from now
+        # on writes a fresh byte, so none is ever left behind unannounced.
+        for owner, _, _ in channel.take():
+            owner._fire()
 
-    def _check(self) -> None:
-        for watch in [w for w in self._watches if w.deadline.expired]:
-            watch.on_expire()
+    def _release(self) -> None:
+        """The loop is gone: close the read end, forget the fast lookup."""
+        global last
+        self._reader.close()
+        if last[1] is self.arm:
+            last = (None, None, False)
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = threading.Lock()
+# The last loop looked up, its waker's ``arm``, and whether that loop tells
+# which thread runs it: read directly by deadline scopes, which arm through
+# it when their loop is that one. Most programs run one loop, and a
+# WeakKeyDictionary lookup makes a weak reference each time.
+#
+# Before CPython 3.12, asyncio.get_running_loop() makes a getpid() system
+# call each time (to notice a fork); a scope entered once per request pays
+# for it. asyncio's own loops set ``_thread_id`` while they run and refuse to
+# run while another loop runs on the same thread, so "this loop's _thread_id
+# is this thread" answers the same question without it. Trusted only for
+# loops whose run_forever is asyncio's own (nest_asyncio, for one, replaces
+# it and lets loops nest), and only where the lookup is slow.
+last: tuple[
+    weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
+    Callable[[float, Owner], Deadline] | None,
+    bool,
+] = (None, None, False)
+
+_THREAD_ID_LOOKUP = sys.version_info < (3, 12)
+_RUN_FOREVER = asyncio.BaseEventLoop.run_forever
+
+
+def _runs_as_asyncio_does(loop: asyncio.AbstractEventLoop) -> bool:
+    return (
+        _THREAD_ID_LOOKUP
+        and isinstance(loop, asyncio.BaseEventLoop)
+        and type(loop).run_forever is _RUN_FOREVER
+    )
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
     """The waker of ``loop``, made on first use."""
+    global last
     waker = _wakers.get(loop)
     if waker is None:
         with _wakers_lock:
             waker = _wakers.get(loop)
             if waker is None:
                 waker = _wakers[loop] = LoopWaker(loop)
+    last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop))
     return waker

@@ -15,12 +15,14 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
-from typing import Callable
+from collections.abc import Mapping, Sequence
+from typing import Callable, TypeVar
 
 # What a row's target check said: "yes"/"NO", or "info" for a row that has
 # no target (shown for context; never counted as a met target).
 INFO = "info"
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,39 +104,84 @@ class Row:
         return "yes" if self.met else "NO"
 
 
-def paired_row(
-    *,
+Judge = Callable[[Row], bool]
+
+
+def ratio_within(limit: float) -> Judge:
+    """The usual target: the ratio at most ``limit`` where lower is better,
+    at least ``limit`` where higher is better."""
+
+    def met(row: Row) -> bool:
+        return row.ratio <= limit if row.better == "lower" else row.ratio >= limit
+
+    return met
+
+
+def judged_row(
     key: str,
     case: str,
     baseline_name: str,
-    baseline: Sequence[float],
-    taut: Sequence[float],
-    unit: str,
+    baseline: float,
+    taut: float,
+    *,
     target: str,
-    met: Callable[[Row], bool] | None,
+    met: Judge | float | None,
+    unit: str = "s",
     better: str = "lower",
     note: str = "",
+    ratios: tuple[float, ...] = (),
 ) -> Row:
-    """A row from per-round samples (paired by round); ``met(row)`` judges
-    the row (its ``ratio``, ``taut``, ``baseline``) against the target, None
-    for an informational row."""
-    if len(baseline) != len(taut) or not baseline:
-        raise ValueError(f"{key}: need paired samples, got {len(baseline)} and {len(taut)}")
-    base_med, taut_med = statistics.median(baseline), statistics.median(taut)
+    """The one place a measured Row is made. ``met`` judges the row against
+    ``target``: a function of the row (its ``ratio``, ``taut``, ``baseline``),
+    a number for :func:`ratio_within`, or None for an informational row."""
+    if isinstance(met, (int, float)):
+        met = ratio_within(met)
     row = Row(
         key=key,
         case=case,
         baseline_name=baseline_name,
-        baseline=base_med,
-        taut=taut_med,
+        baseline=baseline,
+        taut=taut,
         unit=unit,
         better=better,
         target=target if met is not None else INFO,
         met=None,
         note=note,
-        ratios=ratios_of(taut, baseline),
+        ratios=ratios,
     )
     return row if met is None else dataclasses.replace(row, met=met(row))
+
+
+def paired_row(
+    key: str,
+    case: str,
+    baseline_name: str,
+    baseline: Sequence[float],
+    taut: Sequence[float],
+    *,
+    target: str,
+    met: Judge | float | None,
+    unit: str = "s",
+    better: str = "lower",
+    note: str = "",
+) -> Row:
+    """A row from per-round samples (paired by round): the medians of both
+    sides and the per-round ratios; ``met`` as in :func:`judged_row`."""
+    if len(baseline) != len(taut) or not baseline:
+        raise ValueError(f"{key}: need paired samples, got {len(baseline)} and {len(taut)}")
+    medians = statistics.median(baseline), statistics.median(taut)
+    return judged_row(
+        key,
+        case,
+        baseline_name,
+        *medians,
+        target=target,
+        met=met,
+        unit=unit,
+        better=better,
+        note=note,
+        ratios=ratios_of(taut, baseline),
+    )
 
 
 def ratios_of(taut: Sequence[float], baseline: Sequence[float]) -> tuple[float, ...]:
@@ -166,28 +213,24 @@ def machine_line() -> str:
     )
 
 
-def interleaved_samples(
-    runners: dict[str, Callable[[], float]], rounds: int
-) -> dict[str, list[float]]:
+def interleaved_samples(runners: Mapping[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:
     """Run each measurement function once per round, alternating between them,
     and return every sample, in round order. Interleaving spreads a noisy
     neighbour's load over all contenders instead of penalising whoever ran
     during the burst, and pairs the samples of one round for ratios."""
-    samples: dict[str, list[float]] = {name: [] for name in runners}
+    samples: dict[str, list[T]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
             samples[name].append(fn())
     return samples
 
 
-def interleaved_medians(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """The median of each runner's samples from :func:`interleaved_samples`."""
-    samples = interleaved_samples(runners, rounds)
-    return {name: statistics.median(values) for name, values in samples.items()}
+def per_call(batch: Callable[[int], object], n: int) -> Callable[[], float]:
+    """A measurement function: seconds per call of one ``batch(n)`` of ``n`` calls."""
 
+    def measure() -> float:
+        start = time.perf_counter()
+        batch(n)
+        return (time.perf_counter() - start) / n
 
-def timed(fn: Callable[[], object]) -> float:
-    """Seconds one call of ``fn`` takes on the performance counter."""
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    return measure

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 
-from taut._bench import Row, interleaved_samples, paired_row
+from taut._bench import Row, interleaved_samples, paired_row, per_call
 
 KEY = "tools.concurrent_batch"
 ENV = "TAUT_BENCH_CONCURRENT_TOOL_TIMEOUT_S"
@@ -28,54 +27,49 @@ def run(quick: bool) -> list[Row]:
         os.environ[ENV] = "120"
         try:
 
-            def taut_resolve() -> float:
-                start = time.perf_counter()
-                for _ in range(calls):
+            def taut_resolve(k: int) -> None:
+                for _ in range(k):
                     resolve_timeout(KEY, default=420, env_var=ENV, config=path)
-                return (time.perf_counter() - start) / calls
 
-            def reparse() -> float:
-                n = max(1, calls // 20)  # much slower; fewer calls keep the run short
-                start = time.perf_counter()
-                for _ in range(n):
+            def reparse(k: int) -> None:
+                for _ in range(k):
                     os.stat(path)
                     data = yaml.safe_load(path.read_text(encoding="utf-8"))
                     value = data["timeouts"]["tools"]["concurrent_batch"]
                     if value is None:
                         value = float(os.environ.get(ENV, "420"))
-                return (time.perf_counter() - start) / n
 
-            def env_only() -> float:
-                start = time.perf_counter()
-                for _ in range(calls):
+            def env_only(k: int) -> None:
+                for _ in range(k):
                     text = os.environ.get(ENV)
                     float(text) if text else 420.0
-                return (time.perf_counter() - start) / calls
 
             resolve_timeout(KEY, default=420, env_var=ENV, config=path)  # warm the cache
-            samples = interleaved_samples(
-                {"taut": taut_resolve, "reparse": reparse, "env": env_only}, rounds
-            )
+            runners = {
+                "taut": per_call(taut_resolve, calls),
+                # much slower; fewer calls keep the run short
+                "reparse": per_call(reparse, max(1, calls // 20)),
+                "env": per_call(env_only, calls),
+            }
+            samples = interleaved_samples(runners, rounds)
         finally:
             os.environ.pop(ENV, None)
     return [
         paired_row(
-            key="config.resolve_vs_reparse",
-            case="timeout resolve, config file + env",
-            baseline_name="stat + yaml.safe_load per call",
-            baseline=samples["reparse"],
-            taut=samples["taut"],
-            unit="s",
+            "config.resolve_vs_reparse",
+            "timeout resolve, config file + env",
+            "stat + yaml.safe_load per call",
+            samples["reparse"],
+            samples["taut"],
             target="< 0.05x",
             met=lambda r: r.ratio < 0.05,
         ),
         paired_row(
-            key="config.resolve_cached_absolute",
-            case="timeout resolve, cached (absolute)",
-            baseline_name="os.environ.get + float",
-            baseline=samples["env"],
-            taut=samples["taut"],
-            unit="s",
+            "config.resolve_cached_absolute",
+            "timeout resolve, cached (absolute)",
+            "os.environ.get + float",
+            samples["env"],
+            samples["taut"],
             target="taut < 10 µs",
             met=lambda r: r.taut < 10e-6,
             note="cached resolve = one stat + one dict lookup",

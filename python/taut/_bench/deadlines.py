@@ -15,6 +15,7 @@ measured in the same run:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -26,19 +27,19 @@ import time
 from typing import Callable
 
 from taut import _core
-from taut._bench import INFO, Row, interleaved_samples, paired_row, ratios_of
+from taut._bench import (
+    INFO,
+    Judge,
+    Row,
+    interleaved_samples,
+    judged_row,
+    paired_row,
+    per_call,
+    ratios_of,
+)
 from taut.deadline import DeadlineExpired
 
 _FAR = 3600.0
-
-
-def _per_op(fn: Callable[[int], None], n: int) -> Callable[[], float]:
-    def measure() -> float:
-        start = time.perf_counter()
-        fn(n)
-        return (time.perf_counter() - start) / n
-
-    return measure
 
 
 def _taut_arm_cancel(n: int) -> None:
@@ -109,68 +110,59 @@ def bench_arm_cancel(quick: bool) -> list[Row]:
     n_thread = 300 if quick else 2_000
     rounds = 3 if quick else 7
     runners: dict[str, Callable[[], float]] = {
-        "taut": _per_op(_taut_arm_cancel, n),
+        "taut": per_call(_taut_arm_cancel, n),
         "call_later": _loop_timed(_call_later_cancel, n),
-        "threading.Timer": _per_op(_timer_start_cancel, n_thread),
+        "threading.Timer": per_call(_timer_start_cancel, n_thread),
     }
     has_timeout = sys.version_info >= (3, 11)
     if has_timeout:
         runners["asyncio.timeout"] = _loop_timed(_asyncio_timeout, n // 4)
         runners["taut async scope"] = _loop_timed(_taut_async_scope, n // 4)
     m = interleaved_samples(runners, rounds)
-    taut = m["taut"]
+
+    def versus(key: str, baseline: str, name: str, target: str, met: Judge | float) -> Row:
+        """taut's arm+cancel against the ``baseline`` runner's (shown as ``name``)."""
+        case = "(a) arm+cancel one deadline"
+        return paired_row(key, case, name, m[baseline], m["taut"], target=target, met=met)
+
     rows = []
     if has_timeout:
-        rows.append(
+        rows += [
+            versus(
+                "deadlines.arm_cancel_vs_asyncio_timeout",
+                "asyncio.timeout",
+                "asyncio.timeout enter/exit",
+                "<=1 µs and >=4x cheaper",
+                lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
+            ),
             paired_row(
-                key="deadlines.arm_cancel_vs_asyncio_timeout",
-                case="(a) arm+cancel one deadline",
-                baseline_name="asyncio.timeout enter/exit",
-                baseline=m["asyncio.timeout"],
-                taut=taut,
-                unit="s",
-                target="<=1 µs and >=4x cheaper",
-                met=lambda r: r.taut <= 1e-6 and r.ratio <= 0.25,
-            )
-        )
-        rows.append(
-            paired_row(
-                key="deadlines.async_scope_vs_asyncio_timeout",
-                case="(a) async with move_on_after (full scope)",
-                baseline_name="asyncio.timeout enter/exit",
-                baseline=m["asyncio.timeout"],
-                taut=m["taut async scope"],
-                unit="s",
+                "deadlines.async_scope_vs_asyncio_timeout",
+                "(a) async with move_on_after (full scope)",
+                "asyncio.timeout enter/exit",
+                m["asyncio.timeout"],
+                m["taut async scope"],
                 target=INFO,
                 met=None,
                 note="a whole taut scope, not only the timer",
-            )
-        )
-    rows.append(
-        paired_row(
-            key="deadlines.arm_cancel_vs_call_later",
-            case="(a) arm+cancel one deadline",
-            baseline_name="loop.call_later+cancel",
-            baseline=m["call_later"],
-            taut=taut,
-            unit="s",
-            target="cheaper",
-            met=lambda r: r.ratio < 1.0,
-        )
-    )
-    rows.append(
-        paired_row(
-            key="deadlines.arm_cancel_vs_threading_timer",
-            case="(a) arm+cancel one deadline",
-            baseline_name="threading.Timer start+cancel",
-            baseline=m["threading.Timer"],
-            taut=taut,
-            unit="s",
-            target=">=100x cheaper",
-            met=lambda r: r.ratio <= 0.01,
-        )
-    )
-    return rows
+            ),
+        ]
+    return [
+        *rows,
+        versus(
+            "deadlines.arm_cancel_vs_call_later",
+            "call_later",
+            "loop.call_later+cancel",
+            "cheaper",
+            lambda r: r.ratio < 1.0,
+        ),
+        versus(
+            "deadlines.arm_cancel_vs_threading_timer",
+            "threading.Timer",
+            "threading.Timer start+cancel",
+            ">=100x cheaper",
+            0.01,
+        ),
+    ]
 
 
 # -- (c) lateness -----------------------------------------------------------------
@@ -272,6 +264,38 @@ def _stdlib_interrupt_lateness(delay: float) -> float:
     return _spin_until_raised(_arm_stdlib, delay)
 
 
+def _percentile_rows(
+    key: str,
+    case: str,
+    baseline_name: str,
+    taut: list[float],
+    baseline: list[float],
+    targets: dict[str, tuple[str, Judge] | None],
+) -> list[Row]:
+    """A p50 and a p99 row of lateness samples; ``key`` and ``case`` hold
+    ``{}`` for the percentile's name, ``targets`` maps it to the target and
+    its judge (None: informational). The p50 row carries the per-sample
+    ratios (taut and the baseline alternate, so neighbours ran under the
+    same load); a p99 is one number over all samples: no per-round spread."""
+    rows = []
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        target, met = targets[name] or (INFO, None)
+        rows.append(
+            judged_row(
+                key.format(name),
+                case.format(name),
+                baseline_name,
+                _pct(baseline, q),
+                _pct(taut, q),
+                target=target,
+                met=met,
+                ratios=ratios_of(taut, baseline) if name == "p50" else (),
+                note="" if name == "p50" else f"p99 of {len(taut)} samples each",
+            )
+        )
+    return rows
+
+
 def bench_lateness(quick: bool) -> list[Row]:
     samples = 40 if quick else 300
     delay = 0.002
@@ -279,49 +303,18 @@ def bench_lateness(quick: bool) -> list[Row]:
     for label, busy in (("idle", False), ("busy thread", True)):
         taut_l: list[float] = []
         std_l: list[float] = []
-        ctx = _Busy() if busy else None
-        if ctx is not None:
-            ctx.__enter__()
-        try:
+        with _Busy() if busy else contextlib.nullcontext():
             # Interleave in chunks so both see the same machine load.
             for _ in range(10):
                 taut_l += _gil_free_lateness(samples // 10, delay)
                 std_l += _stdlib_lateness(samples // 10, delay)
-        finally:
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
-        # p50 rows: the spread of the per-sample ratios (samples alternate in
-        # chunks, so neighbours ran under the same load). A p99 is one number
-        # over all samples: no per-round spread.
-        key_label = label.replace(" ", "_")
-        rows.append(
-            Row(
-                key=f"deadlines.gil_free_lateness_p50_{key_label}",
-                case=f"(c) GIL-free expiry lateness p50, {label}",
-                baseline_name="threading.Timer",
-                baseline=_pct(std_l, 0.5),
-                taut=_pct(taut_l, 0.5),
-                unit="s",
-                better="lower",
-                target=INFO,
-                met=None,
-                ratios=ratios_of(taut_l, std_l),
-            )
-        )
-        t99, s99 = _pct(taut_l, 0.99), _pct(std_l, 0.99)
-        rows.append(
-            Row(
-                key=f"deadlines.gil_free_lateness_p99_{key_label}",
-                case=f"(c) GIL-free expiry lateness p99, {label}",
-                baseline_name="threading.Timer",
-                baseline=s99,
-                taut=t99,
-                unit="s",
-                better="lower",
-                target="p99 <= 0.2 ms",
-                met=t99 <= 0.0002,
-                note=f"p99 of {len(taut_l)} samples each",
-            )
+        rows += _percentile_rows(
+            f"deadlines.gil_free_lateness_{{}}_{label.replace(' ', '_')}",
+            f"(c) GIL-free expiry lateness {{}}, {label}",
+            "threading.Timer",
+            taut_l,
+            std_l,
+            {"p50": None, "p99": ("p99 <= 0.2 ms", lambda r: r.taut <= 0.0002)},
         )
     n_int = 20 if quick else 100
     taut_i: list[float] = []
@@ -330,24 +323,18 @@ def bench_lateness(quick: bool) -> list[Row]:
         taut_i.append(_taut_interrupt_lateness(delay))
         std_i.append(_stdlib_interrupt_lateness(delay))
     budget = sys.getswitchinterval() + 0.001
-    for q, name in ((0.5, "p50"), (0.99, "p99")):
-        t, s = _pct(taut_i, q), _pct(std_i, q)
-        rows.append(
-            Row(
-                key=f"deadlines.interrupt_lateness_{name}",
-                case=f"(c) DeadlineExpired into busy code {name}",
-                baseline_name="threading.Timer + SetAsyncExc",
-                baseline=s,
-                taut=t,
-                unit="s",
-                better="lower",
-                target=f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
-                met=t <= budget,
-                # taut and stdlib alternate sample by sample: pairs for the p50.
-                ratios=ratios_of(taut_i, std_i) if name == "p50" else (),
-                note="" if name == "p50" else f"p99 of {n_int} samples each",
-            )
-        )
+    within: tuple[str, Judge] = (
+        f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
+        lambda r: r.taut <= budget,
+    )
+    rows += _percentile_rows(
+        "deadlines.interrupt_lateness_{}",
+        "(c) DeadlineExpired into busy code {}",
+        "threading.Timer + SetAsyncExc",
+        taut_i,
+        std_i,
+        {"p50": within, "p99": within},
+    )
     return rows
 
 
@@ -418,37 +405,35 @@ def bench_pending(quick: bool) -> list[Row]:
 
     label = f"{n // 1000}k" if n < 1_000_000 else f"{n // 1_000_000}M"
     rss = paired_row(
-        key="deadlines.pending_memory_rss",
-        case=f"(d) memory of {label} pending (RSS)",
-        baseline_name="loop.call_later",
-        baseline=samples("loop", "rss"),
-        taut=samples("taut", "rss"),
+        "deadlines.pending_memory_rss",
+        f"(d) memory of {label} pending (RSS)",
+        "loop.call_later",
+        samples("loop", "rss"),
+        samples("taut", "rss"),
         unit="B",
         target="<= half",
-        met=lambda r: r.ratio <= 0.5,
+        met=0.5,
     )
     return [
         paired_row(
-            key="deadlines.pending_arm_time",
-            case=f"(d) arm {label} pending deadlines",
-            baseline_name="loop.call_later",
-            baseline=samples("loop", "time"),
-            taut=samples("taut", "time"),
-            unit="s",
+            "deadlines.pending_arm_time",
+            f"(d) arm {label} pending deadlines",
+            "loop.call_later",
+            samples("loop", "time"),
+            samples("taut", "time"),
             target=">=2x faster",
-            met=lambda r: r.ratio <= 0.5,
+            met=0.5,
         ),
         dataclasses.replace(
             rss, note=f"{rss.taut / n:.0f} vs {rss.baseline / n:.0f} B per deadline"
         ),
-        Row(
-            key="deadlines.pending_python_heap",
-            case=f"(d) Python heap of {label} pending (tracemalloc)",
-            baseline_name="loop.call_later",
-            baseline=traced["loop"],
-            taut=traced["taut"],
+        judged_row(
+            "deadlines.pending_python_heap",
+            f"(d) Python heap of {label} pending (tracemalloc)",
+            "loop.call_later",
+            traced["loop"],
+            traced["taut"],
             unit="B",
-            better="lower",
             target=INFO,
             met=None,
             note="tracemalloc sees only Python allocations, not the Rust heap",

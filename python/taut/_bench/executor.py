@@ -23,6 +23,7 @@ CONTENDERS: dict[str, Factory] = {
     "stdlib": cf.ThreadPoolExecutor,
     "taut": taut.ThreadPoolExecutor,
 }
+BASELINE = "ThreadPoolExecutor"  # every row's baseline: the stdlib's pool
 
 
 def _noop() -> None:
@@ -142,24 +143,12 @@ def memory_per_queued_task(name: str, n: int) -> float:
     return value
 
 
-def _row(
-    key: str,
-    case: str,
-    samples: dict[str, list[float]],
-    unit: str,
-    target_ratio: float,
-    target: str,
+def _vs_stdlib(
+    key: str, case: str, samples: dict[str, list[float]], target: str, limit: float, unit: str = "s"
 ) -> Row:
-    return paired_row(
-        key=key,
-        case=case,
-        baseline_name="ThreadPoolExecutor",
-        baseline=samples["stdlib"],
-        taut=samples["taut"],
-        unit=unit,
-        target=target,
-        met=lambda r: r.ratio <= target_ratio,
-    )
+    """taut's pool against the stdlib's; met when the ratio is at most ``limit``."""
+    stdlib, mine = samples["stdlib"], samples["taut"]
+    return paired_row(key, case, BASELINE, stdlib, mine, unit=unit, target=target, met=limit)
 
 
 def run(quick: bool) -> list[Row]:
@@ -167,54 +156,43 @@ def run(quick: bool) -> list[Row]:
     scale = 0.2 if quick else 1.0
     n_tasks = int(100_000 * scale)
     n_trips = int(3_000 * scale)
-    rows: list[Row] = []
 
     def pair(fn: Callable[..., float], *args: Any) -> dict[str, list[float]]:
-        runners: dict[str, Callable[[], float]] = {
+        runners = {
             name: functools.partial(fn, factory, *args) for name, factory in CONTENDERS.items()
         }
         return interleaved_samples(runners, rounds)
 
-    rows.append(
-        _row(
+    rows = [
+        _vs_stdlib(
             "executor.throughput",
             f"(a) throughput, {n_tasks:,} no-op tasks, 4 workers (per task)",
             pair(throughput, n_tasks),
-            "s",
-            0.25,
             ">= 4x faster",
-        )
-    )
-    rows.append(
-        _row(
+            0.25,
+        ),
+        _vs_stdlib(
             "executor.round_trip",
             "(b) submit(f).result() round trip",
             pair(round_trip, n_trips),
-            "s",
-            0.5,
             "<= 0.5x latency",
-        )
-    )
-    rows.append(
-        _row(
+            0.5,
+        ),
+        _vs_stdlib(
             "executor.map",
             f"(c) map over {n_tasks:,} items (per item)",
             pair(map_items, n_tasks),
-            "s",
-            0.25,
             ">= 4x faster",
-        )
-    )
-    rows.append(
-        _row(
+            0.25,
+        ),
+        _vs_stdlib(
             "executor.run_in_executor",
             "(d) await loop.run_in_executor(ex, f)",
             pair(run_in_executor, n_trips),
-            "s",
-            0.6,
             "<= 0.6x latency",
-        )
-    )
+            0.6,
+        ),
+    ]
     n_mem = 200_000 if quick else 1_000_000
     # A fresh process per measurement; interleaved like the timed rows.
     mem = interleaved_samples(
@@ -222,13 +200,13 @@ def run(quick: bool) -> list[Row]:
         1 if quick else 3,
     )
     rows.append(
-        _row(
+        _vs_stdlib(
             "executor.memory_per_queued_task",
             f"(e) memory per queued task, {n_mem:,} queued",
             mem,
-            "B",
-            0.5,
             "<= 0.5x memory",
+            0.5,
+            unit="B",
         )
     )
     n_io = 2_000 if quick else 10_000
@@ -244,12 +222,11 @@ def run(quick: bool) -> list[Row]:
     taut_io = statistics.median(io["taut"])
     rows.append(
         paired_row(
-            key="executor.io_sleep",
-            case=f"(f) {n_io:,} x sleep(1 ms) on {workers} workers (ideal {ideal * 1e3:.0f} ms)",
-            baseline_name="ThreadPoolExecutor",
-            baseline=io["stdlib"],
-            taut=io["taut"],
-            unit="s",
+            "executor.io_sleep",
+            f"(f) {n_io:,} x sleep(1 ms) on {workers} workers (ideal {ideal * 1e3:.0f} ms)",
+            BASELINE,
+            io["stdlib"],
+            io["taut"],
             # 1.1x the ideal is below what this machine can do at all when
             # the same sleeps run on plain threads (the floor): the target is
             # then taken against the floor, and the note shows both.

@@ -1,0 +1,24 @@
+"""The clock deadline scopes read: ``time.monotonic`` unless a test swaps it.
+
+A scope created under a fake clock computes its deadline, ``remaining()``,
+``expired`` and its exit decision from that clock, and still arms the real
+timer the same number of seconds ahead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+__all__ = ["set_clock"]
+
+now: Callable[[], float] = time.monotonic
+
+
+def set_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
+    """Make deadline scopes read time from ``clock`` (``None`` restores
+    ``time.monotonic``). Returns the clock that was in use. For tests."""
+    global now
+    previous = now
+    now = time.monotonic if clock is None else clock
+    return previous

@@ -1,0 +1,96 @@
+"""What a deadline reports: ``DeadlineExpired`` (raised) and ``BoundedResult``
+(returned by bounded runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Generic, TypeVar, cast
+
+__all__ = ["BoundedResult", "DeadlineExpired"]
+
+T = TypeVar("T")
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds for a message: three significant digits, whole seconds from 1000 s."""
+    if seconds >= 1000:
+        return f"{seconds:.0f}"
+    return f"{seconds:.3g}"
+
+
+class DeadlineExpired(TimeoutError):
+    """A taut deadline expired: ``label`` names the bounded operation,
+    ``timeout_s`` the budget and ``elapsed_s`` the time it had run.
+
+    A ``TimeoutError`` subclass, but a distinct type: a provider's or a
+    network library's ``TimeoutError`` is never a ``DeadlineExpired``."""
+
+    # Its public home (pickles and reprs name it, as before the package split).
+    __module__ = "taut.deadline"
+
+    label: str
+    timeout_s: float | None
+    elapsed_s: float | None
+
+    def __init__(
+        self,
+        label: str = "operation",
+        timeout_s: float | None = None,
+        elapsed_s: float | None = None,
+    ) -> None:
+        self.label = label
+        self.timeout_s = timeout_s
+        self.elapsed_s = elapsed_s
+        if timeout_s is None:
+            message = f"deadline expired: {label}"
+        else:
+            message = f"deadline expired after {format_seconds(timeout_s)}s: {label}"
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.label, self.timeout_s, self.elapsed_s))
+
+
+class ScopeInterrupt(DeadlineExpired):
+    """What the timer raises asynchronously in an ``interrupt=True`` block;
+    the scope replaces it with a full ``DeadlineExpired`` (or swallows it)."""
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class BoundedResult(Generic[T]):
+    """The outcome of a bounded run: the value, or ``timed_out=True``.
+
+    Keyword-only. ``unwrap()`` returns the value or raises
+    ``DeadlineExpired``."""
+
+    timed_out: bool
+    value: T | None
+    elapsed_s: float
+    timeout_s: float | None
+    label: str
+
+    def __init__(
+        self,
+        *,
+        timed_out: bool,
+        value: T | None = None,
+        elapsed_s: float,
+        timeout_s: float | None,
+        label: str = "operation",
+    ) -> None:
+        # Written out (rather than kw_only=True) because Python 3.9 lacks it.
+        object.__setattr__(self, "timed_out", timed_out)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "elapsed_s", elapsed_s)
+        object.__setattr__(self, "timeout_s", timeout_s)
+        object.__setattr__(self, "label", label)
+
+    def unwrap(self) -> T:
+        """The value; ``DeadlineExpired`` if the run timed out."""
+        if self.timed_out:
+            raise DeadlineExpired(self.label, self.timeout_s, self.elapsed_s)
+        return cast(T, self.value)
+
+
+# Set after the dataclass is made (which resolves names in its own module).
+BoundedResult.__module__ = "taut.deadline"

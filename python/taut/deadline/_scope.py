@@ -1,0 +1,398 @@
+"""``DeadlineScope``: one deadline over a ``with`` or ``async with`` block.
+
+Entering arms one deadline on the Rust timer thread; leaving in time
+cancels it. That is the whole cost of a scope that does not expire: inside
+a task the deadline is armed through the loop's wake-up channel in the same
+Rust call, and the loop is touched only if the deadline fires. Everything
+else (misnesting, expiry, interrupts, cancellations) takes the general path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from threading import get_ident
+from types import TracebackType
+from typing import Any, Callable, Optional
+
+from taut import _core, _loop_waker, _signal_interrupt
+from taut._core import clamp_timeout
+from taut.deadline import _clock
+from taut.deadline._context import bounding_scope, innermost, open_scope
+from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
+from taut.deadline._tasks import HAS_CANCELLING, exit_task, get_running_loop, running_task, task_of
+
+__all__ = ["DeadlineScope"]
+
+_monotonic = time.monotonic
+# The exit protocol's arguments.
+_ExcType = Optional[type[BaseException]]
+_Exc = Optional[BaseException]
+_Tb = Optional[TracebackType]
+
+_MISNESTING_ADVICE = (
+    "scopes must be exited in the reverse order of entry (an async generator or a "
+    "task that outlives a `with` block are common causes)"
+)
+
+
+class DeadlineScope:
+    """A deadline over a ``with`` or ``async with`` block. Made by
+    ``fail_after``/``move_on_after``/``fail_at``/``move_on_at``; enter once.
+
+    Inside a running asyncio task, ``with`` and ``async with`` behave alike:
+    at expiry the task is cancelled (the cancellation becomes
+    ``DeadlineExpired`` for ``fail_*`` scopes and is swallowed by
+    ``move_on_*`` scopes). Elsewhere, and with ``interrupt=True`` (synchronous
+    code in the block), ``with`` raises on exit and, with ``interrupt=True``,
+    also inside the block."""
+
+    # Its public home (reprs and pickles name it, as before the package split).
+    __module__ = "taut.deadline"
+
+    __slots__ = (
+        "__weakref__",
+        "_abandoned",
+        "_absolute",
+        "_at",
+        "_cancel_requested",
+        "_cancelling",
+        "_clock",
+        "_closed",
+        "_deadline",
+        "_effective",
+        "_entered",
+        "_expired",
+        "_interrupt",
+        "_interrupt_raised",
+        "_parent",
+        "_raise",
+        "_relative",
+        "_signal_armed",
+        "_start",
+        "_task",
+        "_token",
+        "label",
+    )
+    # Set by _enter.
+    _cancelling: int
+    _effective: float | None
+    _parent: DeadlineScope | None
+    _start: float
+    _token: contextvars.Token[DeadlineScope | None]
+    # Set when a main-thread signal interrupt is armed.
+    _interrupt_raised: bool
+
+    def __init__(
+        self,
+        relative: float | None,
+        absolute: float | None,
+        raise_on_expiry: bool,
+        label: str,
+        interrupt: bool,
+    ) -> None:
+        self._relative = relative
+        self._absolute = absolute
+        self._raise = raise_on_expiry
+        self.label = label
+        self._interrupt = interrupt
+        self._clock = _clock.now
+        # Only what is read before entry, or on every exit; the rest is set
+        # by _enter (a scope is made per request: each store counts).
+        self._at: float | None = None
+        self._deadline: _core.Deadline | None = None
+        self._entered = False
+        self._closed = False
+        self._abandoned = False
+        self._expired: bool | None = None
+        self._task: asyncio.Task[Any] | None = None  # cancelled at expiry
+        self._cancel_requested = False
+        self._signal_armed = False
+
+    # -- inspection ---------------------------------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """The absolute deadline (clock seconds), known once entered."""
+        return self._at
+
+    @property
+    def expired(self) -> bool:
+        """True once this scope's own deadline has passed: the timer fired or
+        the clock reads at or past the deadline (so a deadline already past
+        at entry is expired at once, whatever the timer's latency)."""
+        if self._expired is not None:
+            return self._expired
+        return self._past()
+
+    def _past(self) -> bool:
+        at = self._at
+        if at is None or self._deadline is None:
+            return False
+        return self._deadline.expired or self._clock() >= at
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The budget in seconds, from entry to the deadline."""
+        return None if self._at is None else max(0.0, self._at - self._start)
+
+    def remaining(self) -> float | None:
+        """Seconds left on this scope's own deadline (None if unbounded)."""
+        if self._at is None:
+            return None
+        d = self._deadline
+        if d is not None and d.expired and self._clock is _monotonic:
+            return 0.0
+        return max(0.0, self._at - self._clock())
+
+    def _error(self) -> DeadlineExpired:
+        return DeadlineExpired(self.label, self.timeout_s, self._clock() - self._start)
+
+    # -- what the main-thread signal interrupt asks (_signal_interrupt) ---------
+
+    def _interrupt_due(self) -> bool:
+        return not self._closed and not self._interrupt_raised and self._past()
+
+    def _interrupt_error(self) -> BaseException:
+        self._interrupt_raised = True
+        return ScopeInterrupt(self.label, self.timeout_s)
+
+    # -- entry ----------------------------------------------------------------
+
+    def _enter(
+        self,
+        loop: asyncio.AbstractEventLoop | None,
+        task: asyncio.Task[Any] | None,
+        arm: Callable[[float, DeadlineScope], _core.Deadline] | None = None,
+    ) -> None:
+        """Compute the deadline, link to the enclosing scope, arm the timer.
+        With a task (and its loop), expiry cancels the task; ``arm`` is the
+        loop's waker's, if the caller has it at hand."""
+        if self._entered:
+            raise RuntimeError("a deadline scope can be entered only once")
+        self._entered = True
+        clock = self._clock
+        self._start = now = clock()
+        at = self._relative
+        if at is not None:
+            at += now
+        elif self._absolute is not None:
+            delay = clamp_timeout(self._absolute - now, name="deadline")
+            at = None if delay is None else now + delay
+        self._at = at
+        parent = innermost.get()
+        if parent is None:
+            self._effective = at
+        else:
+            if parent._abandoned:
+                parent = bounding_scope()
+            outer = None if parent is None else parent._effective
+            self._effective = at if outer is None else outer if at is None else min(at, outer)
+        self._parent = parent
+        if task is not None:
+            self._task = task
+            self._cancelling = task.cancelling() if HAS_CANCELLING else 0  # type: ignore[attr-defined,unused-ignore]
+        if at is not None:
+            real_at = at if clock is _monotonic else _core.monotonic() + (at - now)
+            if loop is None or task is None:
+                self._deadline = _core.Deadline(real_at)
+            else:
+                # One Rust call through the loop's wake-up channel: the loop is
+                # woken (and _fire called) only if the deadline expires.
+                if arm is None:
+                    ref, arm, _ = _loop_waker.last
+                    if ref is None or ref() is not loop:
+                        arm = _loop_waker.waker_for(loop).arm
+                self._deadline = arm(real_at, self)  # type: ignore[misc]
+                if at <= now:
+                    # Already expired: cancel before the task's next step, as
+                    # asyncio.timeout does, not whenever the timer's wake-up arrives.
+                    loop.call_soon(self._fire)
+        self._token = innermost.set(self)
+
+    def __enter__(self) -> DeadlineScope:
+        # interrupt=True says the block is synchronous code (the gather runs a
+        # sync call inline this way, even on an event loop's thread): it is
+        # interrupted on its thread, and the task is not cancelled.
+        running = None if self._interrupt else running_task()
+        if running is not None:
+            self._enter(*running)
+            return self
+        self._enter(None, None)
+        if self._interrupt and self._deadline is not None:
+            if _signal_interrupt.available():
+                self._signal_armed = True
+                self._interrupt_raised = False
+                _signal_interrupt.arm(self, self._deadline)
+            else:
+                self._deadline.interrupt_thread(get_ident(), ScopeInterrupt)
+        return self
+
+    async def __aenter__(self) -> DeadlineScope:
+        if self._interrupt:
+            raise ValueError(
+                "interrupt=True is for `with` blocks; `async with` cancels the task instead"
+            )
+        # The loop a scope last armed on, if it still runs on this thread
+        # (see _loop_waker.last), else asyncio's answer.
+        ref, arm, by_thread_id = _loop_waker.last
+        loop = None if ref is None else ref()
+        if not (by_thread_id and loop is not None and loop._thread_id == get_ident()):  # type: ignore[attr-defined]
+            running = get_running_loop()
+            if running is not loop:
+                loop, arm = running, None
+        task = None if loop is None else task_of(loop)
+        if task is None:
+            raise RuntimeError("`async with` a deadline scope must run inside an asyncio task")
+        self._enter(loop, task, arm)
+        return self
+
+    # -- exit -----------------------------------------------------------------
+
+    def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
+        return self._exit(exc_type, exc)
+
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
+        # A scope per request: its usual exit is inline (a call costs as much).
+        d = self._deadline
+        if (
+            d is not None
+            and innermost.get() is self
+            and (
+                d.cancel_in_time()
+                if self._clock is _monotonic
+                else d.cancel() and self._clock() < self._at  # type: ignore[operator]
+            )
+        ):
+            # In time and properly nested: nothing fired, so this scope did
+            # not cancel the task; nothing else to undo.
+            self._expired = False
+            self._closed = True
+            try:
+                innermost.reset(self._token)
+            except ValueError:  # exited in a copy of the context it was entered in
+                innermost.set(self._parent)
+            return False
+        # (If cancel() ran above, the clock says expired: _exit agrees.)
+        return self._exit(exc_type, exc)
+
+    def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
+        """What ``__exit__`` and ``__aexit__`` return (True swallows ``exc``)."""
+        if self._abandoned:
+            # Closed when an outer scope was exited first; that exit raised.
+            return False
+        if self._task is not None:
+            return exit_task(self, exc_type, exc)
+        expired = self._leave()
+        if not expired:
+            return False
+        if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
+            if not self._raise:
+                return True
+            raise self._error() from None
+        if exc_type is None and self._raise:
+            raise self._error()
+        # Any other exception propagates unchanged.
+        return False
+
+    def _leave(self) -> bool:
+        """Disarm, restore the context; True if this scope's deadline expired.
+        Raises RuntimeError (after closing) if an inner scope is still open."""
+        if self._closed:
+            return bool(self._expired)
+        inner = open_scope()
+        expired = self._close()
+        if inner is self:
+            self._restore()
+            return expired
+        scope = inner
+        while scope is not None and scope is not self:
+            scope = scope._parent
+        if scope is None:
+            # Exited in another context than the one it was entered in: that
+            # context cannot be changed from here (and a copy of it in a
+            # worker thread should stay bounded anyway).
+            return expired
+        # Misnesting: close the inner scopes still open, as trio does.
+        assert inner is not None
+        error = RuntimeError(
+            f"deadline scope stack corrupted: {self._describe()} was exited while "
+            f"{inner._describe()}, entered inside it, was still open (now closed); "
+            f"{_MISNESTING_ADVICE}"
+        )
+        while inner is not None and inner is not self:
+            inner._close()
+            inner._abandoned = True
+            inner = inner._parent
+        innermost.set(self._parent)
+        raise error
+
+    def _restore(self) -> None:
+        """Undo this scope's entry in the context (it was the innermost)."""
+        try:
+            innermost.reset(self._token)
+        except ValueError:  # exited in a copy of the context it was entered in
+            innermost.set(self._parent)
+
+    def _close(self) -> bool:
+        """Disarm everything; True if the deadline expired."""
+        d = self._deadline
+        # cancel() first: after it returns no asynchronous interrupt of ours
+        # can be set any more (and the loop's wake-up for it is dropped).
+        fired = d is not None and not d.cancel()
+        expired = fired or (self._at is not None and self._clock() >= self._at)
+        self._expired = expired
+        self._closed = True
+        if self._signal_armed:
+            self._signal_armed = False
+            _signal_interrupt.disarm(self)
+        return expired
+
+    def _fire(self) -> None:
+        """On the loop's thread: this scope's deadline has expired (called by
+        the loop's waker, see ``taut._loop_waker``)."""
+        task = self._task
+        if task is None or self._closed or self._cancel_requested or task.done():
+            return
+        self._cancel_requested = True
+        task.cancel()
+
+    # -- description ------------------------------------------------------------
+
+    def _describe(self) -> str:
+        kind = "fail" if self._raise else "move_on"
+        return f"the {kind} scope {self.label!r}"
+
+    def __repr__(self) -> str:
+        kind = "fail" if self._raise else "move_on"
+        parts = [f"<taut.DeadlineScope {kind} label={self.label!r}"]
+        if not self._entered:
+            if self._relative is not None:
+                parts.append(f"timeout={format_seconds(self._relative)}s")
+            elif self._absolute is not None:
+                left = max(0.0, self._absolute - self._clock())
+                parts.append(f"remaining={format_seconds(left)}s")
+            else:
+                parts.append("unbounded")
+            parts.append("not entered")
+        elif self._at is None:
+            parts.append("unbounded exited" if self._closed else "unbounded active")
+        elif self._closed:
+            parts.append(f"timeout={format_seconds(self.timeout_s or 0.0)}s")
+            parts.append("exited expired" if self._expired else "exited in time")
+        else:
+            left = self.remaining() or 0.0
+            parts.append(f"remaining={format_seconds(left)}s")
+            parts.append(f"timeout={format_seconds(self.timeout_s or 0.0)}s")
+            parts.append("active expired" if self._past() else "active")
+        return " ".join(parts) + ">"
+
+
+# No main-thread signal interrupt is raised inside scope entry and exit.
+_signal_interrupt.protect(
+    DeadlineScope.__enter__,
+    DeadlineScope.__exit__,
+    DeadlineScope.__aenter__,
+    DeadlineScope.__aexit__,
+)

@@ -131,7 +131,7 @@ const RESULT_SPIN: Duration = Duration::from_micros(50);
 struct RoomWaiter {
     id: u64,
     channel: Py<LoopChannel>,
-    /// Called on the waiter's loop when there may be room.
+    /// Pushed onto the waiter's loop channel when there may be room.
     callback: Py<PyAny>,
 }
 
@@ -756,17 +756,18 @@ impl PoolCore {
         self.shared.pool.wake_owed()
     }
 
-    /// An asyncio submitter found the bounded queue full: `callback()` will
-    /// be called on its loop (through `channel`) when there may be room, in
-    /// FIFO order with the other waiting asyncio submitters (`front`: ahead
-    /// of them, for one that lost its turn). Returns an id for
-    /// `cancel_room_wait`. Called soon if there is room already.
-    #[pyo3(signature = (channel, callback, front=false))]
+    /// An asyncio submitter found the bounded queue full: `notice` is
+    /// pushed onto `channel` (`(notice, None, None)`: the loop's reader calls
+    /// `notice._fire()`) when there may be room, in FIFO order with the
+    /// other waiting asyncio submitters (`front`: ahead of them, for one
+    /// that lost its turn). Returns an id for `cancel_room_wait`. Pushed
+    /// soon if there is room already.
+    #[pyo3(signature = (channel, notice, front=false))]
     fn wait_for_room_async(
         &self,
         py: Python<'_>,
         channel: Py<LoopChannel>,
-        callback: Py<PyAny>,
+        notice: Py<PyAny>,
         front: bool,
     ) -> u64 {
         let shared = &self.shared;
@@ -779,7 +780,7 @@ impl PoolCore {
             let waiter = RoomWaiter {
                 id,
                 channel,
-                callback,
+                callback: notice,
             };
             if front {
                 waiters.push_front(waiter);

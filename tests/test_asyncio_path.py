@@ -503,3 +503,25 @@ def test_calls_whose_wake_up_is_never_handed_out_still_run(
 
     assert asyncio.run(main()) == list(range(50))
     assert flushed  # some wake-ups were owed, and never handed out
+
+
+def test_one_wake_up_channel_per_loop_for_completions_and_deadlines() -> None:
+    from taut import _asyncio, _loop_waker
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(2) as ex:
+            assert await ex.run(abs, -1) == 1
+            link = _asyncio._link(loop)
+            assert link is not None
+            assert link.channel is _loop_waker.waker_for(loop).channel
+            # A deadline expiring while a call runs, and completions, through
+            # the same channel and reader callback.
+            gate = threading.Event()
+            with pytest.raises(TimeoutError):
+                async with taut.fail_after(0.05):
+                    await ex.run(gate.wait, LONG)
+            gate.set()
+            assert await asyncio.gather(*[ex.run(abs, -i) for i in range(100)]) == list(range(100))
+
+    asyncio.run(main())

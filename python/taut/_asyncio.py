@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import socket
 import weakref
 from typing import Any, Callable, TypeVar
 
 from taut._core import LoopChannel, PoolCore
+from taut._loop_waker import Watch, waker_for
 from taut._notices import _deliver_notices
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 
@@ -43,22 +43,18 @@ _T = TypeVar("_T")
 
 
 class _LoopLink:
-    """One event loop's end of the completion channel: the reading socket,
-    registered with the loop, and the Rust channel workers push into."""
+    """One event loop's end of the completion channel: the loop's
+    ``taut._loop_waker`` channel (one wake-up descriptor and one reader
+    callback per loop, shared with deadlines), and the wake-ups of parked
+    workers owed at the end of this pass of the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        self.reader = reader
-        self.reader_fd = reader.fileno()
-        # The channel owns the writing end from here on (it closes it).
-        self.channel = LoopChannel(writer.detach())
+        channel = waker_for(loop).channel
+        if channel is None:  # a loop without add_reader (Windows' proactor)
+            raise NotImplementedError
+        self.channel: LoopChannel = channel
         # Executors with queued calls whose worker wake-up is owed (see owe).
         self.owed: list[ThreadPoolExecutor] = []
-        loop.add_reader(reader.fileno(), self.drain)
-        # Close the reading end with the loop (its selector forgets it then).
-        weakref.finalize(loop, reader.close)
 
     def owe(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """A call was queued while a worker was busy (or on its way) and
@@ -79,35 +75,6 @@ class _LoopLink:
             spawn = executor._core.wake_owed()
             if spawn:
                 executor._spawn(spawn)
-
-    def drain(self) -> None:
-        """Settle every finished call (runs on the loop, as a reader callback)."""
-        # The wake-up bytes are read before taking: a call finished from
-        # then on writes a fresh byte, so none is ever left unannounced.
-        for target, ok, value in self.channel.take_woken(self.reader_fd):
-            if ok is None:
-                target()  # a room notice for a waiting submitter
-            elif ok:
-                try:
-                    target.set_result(value)
-                except asyncio.InvalidStateError:
-                    pass  # cancelled by its awaiting task: the outcome is dropped
-            else:
-                try:
-                    target.set_exception(_awaitable_error(value))
-                except asyncio.InvalidStateError:
-                    pass
-
-
-def _awaitable_error(exc: BaseException) -> BaseException:
-    """asyncio futures refuse StopIteration (it would end the awaiting
-    coroutine silently); the standard library then never settles the
-    awaiting future. Wrap it so the caller still gets an outcome."""
-    if isinstance(exc, StopIteration):
-        error = RuntimeError(f"the call raised {exc!r}")
-        error.__cause__ = exc
-        return error
-    return exc
 
 
 _links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopLink | None] = (
@@ -249,7 +216,7 @@ async def _room(
         else:  # cancelled meanwhile: the next waiter gets the turn
             core.pass_room_on()
 
-    waiter_id = core.wait_for_room_async(link.channel, there_may_be_room, front)
+    waiter_id = core.wait_for_room_async(link.channel, Watch(there_may_be_room), front)
     try:
         await told
     except asyncio.CancelledError:

@@ -330,12 +330,11 @@ class PoolCore:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
         threads the caller must start."""
-    def wait_for_room_async(
-        self, channel: LoopChannel, callback: Callable[[], object], front: bool = False
-    ) -> int:
-        """An asyncio submitter found the queue full: ``callback()`` runs on
-        its loop when there may be room (FIFO; ``front``: ahead of the
-        others). Returns an id for ``cancel_room_wait``."""
+    def wait_for_room_async(self, channel: LoopChannel, notice: Any, front: bool = False) -> int:
+        """An asyncio submitter found the queue full: ``notice`` is pushed
+        onto ``channel`` (as ``(notice, None, None)``; the loop's reader
+        calls ``notice._fire()``) when there may be room (FIFO; ``front``:
+        ahead of the others). Returns an id for ``cancel_room_wait``."""
     def cancel_room_wait(self, id: int) -> bool:
         """Withdraw a room waiter; False if it was already told."""
     def pass_room_on(self) -> None:

@@ -16,8 +16,13 @@ and reused; the read end closes with the loop.
 A loop without ``add_reader`` (the Windows proactor loop) is woken through
 ``call_soon_threadsafe`` from taut's callback thread instead.
 
+The same channel carries the loop's finished asyncio-native calls
+(``taut._asyncio``: ``(future, ok, value)`` pushed by workers), so a loop
+has one wake-up descriptor and one reader callback for both.
+
 This module knows deadlines and their owners (anything with a ``_fire()``
-method) only; deadline scopes and bounded calls are its users.
+method) and how a finished call settles its asyncio future; deadline
+scopes, bounded calls and ``taut._asyncio`` are its users.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ class Watch:
 class LoopWaker:
     """Wakes one event loop at the expiry of the deadlines armed through it."""
 
-    __slots__ = ("__weakref__", "_loop_ref", "_reader", "arm", "channel")
+    __slots__ = ("__weakref__", "_loop_ref", "_reader", "_reader_fd", "arm", "channel")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop_ref = weakref.ref(loop)
@@ -71,6 +76,7 @@ class LoopWaker:
         reader.setblocking(False)
         writer.setblocking(False)
         self._reader = reader
+        self._reader_fd = reader.fileno()
         # The channel owns the writing end from here on.
         self.channel: LoopChannel | None = LoopChannel(writer.detach())
         self.arm: Callable[[float, Owner], Deadline]
@@ -112,18 +118,25 @@ class LoopWaker:
                 pass  # closed in between
 
     def _drain(self) -> None:
-        try:
-            while self._reader.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
         channel = self.channel
         if channel is None:
             return
-        # Taken after reading the wake-up bytes: a deadline firing from now
-        # on writes a fresh byte, so none is ever left behind unannounced.
-        for owner, _, _ in channel.take():
-            owner._fire()
+        # The wake-up bytes are read before taking: a deadline firing or a
+        # call finishing from then on writes a fresh byte, so none is ever
+        # left behind unannounced.
+        for target, ok, value in channel.take_woken(self._reader_fd):
+            if ok is None:
+                target._fire()  # an expired deadline's owner, or a room notice
+            elif ok:
+                try:
+                    target.set_result(value)
+                except asyncio.InvalidStateError:
+                    pass  # cancelled by its awaiting task: the outcome is dropped
+            else:
+                try:
+                    target.set_exception(awaitable_error(value))
+                except asyncio.InvalidStateError:
+                    pass
 
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""
@@ -131,6 +144,17 @@ class LoopWaker:
         self._reader.close()
         if last[1] is self.arm:
             last = (None, None, False)
+
+
+def awaitable_error(exc: BaseException) -> BaseException:
+    """asyncio futures refuse StopIteration (it would end the awaiting
+    coroutine silently); the standard library then never settles the
+    awaiting future. Wrap it so the caller still gets an outcome."""
+    if isinstance(exc, StopIteration):
+        error = RuntimeError(f"the call raised {exc!r}")
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (

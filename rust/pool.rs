@@ -92,6 +92,16 @@ pub enum Take<J> {
     Woken,
 }
 
+/// What a top-up decided, under the pool's lock: worker threads the caller
+/// must start, parked workers to notify once the lock is released, and
+/// whether a wake-up was left owed (`submit_waking`).
+#[derive(Debug, Default)]
+struct TopUp {
+    spawn: usize,
+    notify: usize,
+    owed: bool,
+}
+
 /// Counters for `stats()`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
@@ -271,8 +281,8 @@ impl<J> Pool<J> {
         st.next_seq += 1;
         st.queue.push_back(Queued { seq, job });
         self.queued.store(st.queue.len(), Ordering::Release);
-        let (spawn, owed) = Self::top_up_waking(&mut st, &self.work, wake);
-        let spawn = spawn > 0;
+        let top_up = Self::top_up_waking(&mut st, wake);
+        let spawn = top_up.spawn > 0;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
         let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
@@ -281,13 +291,15 @@ impl<J> Pool<J> {
                 st.tracked.insert(seq, pos);
             }
         }
+        drop(st);
+        self.notify_workers(top_up.notify);
         Ok((
             Submitted {
                 seq,
                 spawn,
                 waiting_at,
             },
-            owed,
+            top_up.owed,
         ))
     }
 
@@ -296,7 +308,10 @@ impl<J> Pool<J> {
     /// the way for.
     pub fn wake_owed(&self) -> usize {
         let mut st = self.lock();
-        Self::top_up_count(&mut st, &self.work)
+        let top_up = Self::top_up_waking(&mut st, true);
+        drop(st);
+        self.notify_workers(top_up.notify);
+        top_up.spawn
     }
 
     /// Take the next job without blocking (the fast path of a busy worker).
@@ -496,16 +511,22 @@ impl<J> Pool<J> {
         let mut st = self.lock();
         st.running = st.running.saturating_sub(1);
         Self::count(&mut st, ok);
-        if st.is_full_or_bounded() {
+        let bounded = st.is_full_or_bounded();
+        let take = if st.workers > st.max_workers {
+            Self::retire(&mut st)
+        } else {
+            match self.pop(&mut st) {
+                Some(take) => take,
+                None => Self::going_idle(&mut st),
+            }
+        };
+        drop(st);
+        if bounded {
+            // A submitter waiting for room; notified without the lock held,
+            // so that it does not wake only to wait for the lock.
             self.room.notify_one();
         }
-        if st.workers > st.max_workers {
-            return Self::retire(&mut st);
-        }
-        match self.pop(&mut st) {
-            Some(take) => take,
-            None => Self::going_idle(&mut st),
-        }
+        take
     }
 
     /// A worker finished a job.
@@ -579,44 +600,46 @@ impl<J> Pool<J> {
         st.workers = st.workers.saturating_sub(1);
         st.running = st.running.saturating_sub(1);
         st.stats.abandoned += 1;
-        let spawn = Self::top_up(&mut st, &self.work);
+        let top_up = Self::top_up_waking(&mut st, true);
         drop(st);
+        self.notify_workers(top_up.notify);
+        let spawn = top_up.spawn > 0;
         // A replacement may make room in a bounded queue.
         self.room.notify_all();
         spawn
     }
 
-    /// Start or wake workers for queued jobs nobody is on the way for.
-    /// Returns how many threads the caller must start.
-    fn top_up_count(st: &mut State<J>, work: &Condvar) -> usize {
-        Self::top_up_waking(st, work, true).0
-    }
-
-    /// `top_up_count`; with `wake` false a parked worker is notified only
-    /// while no worker is busy or on its way (see `submit_waking`), and the
-    /// second value says a wake-up was owed.
-    fn top_up_waking(st: &mut State<J>, work: &Condvar, wake: bool) -> (usize, bool) {
-        let mut spawn = 0;
+    /// Count the workers to start or wake for queued jobs nobody is on the
+    /// way for (see [`TopUp`]). With `wake` false a parked worker is
+    /// notified only while no worker is busy or on its way (see
+    /// `submit_waking`); otherwise the wake-up is owed.
+    fn top_up_waking(st: &mut State<J>, wake: bool) -> TopUp {
+        let mut top_up = TopUp::default();
         while st.queue.len() > st.takers_in_flight() {
             if st.parked > st.notified {
                 if !wake && (st.running > 0 || st.takers_in_flight() > 0) {
-                    return (spawn, true);
+                    top_up.owed = true;
+                    break;
                 }
                 st.notified += 1;
-                work.notify_one();
+                top_up.notify += 1;
             } else if st.workers < st.max_workers {
                 st.workers += 1;
                 st.starting += 1;
-                spawn += 1;
+                top_up.spawn += 1;
             } else {
                 break;
             }
         }
-        (spawn, false)
+        top_up
     }
 
-    fn top_up(st: &mut State<J>, work: &Condvar) -> bool {
-        Self::top_up_count(st, work) > 0
+    /// Wake `count` parked workers. Called after the lock is released: a
+    /// worker notified while we hold it would wake only to wait for it.
+    fn notify_workers(&self, count: usize) {
+        for _ in 0..count {
+            self.work.notify_one();
+        }
     }
 
     /// Change the ceiling. Returns how many worker threads the caller must
@@ -625,11 +648,15 @@ impl<J> Pool<J> {
     pub fn resize(&self, max_workers: usize) -> usize {
         let mut st = self.lock();
         st.max_workers = max_workers;
-        let spawn = Self::top_up_count(&mut st, &self.work);
-        if st.workers > st.max_workers {
-            self.work.notify_all();
-        }
+        let top_up = Self::top_up_waking(&mut st, true);
+        let shrunk = st.workers > st.max_workers;
         drop(st);
+        if shrunk {
+            self.work.notify_all();
+        } else {
+            self.notify_workers(top_up.notify);
+        }
+        let spawn = top_up.spawn;
         // Growing may make room in a bounded queue.
         self.room.notify_all();
         spawn

@@ -153,19 +153,21 @@ def test_a_loop_that_runs_its_own_way_is_never_trusted_by_thread() -> None:
 
 def _close_a_loop_under_an_armed_scope() -> None:
     loop = asyncio.new_event_loop()
-    entered = asyncio.Event()
+    # Made inside the loop: before 3.10 an Event binds to get_event_loop().
+    entered: list[asyncio.Event] = []
     scopes: list[taut.DeadlineScope] = []
     tasks: list[asyncio.Task[None]] = []
 
     async def stuck() -> None:
         async with taut.move_on_after(SHORT) as scope:
             scopes.append(scope)
-            entered.set()
+            entered[0].set()
             await asyncio.sleep(LONG)
 
     async def start() -> None:
+        entered.append(asyncio.Event())
         tasks.append(loop.create_task(stuck()))
-        await entered.wait()
+        await entered[0].wait()
 
     loop.run_until_complete(start())
     loop.close()  # the task stays pending inside its scope

@@ -145,15 +145,23 @@ async def run_in(
         except RuntimeError:
             executor._check_open()
             raise
-    if spawn:
-        executor._spawn(1)
-    if owed:
-        link.owe(loop, executor)
+    _after_queueing(executor, link, loop, spawn, owed)
     try:
         return await waiter
     except asyncio.CancelledError:
         _withdraw(core, seq)
         raise
+
+
+def _after_queueing(
+    executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: bool, owed: bool
+) -> None:
+    """A call is queued: start the worker thread it asked for, and leave the
+    wake-up it owes for the end of this loop pass (see ``Pool::submit_waking``)."""
+    if spawn:
+        executor._spawn(1)
+    if owed:
+        link.owe(loop, executor)
 
 
 def _withdraw(core: PoolCore, seq: int) -> None:
@@ -250,10 +258,7 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         except (QueueFull, RuntimeError):
             pass  # run_in waits for room, or raises the right error
         else:
-            if spawn:
-                executor._spawn(1)
-            if owed:
-                link.owe(loop, executor)
+            _after_queueing(executor, link, loop, spawn, owed)
             try:
                 return await waiter
             except asyncio.CancelledError:

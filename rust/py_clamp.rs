@@ -18,18 +18,19 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyString};
 
 use crate::clamp::{clamp_secs, ClampError};
 
-/// `repr(value) (type)`, cut to a readable length. A failing `repr` is shown
-/// as such, unless it raised a `BaseException` that must propagate.
-fn describe(value: &Bound<'_, PyAny>) -> PyResult<String> {
+/// `repr(value) (type)` for an error message, the repr cut to `max_len`
+/// bytes (a 400-digit int is a legal input; its full repr is not a useful
+/// message). A failing `repr` is shown as such, unless it raised a
+/// `BaseException` that must propagate. Every binding names bad values this way.
+pub(crate) fn describe(value: &Bound<'_, PyAny>, max_len: usize) -> PyResult<String> {
     let py = value.py();
     let mut shown = match value.repr() {
         Ok(r) => r.to_string(),
         Err(e) if !e.is_instance_of::<PyException>(py) => return Err(e),
         Err(_) => "<unrepresentable>".to_owned(),
     };
-    if shown.len() > 80 {
-        // A 400-digit int is a legal input; its full repr is not a useful message.
-        let cut = (0..=77)
+    if shown.len() > max_len {
+        let cut = (0..=max_len.saturating_sub(3))
             .rev()
             .find(|&i| shown.is_char_boundary(i))
             .unwrap_or(0);
@@ -45,7 +46,7 @@ fn describe(value: &Bound<'_, PyAny>) -> PyResult<String> {
 }
 
 fn type_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
-    match describe(value) {
+    match describe(value, 80) {
         Ok(shown) => PyTypeError::new_err(format!(
             "{name} must be a number of seconds or None, got {shown}"
         )),
@@ -54,7 +55,7 @@ fn type_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
 }
 
 fn nan_error(name: &str, value: &Bound<'_, PyAny>) -> PyErr {
-    match describe(value) {
+    match describe(value, 80) {
         Ok(shown) => PyValueError::new_err(format!("{name} must not be NaN, got {shown}")),
         Err(fatal) => fatal,
     }

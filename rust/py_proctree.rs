@@ -12,6 +12,7 @@ use pyo3::types::{PyBool, PyInt};
 
 use crate::gil;
 use crate::proctree::{self, ProcId};
+use crate::py_clamp::describe;
 use crate::py_timer::Deadline;
 
 /// The one place where `proctree`'s errors become Python exceptions:
@@ -29,47 +30,25 @@ fn to_py_err(err: std::io::Error) -> PyErr {
     }
 }
 
-/// `repr(value) (type)`, cut short for huge ints such as `10**400`.
-fn describe(value: &Bound<'_, PyAny>) -> String {
-    let mut shown = value
-        .repr()
-        .map(|r| r.to_string())
-        .unwrap_or_else(|_| "<unrepresentable>".to_owned());
-    if shown.len() > 40 {
-        let cut = (0..=37)
-            .rev()
-            .find(|&i| shown.is_char_boundary(i))
-            .unwrap_or(0);
-        shown.truncate(cut);
-        shown.push_str("...");
-    }
-    let ty = value
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".to_owned());
-    format!("{shown} ({ty})")
-}
-
 /// An int argument within `lo..=hi`: `TypeError` for a bool or a non-int,
 /// `ValueError` (never `OverflowError`) for an int out of range.
 fn int_in(name: &str, value: &Bound<'_, PyAny>, lo: i64, hi: i64, what: &str) -> PyResult<i64> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be {what} (int), got {}",
-            describe(value)
+            describe(value, 40)?
         )));
     }
-    let out_of_range = || {
-        PyValueError::new_err(format!(
+    let out_of_range = || -> PyResult<i64> {
+        Err(PyValueError::new_err(format!(
             "{name} must be {what} between {lo} and {hi}, got {}",
-            describe(value)
-        ))
+            describe(value, 40)?
+        )))
     };
     match value.extract::<i64>() {
         Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-        Ok(_) => Err(out_of_range()),
-        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => Err(out_of_range()),
+        Ok(_) => out_of_range(),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => out_of_range(),
         Err(e) => Err(e),
     }
 }
@@ -102,7 +81,7 @@ fn ids_arg(procs: &Bound<'_, PyAny>) -> PyResult<Vec<ProcId>> {
         let Ok((pid, start_time)) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() else {
             return Err(PyTypeError::new_err(format!(
                 "procs must hold (pid, start_time) pairs, got {}",
-                describe(&item)
+                describe(&item, 40)?
             )));
         };
         out.push(ProcId {

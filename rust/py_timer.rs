@@ -21,6 +21,7 @@ use pyo3::types::{PyDict, PyType};
 
 use crate::clamp::duration_from_secs;
 use crate::gil;
+use crate::py_clamp::describe;
 use crate::timer::{self, Action, Entry};
 
 /// How often a wait holding up a Python thread wakes to look for signals.
@@ -359,14 +360,8 @@ impl Deadline {
             }
             Err(_) => {
                 return Err(PyTypeError::new_err(format!(
-                    "at must be a time.monotonic() value in seconds, got {} ({})",
-                    at.repr()
-                        .map(|r| r.to_string())
-                        .unwrap_or_else(|_| "?".into()),
-                    at.get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|_| "?".into()),
+                    "at must be a time.monotonic() value in seconds, got {}",
+                    describe(at, 80)?
                 )))
             }
         };

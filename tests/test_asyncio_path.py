@@ -7,6 +7,7 @@ import contextvars
 import threading
 import time
 from collections import Counter
+from typing import Any, Callable
 
 import pytest
 
@@ -140,13 +141,16 @@ def test_a_loop_slow_to_drain_gets_every_completion() -> None:
     asyncio.run(main())
 
 
-def test_many_loops_in_many_threads_share_one_executor() -> None:
+def _squares_from_many_loops(call: Callable[..., Any]) -> dict[int, list[int]]:
+    """Six threads, each running its own loop, make 200 calls of ``pow(t, 2)``
+    through ``call(executor, loop, fn, *args)`` on one shared executor."""
     ex = taut.ThreadPoolExecutor(4)
     results: dict[int, list[int]] = {}
 
     def thread_main(t: int) -> None:
         async def main() -> list[int]:
-            return list(await asyncio.gather(*[ex.run(pow, t, 2) for _ in range(200)]))
+            loop = asyncio.get_running_loop()
+            return list(await asyncio.gather(*[call(ex, loop, pow, t, 2) for _ in range(200)]))
 
         results[t] = asyncio.run(main())
 
@@ -156,6 +160,11 @@ def test_many_loops_in_many_threads_share_one_executor() -> None:
     for t in threads:
         t.join(LONG)
     ex.shutdown()
+    return results
+
+
+def test_many_loops_in_many_threads_share_one_executor() -> None:
+    results = _squares_from_many_loops(lambda ex, loop, fn, *args: ex.run(fn, *args))
     assert results == {t: [t * t] * 200 for t in range(6)}
 
 
@@ -429,23 +438,9 @@ def test_run_in_executor_after_shutdown_or_on_a_broken_pool_raises_as_before() -
 
 
 def test_run_in_executor_on_many_loops_in_many_threads() -> None:
-    ex = taut.ThreadPoolExecutor(4)
-    results: dict[int, list[int]] = {}
-
-    def thread_main(t: int) -> None:
-        async def main() -> list[int]:
-            loop = asyncio.get_running_loop()
-            calls = [loop.run_in_executor(ex, pow, t, 2) for _ in range(200)]
-            return list(await asyncio.gather(*calls))
-
-        results[t] = asyncio.run(main())
-
-    threads = [threading.Thread(target=thread_main, args=(t,)) for t in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(LONG)
-    ex.shutdown()
+    results = _squares_from_many_loops(
+        lambda ex, loop, fn, *args: loop.run_in_executor(ex, fn, *args)
+    )
     assert results == {t: [t * t] * 200 for t in range(6)}
 
 

@@ -303,21 +303,27 @@ def test_inner_expiry_then_outer_expiry(enter: Callable[[DeadlineScope], Entered
     run(main)
 
 
+async def _swallow_own_cancellation() -> asyncio.Task[Any]:
+    """Cancel the running task and swallow the CancelledError, as careless
+    code does; returns the task."""
+    task = asyncio.current_task()
+    assert task is not None
+    try:
+        task.cancel()
+        await asyncio.sleep(LONG)
+    except asyncio.CancelledError:
+        pass
+    return task
+
+
 def test_timeout_after_a_swallowed_cancellation(
     enter: Callable[[DeadlineScope], Entered],
 ) -> None:
     async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        try:
-            task.cancel()
-            await asyncio.sleep(LONG)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            with pytest.raises(DeadlineExpired):
-                async with enter(fail_after(0)):
-                    await asyncio.sleep(LONG)
+        await _swallow_own_cancellation()
+        with pytest.raises(DeadlineExpired):
+            async with enter(fail_after(0)):
+                await asyncio.sleep(LONG)
 
     run(main)
 
@@ -326,18 +332,11 @@ def test_cancel_inside_a_scope_after_a_swallowed_cancellation(
     enter: Callable[[DeadlineScope], Entered],
 ) -> None:
     async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        try:
-            task.cancel()
-            await asyncio.sleep(LONG)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            with pytest.raises(asyncio.CancelledError):
-                async with enter(fail_after(LONG)):
-                    task.cancel()
-                    await asyncio.sleep(LONG)
+        task = await _swallow_own_cancellation()
+        with pytest.raises(asyncio.CancelledError):
+            async with enter(fail_after(LONG)):
+                task.cancel()
+                await asyncio.sleep(LONG)
 
     run(main)
 

@@ -77,7 +77,7 @@ pub enum Take<J> {
         updates: Vec<(u64, usize)>,
     },
     /// No job now (from `try_take`, `done_and_try_take`, `claim_woken`). The worker is
-    /// already counted as idle and must call `park` next: it is counted
+    /// already counted as idle and must park next (`park_then_claim`): it is counted
     /// before it lets go of the GIL, so a caller that was waiting for its
     /// result and submits again at once reuses it instead of starting a
     /// thread (CPython's test_idle_thread_reuse).
@@ -377,13 +377,9 @@ impl<J> Pool<J> {
         self.wait_take_inner(idle_timeout, false, false)
     }
 
-    /// `wait_take` after a `Take::Empty`, which left the worker counted as idle.
-    pub fn park(&self, idle_timeout: Option<Duration>) -> Take<J> {
-        self.wait_take_inner(idle_timeout, true, false)
-    }
-
-    /// `park`, but work found is left in the queue for whichever worker
-    /// holds the GIL first: `Take::Woken`, then `claim_woken` with the GIL.
+    /// `wait_take` after a `Take::Empty`, which left the worker counted as
+    /// idle. Work found is left in the queue for whichever worker holds the
+    /// GIL first: `Take::Woken`, then `claim_woken` with the GIL.
     pub fn park_then_claim(&self, idle_timeout: Option<Duration>) -> Take<J> {
         self.wait_take_inner(idle_timeout, true, true)
     }
@@ -975,7 +971,8 @@ mod tests {
         let s = pool.submit(1, false).unwrap();
         assert!(!s.spawn);
         assert_eq!(s.waiting_at, None);
-        assert_eq!(job(pool.park(None)), Some(1));
+        assert_eq!(pool.park_then_claim(None), Take::Woken);
+        assert_eq!(job(pool.claim_woken()), Some(1));
         let st = pool.stats();
         assert_eq!((st.idle, st.workers, st.running), (0, 1, 1));
         // The notice meant for the parked-to-be worker was consumed: a stale

@@ -462,6 +462,43 @@ def test_interpreter_exit_runs_queued_work_and_never_hangs():
     assert result.stderr == ""
 
 
+def test_an_executor_made_during_interpreter_exit_refuses_work():
+    # Its core was never shut down by the exit hook: submit must still see
+    # that the interpreter exits, as the standard library's does.
+    result = run_python(
+        """
+        import atexit, taut
+
+        def late():
+            ex = taut.ThreadPoolExecutor(1)
+            try:
+                ex.submit(print, "ran")
+            except RuntimeError as exc:
+                print("refused:", exc)
+
+        atexit.register(late)
+        taut.ThreadPoolExecutor(1).submit(int).result()
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "refused: cannot schedule new futures after interpreter shutdown\n"
+
+
+def test_a_worker_that_cannot_start_leaves_the_call_queued_once(monkeypatch):
+    ex = taut.ThreadPoolExecutor(1)
+
+    def cannot_start(count: int) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(ex, "_spawn", cannot_start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        ex.submit(int)
+    # The error came after the call was queued: it is not queued again.
+    assert ex.stats().queued == 1
+    monkeypatch.undo()
+    ex.shutdown(wait=False, cancel_futures=True)
+
+
 def test_task_raising_base_exception_keeps_the_worker():
     def raise_(exc: BaseException) -> None:
         raise exc

@@ -241,7 +241,22 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             waiter = _submit_for_loop(self, caller, fn, args)
             if waiter is not None:
                 return waiter  # type: ignore[no-any-return]  # an asyncio future
-        return self._submit(fn, args, kwargs, block=True)
+        if self._propagate_context or _worker._interpreter_exiting:
+            return self._submit(fn, args, kwargs, block=True)
+        # The common case inline: a submission is on every call's critical
+        # path. The core refuses a shut down or broken pool and a full
+        # queue; _submit then raises the right error, or waits for room.
+        # (An executor made while the interpreter exits has a core that is
+        # not shut down: the test above sends it to _submit, which refuses.)
+        future: Future[_T] = Future()
+        future._core = core = self._core
+        try:
+            spawn = core.submit(future, fn, args, kwargs)
+        except (QueueFull, RuntimeError):
+            return self._submit(fn, args, kwargs, block=True)
+        if spawn:
+            self._spawn(1)
+        return future
 
     def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
         """``await executor.run(fn, *args, **kwargs)``: ``fn`` runs on a worker,

@@ -195,6 +195,8 @@ struct Names {
     release: Py<PyString>,
     cond: Py<PyString>,
     cond_lock: Py<PyString>,
+    /// `taut._future_condition.FutureCondition`, the usual `_cond`.
+    future_condition: Py<PyAny>,
     state: Py<PyString>,
     pending: Py<PyString>,
     running: Py<PyString>,
@@ -224,6 +226,10 @@ impl Names {
             release: PyString::intern(py, "release").unbind(),
             cond: PyString::intern(py, "_cond").unbind(),
             cond_lock: PyString::intern(py, "_lock").unbind(),
+            future_condition: py
+                .import("taut._future_condition")?
+                .getattr("FutureCondition")?
+                .unbind(),
             state: PyString::intern(py, "_state").unbind(),
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
@@ -323,7 +329,13 @@ fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
         // RUNNING notifies nobody, so taking that lock (without blocking)
         // is all `set_running_or_notify_cancel` would do. This is the common
         // case of `submit(f).result()` on a pool whose worker was parked.
-        let lock = cond.getattr(names.cond_lock.bind(py))?;
+        // taut's own FutureCondition is that lock (a `_thread.RLock`); a
+        // `threading.Condition` set by hand holds it in `_lock`.
+        let lock = if cond.get_type().is(names.future_condition.bind(py)) {
+            cond
+        } else {
+            cond.getattr(names.cond_lock.bind(py))?
+        };
         if !lock
             .call_method1(names.acquire.bind(py), (false,))?
             .is_truthy()?

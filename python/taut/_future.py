@@ -12,6 +12,7 @@ from concurrent.futures import _base
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from taut._checks import OS_WAIT_SLICE, check_timeout
+from taut._future_condition import FutureCondition
 from taut._notices import _deliver_notices
 
 if TYPE_CHECKING:
@@ -108,6 +109,10 @@ class Future(_cf.Future[_T]):
     def _done_callbacks(self, callbacks: list[Callable[[_cf.Future[_T]], object]]) -> None:
         self._callbacks = callbacks
 
+    # wait() and as_completed() take this for every future they are given,
+    # so it is a FutureCondition (one C object, no Python constructor)
+    # rather than a threading.Condition. Made under _state_lock: from then
+    # on the state changes under it, never in Rust without it.
     @property
     def _condition(self) -> threading.Condition:
         cond = self._cond
@@ -115,7 +120,7 @@ class Future(_cf.Future[_T]):
             with _state_lock:
                 cond = self._cond
                 if cond is None:
-                    cond = self._cond = threading.Condition()
+                    cond = self._cond = FutureCondition()  # type: ignore[assignment]
         return cond
 
     @_condition.setter
@@ -293,15 +298,39 @@ class Future(_cf.Future[_T]):
                     return False
         return super().set_running_or_notify_cancel()
 
+    # A Condition, once made, is never taken away: with one, skip the
+    # quiet attempt (and its _state_lock) and finish under the Condition.
     def set_result(self, result: _T) -> None:
-        if not self._finish_quietly("_result", result):
-            super().set_result(result)
-            self._wake_waiting_results()
+        if self._cond is not None or not self._finish_quietly("_result", result):
+            self._finish_under_condition("_result", result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        if not self._finish_quietly("_exception", exception):
-            super().set_exception(exception)
-            self._wake_waiting_results()
+        if self._cond is not None or not self._finish_quietly("_exception", exception):
+            self._finish_under_condition("_exception", exception)
+
+    def _finish_under_condition(self, field: str, value: object) -> None:
+        """The base class's set_result/set_exception (``field`` says which),
+        without its detours through the lazy lists; then the result()
+        waiters and the callbacks. This is the worker's step for every call
+        that a wait() or as_completed() waits on."""
+        cond = self._condition
+        with cond:
+            if self._state in _DONE_STATES:
+                raise _base.InvalidStateError(f"{self._state}: {self!r}")
+            setattr(self, field, value)
+            self._state = _FINISHED
+            waiters = self._waiter_list
+            if waiters:
+                if field == "_result":
+                    for waiter in waiters:
+                        waiter.add_result(self)
+                else:
+                    for waiter in waiters:
+                        waiter.add_exception(self)
+            cond.notify_all()
+        self._wake_waiting_results()
+        if self._callbacks:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def _finish_quietly(self, field: str, value: object) -> bool:
         """Store the outcome in ``field`` and wake result() waiters and

@@ -1,0 +1,111 @@
+"""The object behind a ``taut.Future``'s ``_condition``: a reentrant lock
+whose ``acquire``/``release``/``with`` are C code, plus the
+``wait``/``notify`` of a Condition, written in Python and used only by
+whoever calls them.
+
+``concurrent.futures.wait()`` and ``as_completed()`` take the
+``_condition`` of every future they are given (``acquire()``/``release()``
+and ``with``) and never wait on it. A ``threading.Condition`` costs about a
+microsecond to build and eight more objects for the garbage collector (its
+lock, deque and bound methods), paid once per waited future: that was most
+of what ``wait()`` cost over a list of taut futures. This lock is one object
+made by a C constructor, and it keeps the Condition's contract (reentrant,
+``wait``/``wait_for``/``notify``/``notify_all`` only by its owner) for the
+base class's code and for anyone else who uses it as one.
+"""
+
+from __future__ import annotations
+
+import time
+from _thread import RLock, allocate_lock
+from typing import Any, Callable, TypeVar
+
+from taut._core import OS_WAIT_SLICE
+
+_R = TypeVar("_R")
+
+
+class FutureCondition(RLock):
+    """A ``threading.RLock`` that is also a Condition over itself."""
+
+    # The gates of the threads in wait(), oldest first; set on first wait
+    # (a slot without a value reads as missing: most conditions never wait).
+    __slots__ = ("_sleepers",)
+    _sleepers: list[Any]
+
+    # C methods of _thread.RLock that typeshed does not declare. They are
+    # what threading.Condition uses to release a reentrant lock fully.
+    _is_owned: Callable[[], bool]
+    _release_save: Callable[[], Any]
+    _acquire_restore: Callable[[Any], None]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Release the lock until notified or ``timeout`` seconds have
+        passed, then take it back; False if the time ran out."""
+        if not self._is_owned():
+            raise RuntimeError("cannot wait on un-acquired lock")
+        gate = allocate_lock()
+        gate.acquire()
+        try:
+            self._sleepers.append(gate)
+        except AttributeError:
+            self._sleepers = [gate]
+        saved = self._release_save()
+        woken = False
+        try:
+            if timeout is None:
+                woken = gate.acquire()
+            elif timeout > 0:
+                # In OS-sized pieces: one lock wait cannot take every float.
+                end = time.monotonic() + timeout
+                while not woken and (left := end - time.monotonic()) > 0:
+                    woken = gate.acquire(True, min(left, OS_WAIT_SLICE))
+            else:
+                woken = gate.acquire(False)
+        finally:
+            self._acquire_restore(saved)
+            if not woken:
+                try:
+                    self._sleepers.remove(gate)
+                except ValueError:
+                    # notify() took the gate after the time ran out and
+                    # before the lock was back: it woke this thread.
+                    woken = True
+        return woken
+
+    def wait_for(self, predicate: Callable[[], _R], timeout: float | None = None) -> _R:
+        """Wait until ``predicate()`` is true or ``timeout`` seconds have
+        passed; the predicate's last value."""
+        end = None if timeout is None else time.monotonic() + timeout
+        result = predicate()
+        while not result:
+            if end is None:
+                self.wait()
+            else:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self.wait(left)
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        """Wake up to ``n`` threads waiting in ``wait()``, oldest first."""
+        if not self._is_owned():
+            raise RuntimeError("cannot notify on un-acquired lock")
+        try:
+            sleepers = self._sleepers
+        except AttributeError:
+            return
+        woken = sleepers[:n]
+        del sleepers[:n]
+        for gate in woken:
+            gate.release()
+
+    def notify_all(self) -> None:
+        """Wake every thread waiting in ``wait()``."""
+        try:
+            count = len(self._sleepers)
+        except AttributeError:
+            count = 0
+        self.notify(count)

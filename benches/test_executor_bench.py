@@ -55,3 +55,24 @@ def test_run_in_executor(benchmark: Any, executor: cf.ThreadPoolExecutor) -> Non
     finally:
         loop.close()
     assert result == 5
+
+
+# How an agent runtime usually collects a fan-out of tool calls: one wait()
+# or as_completed() over all of them (compare stdlib and taut per group).
+@pytest.mark.benchmark(group="fan-out-10k-wait")
+def test_fan_out_wait(benchmark: Any, executor: cf.ThreadPoolExecutor) -> None:
+    def run() -> int:
+        done, not_done = cf.wait([executor.submit(_noop) for _ in range(10_000)])
+        assert not not_done
+        return len(done)
+
+    assert benchmark(run) == 10_000
+
+
+@pytest.mark.benchmark(group="fan-out-10k-as-completed")
+def test_fan_out_as_completed(benchmark: Any, executor: cf.ThreadPoolExecutor) -> None:
+    def run() -> int:
+        futures = [executor.submit(_identity, i) for i in range(10_000)]
+        return sum(f.result() for f in cf.as_completed(futures))
+
+    assert benchmark(run) == 49_995_000

@@ -9,7 +9,7 @@ import time
 from _thread import allocate_lock
 from concurrent import futures as _cf
 from concurrent.futures import _base
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from taut._checks import OS_WAIT_SLICE, check_timeout
 from taut._future_condition import FutureCondition
@@ -120,7 +120,8 @@ class Future(_cf.Future[_T]):
             with _state_lock:
                 cond = self._cond
                 if cond is None:
-                    cond = self._cond = FutureCondition()  # type: ignore[assignment]
+                    # It offers all that the stdlib uses of a Condition.
+                    cond = self._cond = cast(threading.Condition, FutureCondition())
         return cond
 
     @_condition.setter

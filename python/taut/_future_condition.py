@@ -25,7 +25,9 @@ from taut._core import OS_WAIT_SLICE
 _R = TypeVar("_R")
 
 
-class FutureCondition(RLock):
+# typeshed marks _thread.RLock final; CPython's type (3.9 to 3.14) is a base
+# type, which is what this class relies on.
+class FutureCondition(RLock):  # type: ignore[misc]
     """A ``threading.RLock`` that is also a Condition over itself."""
 
     # The gates of the threads in wait(), oldest first; set on first wait

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 import taut
-from taut._bench import Row, interleaved_samples, paired_row
+from taut._bench import INFO, Row, interleaved_samples, paired_row
 
 Factory = Callable[..., cf.ThreadPoolExecutor]
 CONTENDERS: dict[str, Factory] = {
@@ -80,13 +80,38 @@ def run_in_executor(factory: Factory, n: int) -> float:
         return asyncio.run(main(ex))
 
 
-def io_shaped(factory: Factory, n: int, workers: int, sleep: float) -> float:
-    """Wall time of n calls of time.sleep(sleep) on `workers` workers."""
+def _collect(futures: list[cf.Future[Any]], how: str) -> None:
+    """Wait for every future the way a caller would: ``result()`` one by
+    one, one ``concurrent.futures.wait()``, or ``as_completed()``."""
+    if how == "result":
+        for f in futures:
+            f.result()
+    elif how == "wait":
+        cf.wait(futures)
+    elif how == "as_completed":
+        for _ in cf.as_completed(futures):
+            pass
+    else:
+        raise ValueError(f"how must be 'result', 'wait' or 'as_completed', got {how!r}")
+
+
+def fan_out(factory: Factory, n: int, how: str) -> float:
+    """Seconds per task: n no-ops submitted, then collected by ``how``
+    (see :func:`_collect`): what an agent runtime does with its tool calls."""
+    with factory(4) as ex:
+        ex.submit(_noop).result()
+        start = time.perf_counter()
+        _collect([ex.submit(_noop) for _ in range(n)], how)
+        return (time.perf_counter() - start) / n
+
+
+def io_shaped(factory: Factory, n: int, workers: int, sleep: float, how: str = "result") -> float:
+    """Wall time of n calls of time.sleep(sleep) on `workers` workers,
+    collected by ``how`` (see :func:`_collect`)."""
     with factory(workers) as ex:
         list(ex.map(time.sleep, [0] * workers))
         start = time.perf_counter()
-        for f in [ex.submit(time.sleep, sleep) for _ in range(n)]:
-            f.result()
+        _collect([ex.submit(time.sleep, sleep) for _ in range(n)], how)
         return time.perf_counter() - start
 
 
@@ -217,6 +242,12 @@ def run(quick: bool) -> list[Row]:
         for name, factory in CONTENDERS.items()
     }
     io_runners["floor"] = functools.partial(io_floor, n_io, workers, sleep)
+    collected_by = ("wait", "as_completed")
+    for how in collected_by:
+        for name, factory in CONTENDERS.items():
+            io_runners[f"{name}/{how}"] = functools.partial(
+                io_shaped, factory, n_io, workers, sleep, how
+            )
     io = interleaved_samples(io_runners, max(3, rounds // 2))
     floor = statistics.median(io["floor"])
     taut_io = statistics.median(io["taut"])
@@ -240,4 +271,36 @@ def run(quick: bool) -> list[Row]:
             ),
         )
     )
+    # Informational rows: how an agent runtime usually collects a fan-out
+    # of tool calls, the no-op shape and the I/O shape above.
+    n_fan = int(50_000 * scale)
+    for letter, how in (("g", "wait"), ("h", "as_completed")):
+        fan = pair(fan_out, n_fan, how)
+        rows.append(
+            paired_row(
+                f"executor.fan_out_{how}",
+                f"({letter}) {n_fan:,} no-op tasks, 4 workers, collected by {how}() (per task)",
+                BASELINE,
+                fan["stdlib"],
+                fan["taut"],
+                target=INFO,
+                met=None,
+            )
+        )
+        stdlib_io, mine_io = io[f"stdlib/{how}"], io[f"taut/{how}"]
+        rows.append(
+            paired_row(
+                f"executor.io_sleep_{how}",
+                f"({letter}') the sleeps of (f), collected by {how}()",
+                BASELINE,
+                stdlib_io,
+                mine_io,
+                target=INFO,
+                met=None,
+                note=(
+                    f"taut {statistics.median(mine_io) / floor:.2f}x floor, "
+                    f"stdlib {statistics.median(stdlib_io) / floor:.2f}x floor"
+                ),
+            )
+        )
     return rows

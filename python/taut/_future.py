@@ -9,7 +9,7 @@ import time
 from _thread import allocate_lock
 from concurrent import futures as _cf
 from concurrent.futures import _base
-from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from taut._checks import OS_WAIT_SLICE, check_timeout
 from taut._future_condition import FutureCondition
@@ -36,6 +36,11 @@ _SPIN_MICROS = 50
 # the registration of result() waiters, against the lock-free state changes
 # below. Held only for a few attribute reads and writes.
 _state_lock = threading.Lock()
+
+
+# A FutureCondition offers all that the stdlib uses of a Condition: typed as
+# one, so that _condition keeps the base class's type at no cost per call.
+_new_condition: Callable[[], threading.Condition] = FutureCondition  # type: ignore[assignment]
 
 
 def _release_all(gates: list[Any]) -> None:
@@ -120,8 +125,7 @@ class Future(_cf.Future[_T]):
             with _state_lock:
                 cond = self._cond
                 if cond is None:
-                    # It offers all that the stdlib uses of a Condition.
-                    cond = self._cond = cast(threading.Condition, FutureCondition())
+                    cond = self._cond = _new_condition()
         return cond
 
     @_condition.setter
@@ -314,7 +318,8 @@ class Future(_cf.Future[_T]):
         without its detours through the lazy lists; then the result()
         waiters and the callbacks. This is the worker's step for every call
         that a wait() or as_completed() waits on."""
-        cond = self._condition
+        cond = self._cond
+        assert cond is not None  # only called once it exists
         with cond:
             if self._state in _DONE_STATES:
                 raise _base.InvalidStateError(f"{self._state}: {self!r}")
@@ -329,7 +334,13 @@ class Future(_cf.Future[_T]):
                     for waiter in waiters:
                         waiter.add_exception(self)
             cond.notify_all()
-        self._wake_waiting_results()
+        # Then the result() waiters (see _wake_waiting_results), inline.
+        with _state_lock:
+            gates = self._result_gates
+            if gates is not None:
+                self._result_gates = None
+        if gates:
+            _release_all(gates)
         if self._callbacks:
             self._invoke_callbacks()  # type: ignore[attr-defined]
 

@@ -25,15 +25,20 @@ from taut._core import OS_WAIT_SLICE
 _R = TypeVar("_R")
 
 
+# The gates of the threads in a FutureCondition's wait(), oldest first, by
+# condition; read and changed only by the condition's owner. Kept here
+# rather than on the condition, which then needs no Python constructor and
+# no attribute that could be missing: notify_all() runs on every waited
+# future's completion and almost always finds nobody.
+_sleepers_of: dict[FutureCondition, list[Any]] = {}
+
+
 # typeshed marks _thread.RLock final; CPython's type (3.9 to 3.14) is a base
 # type, which is what this class relies on.
 class FutureCondition(RLock):  # type: ignore[misc]
     """A ``threading.RLock`` that is also a Condition over itself."""
 
-    # The gates of the threads in wait(), oldest first; set on first wait
-    # (a slot without a value reads as missing: most conditions never wait).
-    __slots__ = ("_sleepers",)
-    _sleepers: list[Any]
+    __slots__ = ()
 
     # C methods of _thread.RLock that typeshed does not declare. They are
     # what threading.Condition uses to release a reentrant lock fully.
@@ -48,10 +53,11 @@ class FutureCondition(RLock):  # type: ignore[misc]
             raise RuntimeError("cannot wait on un-acquired lock")
         gate = allocate_lock()
         gate.acquire()
-        try:
-            self._sleepers.append(gate)
-        except AttributeError:
-            self._sleepers = [gate]
+        sleepers = _sleepers_of.get(self)
+        if sleepers is None:
+            _sleepers_of[self] = [gate]
+        else:
+            sleepers.append(gate)
         saved = self._release_save()
         woken = False
         try:
@@ -67,9 +73,12 @@ class FutureCondition(RLock):  # type: ignore[misc]
         finally:
             self._acquire_restore(saved)
             if not woken:
-                try:
-                    self._sleepers.remove(gate)
-                except ValueError:
+                sleepers = _sleepers_of.get(self)
+                if sleepers is not None and gate in sleepers:
+                    sleepers.remove(gate)
+                    if not sleepers:
+                        del _sleepers_of[self]
+                else:
                     # notify() took the gate after the time ran out and
                     # before the lock was back: it woke this thread.
                     woken = True
@@ -95,19 +104,21 @@ class FutureCondition(RLock):  # type: ignore[misc]
         """Wake up to ``n`` threads waiting in ``wait()``, oldest first."""
         if not self._is_owned():
             raise RuntimeError("cannot notify on un-acquired lock")
-        try:
-            sleepers = self._sleepers
-        except AttributeError:
+        sleepers = _sleepers_of.get(self)
+        if not sleepers:
             return
         woken = sleepers[:n]
         del sleepers[:n]
+        if not sleepers:
+            del _sleepers_of[self]
         for gate in woken:
             gate.release()
 
     def notify_all(self) -> None:
         """Wake every thread waiting in ``wait()``."""
-        try:
-            count = len(self._sleepers)
-        except AttributeError:
-            count = 0
-        self.notify(count)
+        if not self._is_owned():
+            raise RuntimeError("cannot notify on un-acquired lock")
+        sleepers = _sleepers_of.pop(self, None)
+        if sleepers:
+            for gate in sleepers:
+                gate.release()

@@ -19,6 +19,17 @@ use std::time::{Duration, Instant};
 /// Workers spin only while the pool is *hot* (see [`Pool::is_hot`]).
 pub const WORKER_SPIN: Duration = Duration::from_micros(50);
 
+/// How long a spinning worker that found work waits, still spinning, for
+/// the submitter to let go of the GIL before it asks for it. The submitter
+/// holds the GIL as it queues the call and usually gives it up a moment
+/// later (to wait for the result, or in its event loop's select). A worker
+/// that asks for the GIL before that sleeps in CPython's GIL wait, and the
+/// futex wake-up that ends the sleep costs tens of microseconds on these
+/// machines: the same order as the whole round trip. A waiter in
+/// `spin_for_release` says when it let go ([`Pool::offer_gil`]), so a
+/// `submit().result()` round trip never waits for this long.
+pub const GIL_HANDOFF_WAIT: Duration = Duration::from_micros(4);
+
 /// The smoothed gap between submissions a fresh pool assumes: long, so
 /// nothing spins until recent history says calls come close together.
 const COLD_GAP_NS: u64 = 10_000_000;
@@ -198,6 +209,14 @@ pub struct Pool<J> {
     /// Bumped each time a worker comes back for work without the GIL, so a
     /// thread waiting for a result knows when to try taking the GIL.
     released: AtomicU64,
+    /// Bumped by a thread that let go of the GIL to wait for a result of
+    /// this pool (see [`GIL_HANDOFF_WAIT`]).
+    gil_offered: AtomicU64,
+    /// How long a worker with nothing to do spins before it parks, when the
+    /// pool is hot ([`WORKER_SPIN`]; the tests stretch it).
+    worker_spin: Duration,
+    /// [`GIL_HANDOFF_WAIT`] (the tests stretch it).
+    gil_handoff_wait: Duration,
     /// Signalled when a job arrives or a worker must exit.
     work: Condvar,
     /// Signalled when the bounded queue gains room or the pool shuts down.
@@ -233,6 +252,9 @@ impl<J> Pool<J> {
             }),
             queued: AtomicUsize::new(0),
             released: AtomicU64::new(0),
+            gil_offered: AtomicU64::new(0),
+            worker_spin: WORKER_SPIN,
+            gil_handoff_wait: GIL_HANDOFF_WAIT,
             work: Condvar::new(),
             room: Condvar::new(),
             gap_ns: AtomicU64::new(COLD_GAP_NS),
@@ -270,6 +292,12 @@ impl<J> Pool<J> {
     /// The bounded queue's size (0: unbounded).
     pub fn max_queue(&self) -> usize {
         self.lock().max_queue
+    }
+
+    /// The calling thread has just let go of the GIL to wait for a result:
+    /// a worker that found work may take the GIL now without sleeping for it.
+    pub fn offer_gil(&self) {
+        self.gil_offered.fetch_add(1, Ordering::AcqRel);
     }
 
     /// See `released`: the count of workers' returns for more work.
@@ -409,7 +437,7 @@ impl<J> Pool<J> {
     ) -> Take<J> {
         self.released.fetch_add(1, Ordering::AcqRel);
         let mut spin = if self.is_hot() {
-            WORKER_SPIN
+            self.worker_spin
         } else {
             Duration::ZERO
         };
@@ -443,7 +471,14 @@ impl<J> Pool<J> {
                 st.idle += 1;
                 st.spinning += 1;
                 drop(st);
+                let offered = self.gil_offered.load(Ordering::Acquire);
                 let found = spin_until(spin, || self.queued.load(Ordering::Acquire) > 0);
+                if found && claim_later {
+                    // The submitter still holds the GIL: let it go first.
+                    spin_until(self.gil_handoff_wait, || {
+                        self.gil_offered.load(Ordering::Acquire) != offered
+                    });
+                }
                 spin = Duration::ZERO;
                 st = self.lock();
                 st.idle -= 1;
@@ -1203,6 +1238,57 @@ mod tests {
             }
         }
         assert!(skipped < 50, "skipped {skipped}");
+    }
+
+    /// A hot pool of one worker that ran 200 jobs and is now idle, with the
+    /// worker's spin and its wait for the GIL stretched to `handoff`.
+    fn hot_idle_pool(handoff: Duration) -> Arc<Pool<u32>> {
+        let mut pool = Pool::new(1, 0);
+        pool.worker_spin = Duration::from_secs(600);
+        pool.gil_handoff_wait = handoff;
+        for i in 0..200 {
+            pool.submit(i, false).unwrap();
+        }
+        assert!(pool.is_hot());
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        for i in 1..200 {
+            assert_eq!(job(pool.done_and_try_take(true)), Some(i));
+        }
+        assert_eq!(pool.done_and_try_take(true), Take::Empty);
+        Arc::new(pool)
+    }
+
+    fn spinning_worker(pool: &Arc<Pool<u32>>) -> thread::JoinHandle<Take<u32>> {
+        let p = Arc::clone(pool);
+        let worker = thread::spawn(move || p.park_then_claim(None));
+        while pool.lock().spinning == 0 {
+            thread::yield_now();
+        }
+        worker
+    }
+
+    #[test]
+    fn a_spinning_worker_that_finds_work_lets_the_submitter_offer_the_gil() {
+        let pool = hot_idle_pool(Duration::from_secs(600));
+        let worker = spinning_worker(&pool);
+        pool.submit(7, false).unwrap();
+        // It saw the job, but the submitter has not let go of the GIL yet.
+        thread::sleep(Duration::from_millis(30));
+        assert!(!worker.is_finished(), "took the GIL before it was offered");
+        pool.offer_gil();
+        assert_eq!(worker.join().unwrap(), Take::Woken);
+        assert_eq!(job(pool.claim_woken()), Some(7));
+    }
+
+    #[test]
+    fn without_an_offer_the_worker_asks_for_the_gil_after_the_wait() {
+        // A submitter that never waits for a result (an event loop) offers
+        // nothing: the worker goes on once the short wait is over.
+        let pool = hot_idle_pool(Duration::from_millis(1));
+        let worker = spinning_worker(&pool);
+        pool.submit(7, false).unwrap();
+        assert_eq!(worker.join().unwrap(), Take::Woken);
+        assert_eq!(job(pool.claim_woken()), Some(7));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! exiting interpreter ends with `pthread_exit` unwinds through C and Python
 //! frames only (see `gil.rs` for the GIL-free waits).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -285,24 +285,54 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
 // Python code: attribute reads and writes on a plain instance, and the C
 // methods of a `_thread.lock`.
 
+/// `_state_lock`'s bound `acquire` and `release`, and the arguments of a
+/// non-blocking acquire, kept per thread: looking the methods up and
+/// building the arguments on each use cost more than the state change they
+/// guard, twice per call on a worker's critical path.
+struct StateLockMethods {
+    lock: Py<PyAny>,
+    acquire: Py<PyAny>,
+    release: Py<PyAny>,
+    no_wait: Py<PyTuple>,
+}
+
+thread_local! {
+    static STATE_LOCK_METHODS: RefCell<Option<StateLockMethods>> = const { RefCell::new(None) };
+}
+
 /// Runs `change` while holding `taut._future._state_lock`, if it is free.
 fn with_state_lock<T>(
     py: Python<'_>,
     names: &Names,
     change: impl FnOnce() -> PyResult<Option<T>>,
 ) -> PyResult<Option<T>> {
+    // Looked up on each use: a forked child replaces the lock.
     let lock = names
         .future_module
         .bind(py)
         .getattr(names.state_lock.bind(py))?;
-    if !lock
-        .call_method1(names.acquire.bind(py), (false,))?
-        .is_truthy()?
-    {
+    let (acquire, release, no_wait) = STATE_LOCK_METHODS.with(|cell| -> PyResult<_> {
+        let mut cached = cell.borrow_mut();
+        if cached.as_ref().is_none_or(|c| !c.lock.bind(py).is(&lock)) {
+            *cached = Some(StateLockMethods {
+                lock: lock.clone().unbind(),
+                acquire: lock.getattr(names.acquire.bind(py))?.unbind(),
+                release: lock.getattr(names.release.bind(py))?.unbind(),
+                no_wait: PyTuple::new(py, [false])?.unbind(),
+            });
+        }
+        let methods = cached.as_ref().expect("filled above");
+        Ok((
+            methods.acquire.clone_ref(py),
+            methods.release.clone_ref(py),
+            methods.no_wait.clone_ref(py),
+        ))
+    })?;
+    if !acquire.bind(py).call(no_wait.bind(py), None)?.is_truthy()? {
         return Ok(None);
     }
     let result = change();
-    lock.call_method0(names.release.bind(py))?;
+    release.bind(py).call0()?;
     result
 }
 
@@ -997,6 +1027,8 @@ impl PoolCore {
         let before = pool.released();
         let shared = Arc::clone(&self.shared);
         gil::detach(py, move || {
+            // A worker spinning on our call may take the GIL at once.
+            shared.pool.offer_gil();
             spin_until(limit, || shared.pool.released() != before)
         });
     }

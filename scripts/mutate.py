@@ -57,6 +57,9 @@ SCOPE_CONTEXT = "python/taut/deadline/_context.py"
 CLI = "python/taut/cli.py"
 BENCH = "python/taut/_bench/__init__.py"
 WAKEUPS = "tests/test_executor_wakeups.py"
+FUTURE = "python/taut/_future.py"
+FUTURE_CONDITION = "python/taut/_future_condition.py"
+WAITS = "tests/test_wait_as_completed.py"
 
 MUTATIONS = [
     Mutation(
@@ -218,6 +221,28 @@ MUTATIONS = [
         'if args.plot and importlib.util.find_spec("matplotlib") is None:',
         "if False:",
         ("tests/test_bench_output.py",),
+    ),
+    Mutation(
+        "waited-exception-tells-no-waiter",
+        FUTURE,
+        "                        waiter.add_exception(self)",
+        "                        pass",
+        (WAITS,),
+    ),
+    Mutation(
+        "waited-completion-wakes-no-result-gate",
+        FUTURE,
+        "        # Then the result() waiters (see _wake_waiting_results), inline.\n"
+        "        with _state_lock:",
+        "        with _state_lock:\n            self._result_gates = None",
+        (WAITS, "tests/test_future_lazy_parts.py"),
+    ),
+    Mutation(
+        "future-condition-notify-wakes-nobody",
+        FUTURE_CONDITION,
+        "        woken = sleepers[:n]",
+        "        woken = sleepers[:0]",
+        (WAITS,),
     ),
 ]
 

@@ -162,6 +162,32 @@ def test_a_call_starts_and_finishes_while_its_condition_is_held_elsewhere() -> N
         assert queued.result(timeout=LONG) == 1024
 
 
+@pytest.mark.parametrize("outcome", ["result", "exception"])
+def test_a_waited_future_also_wakes_threads_parked_in_result(outcome: str) -> None:
+    gate = threading.Event()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate.wait, LONG)
+        queued = ex.submit(pow, 2, 4) if outcome == "result" else ex.submit(_fail, "x")
+        waited = threading.Thread(target=cf.wait, args=([queued],))
+        waited.start()
+        wait_until(lambda: bool(queued._waiters))
+        got: list[object] = []
+        parked = threading.Thread(target=lambda: got.append(queued.exception(LONG)))
+        parked.start()
+        wait_until(lambda: queued._result_gates is not None)
+        gate.set()
+        for thread in (waited, parked):
+            thread.join(LONG)
+            assert not thread.is_alive(), "a waiter was never woken"
+        blocker.result(timeout=LONG)
+    assert type(queued._cond) is FutureCondition
+    assert queued._result_gates is None
+    if outcome == "result":
+        assert got == [None] and queued.result() == 16
+    else:
+        assert [str(e) for e in got] == ["x"]
+
+
 # -- wait(): every return_when, timeouts, duplicates, mixed executors ---------
 
 

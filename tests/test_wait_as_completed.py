@@ -88,13 +88,15 @@ def test_future_condition_wakes_waiters_oldest_first_and_keeps_the_lock_count() 
     def sleeper(n: int) -> None:
         with cond, cond:  # held twice: wait() must release and restore both
             parked.release()
-            assert cond.wait(LONG)
+            # No timeout: only a notify ends this wait (a daemon, in case
+            # none comes).
+            assert cond.wait()
             woken.append(n)
             assert cond._is_owned()
 
     threads = []
     for n in range(3):
-        thread = threading.Thread(target=sleeper, args=(n,))
+        thread = threading.Thread(target=sleeper, args=(n,), daemon=True)
         thread.start()
         parked.acquire()
         with cond:  # taken only once the sleeper is inside wait()
@@ -172,7 +174,9 @@ def test_a_waited_future_also_wakes_threads_parked_in_result(outcome: str) -> No
         waited.start()
         wait_until(lambda: bool(queued._waiters))
         got: list[object] = []
-        parked = threading.Thread(target=lambda: got.append(queued.exception(LONG)))
+        # No timeout: only the completion ends this wait (a daemon, in case
+        # it never comes).
+        parked = threading.Thread(target=lambda: got.append(queued.exception()), daemon=True)
         parked.start()
         wait_until(lambda: queued._result_gates is not None)
         gate.set()

@@ -2,6 +2,7 @@
 //! Python module `taut._core`; the logic lives in one file per concern.
 
 pub mod pool;
+mod py_future_state;
 mod py_loop;
 mod py_pool;
 

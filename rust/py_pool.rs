@@ -11,7 +11,7 @@
 //! exiting interpreter ends with `pthread_exit` unwinds through C and Python
 //! frames only (see `gil.rs` for the GIL-free waits).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,7 @@ use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
 use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
+use crate::py_future_state::{finish_quietly, release_gates, start_quietly, StateLock};
 use crate::py_loop::LoopChannel;
 
 /// Where a call's outcome goes.
@@ -187,31 +188,31 @@ impl Shared {
 /// once per pool while the GIL is held. Not `intern!`: its lazy cell is
 /// filled with the GIL released for a moment, and a `fork()` from another
 /// thread in that moment leaves the cell locked for good in the child.
-struct Names {
-    result: Py<PyString>,
-    exception: Py<PyString>,
-    state_lock: Py<PyString>,
-    acquire: Py<PyString>,
-    release: Py<PyString>,
-    cond: Py<PyString>,
-    cond_lock: Py<PyString>,
+pub(crate) struct Names {
+    pub(crate) result: Py<PyString>,
+    pub(crate) exception: Py<PyString>,
+    pub(crate) state_lock: Py<PyString>,
+    pub(crate) acquire: Py<PyString>,
+    pub(crate) release: Py<PyString>,
+    pub(crate) cond: Py<PyString>,
+    pub(crate) cond_lock: Py<PyString>,
     /// `taut._future_condition.FutureCondition`, the usual `_cond`.
-    future_condition: Py<PyAny>,
-    state: Py<PyString>,
-    pending: Py<PyString>,
-    running: Py<PyString>,
-    finished: Py<PyString>,
+    pub(crate) future_condition: Py<PyAny>,
+    pub(crate) state: Py<PyString>,
+    pub(crate) pending: Py<PyString>,
+    pub(crate) running: Py<PyString>,
+    pub(crate) finished: Py<PyString>,
     /// A future's done callbacks: None until one is added.
-    callbacks: Py<PyString>,
+    pub(crate) callbacks: Py<PyString>,
     /// The gates of threads parked in a future's result(): None if none.
-    result_gates: Py<PyString>,
-    seq: Py<PyString>,
-    cancelled_state: Py<PyString>,
-    set_running_or_notify_cancel: Py<PyString>,
+    pub(crate) result_gates: Py<PyString>,
+    pub(crate) seq: Py<PyString>,
+    pub(crate) cancelled_state: Py<PyString>,
+    pub(crate) set_running_or_notify_cancel: Py<PyString>,
     /// `taut._future`, for its `_state_lock` (looked up on each use: a
     /// forked child replaces the lock).
-    future_module: Py<PyModule>,
-    queue_full: Py<PyAny>,
+    pub(crate) future_module: Py<PyModule>,
+    pub(crate) queue_full: Py<PyAny>,
 }
 
 impl Names {
@@ -271,168 +272,6 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     }
 }
 
-// Cheap state changes of a `taut.Future` without a Condition or callbacks.
-// The Python fast paths of that class change the state under the module's
-// `_state_lock` (a plain lock, never held across Python code that could wait
-// for this thread); we take the same lock without blocking, with the GIL
-// held. `wait()`/`as_completed()` waiters create the Condition and callback
-// registrations add to `_callbacks`, both under that lock; `result()` waiters
-// add a held gate to `_result_gates` under it, and whoever finishes the
-// future releases the gates it takes from there. So a future without a
-// Condition and without callbacks has nobody else to notify. Anything else
-// (lock busy, a Condition, callbacks, an unexpected state) is left to the
-// Python loop, which calls the future's own methods. None of this runs
-// Python code: attribute reads and writes on a plain instance, and the C
-// methods of a `_thread.lock`.
-
-/// `_state_lock`'s bound `acquire` and `release`, and the arguments of a
-/// non-blocking acquire, kept per thread: looking the methods up and
-/// building the arguments on each use cost more than the state change they
-/// guard, twice per call on a worker's critical path.
-struct StateLockMethods {
-    lock: Py<PyAny>,
-    acquire: Py<PyAny>,
-    release: Py<PyAny>,
-    no_wait: Py<PyTuple>,
-}
-
-thread_local! {
-    static STATE_LOCK_METHODS: RefCell<Option<StateLockMethods>> = const { RefCell::new(None) };
-}
-
-/// Runs `change` while holding `taut._future._state_lock`, if it is free.
-fn with_state_lock<T>(
-    py: Python<'_>,
-    names: &Names,
-    change: impl FnOnce() -> PyResult<Option<T>>,
-) -> PyResult<Option<T>> {
-    // Looked up on each use: a forked child replaces the lock.
-    let lock = names
-        .future_module
-        .bind(py)
-        .getattr(names.state_lock.bind(py))?;
-    let (acquire, release, no_wait) = STATE_LOCK_METHODS.with(|cell| -> PyResult<_> {
-        let mut cached = cell.borrow_mut();
-        if cached.as_ref().is_none_or(|c| !c.lock.bind(py).is(&lock)) {
-            *cached = Some(StateLockMethods {
-                lock: lock.clone().unbind(),
-                acquire: lock.getattr(names.acquire.bind(py))?.unbind(),
-                release: lock.getattr(names.release.bind(py))?.unbind(),
-                no_wait: PyTuple::new(py, [false])?.unbind(),
-            });
-        }
-        let methods = cached.as_ref().expect("filled above");
-        Ok((
-            methods.acquire.clone_ref(py),
-            methods.release.clone_ref(py),
-            methods.no_wait.clone_ref(py),
-        ))
-    })?;
-    if !acquire.bind(py).call(no_wait.bind(py), None)?.is_truthy()? {
-        return Ok(None);
-    }
-    let result = change();
-    release.bind(py).call0()?;
-    result
-}
-
-/// PENDING -> RUNNING for a future nobody waits on; false if that needs
-/// the future's own method (waiters, cancelled, lock busy).
-fn start_quietly(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = future.py();
-    let is_pending = || -> PyResult<bool> {
-        Ok(future
-            .getattr(names.state.bind(py))?
-            .is(names.pending.bind(py)))
-    };
-    let started = with_state_lock(py, names, || {
-        let cond = future.getattr(names.cond.bind(py))?;
-        if cond.is_none() {
-            if !is_pending()? {
-                return Ok(None);
-            }
-            future.setattr(names.state.bind(py), names.running.bind(py))?;
-            return Ok(Some(()));
-        }
-        // Someone waits on the future (its Condition exists): once it has
-        // one, its state changes under the Condition's lock. PENDING ->
-        // RUNNING notifies nobody, so taking that lock (without blocking)
-        // is all `set_running_or_notify_cancel` would do. This is the common
-        // case of `submit(f).result()` on a pool whose worker was parked.
-        // taut's own FutureCondition is that lock (a `_thread.RLock`); a
-        // `threading.Condition` set by hand holds it in `_lock`.
-        let lock = if cond.get_type().is(names.future_condition.bind(py)) {
-            cond
-        } else {
-            cond.getattr(names.cond_lock.bind(py))?
-        };
-        if !lock
-            .call_method1(names.acquire.bind(py), (false,))?
-            .is_truthy()?
-        {
-            return Ok(None);
-        }
-        let started = is_pending().and_then(|pending| {
-            if pending {
-                future.setattr(names.state.bind(py), names.running.bind(py))?;
-            }
-            Ok(pending.then_some(()))
-        });
-        lock.call_method0(names.release.bind(py))?;
-        started
-    })?;
-    Ok(started.is_some())
-}
-
-/// Store the outcome of a future that has no Condition (no `wait()` or
-/// `as_completed()` waiter) and no done callbacks, and wake the threads
-/// parked in its `result()`; false if that needs `set_result`/`set_exception`.
-fn finish_quietly(
-    names: &Names,
-    future: &Bound<'_, PyAny>,
-    ok: bool,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
-    let py = future.py();
-    let field = if ok {
-        names.result.bind(py)
-    } else {
-        names.exception.bind(py)
-    };
-    let done = with_state_lock(py, names, || {
-        let quiet = future.getattr(names.cond.bind(py))?.is_none()
-            && future
-                .getattr(names.state.bind(py))?
-                .is(names.running.bind(py))
-            && {
-                let callbacks = future.getattr(names.callbacks.bind(py))?;
-                callbacks.is_none() || callbacks.len()? == 0
-            };
-        if !quiet {
-            return Ok(None);
-        }
-        future.setattr(field, value)?;
-        future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        // Threads parked in result()/exception(): taken under the lock
-        // (see `Future._wait_until_done`), woken below.
-        let gates = future.getattr(names.result_gates.bind(py))?;
-        if !gates.is_none() {
-            future.setattr(names.result_gates.bind(py), py.None())?;
-        }
-        Ok(Some(gates))
-    })?;
-    let Some(gates) = done else {
-        return Ok(false);
-    };
-    if !gates.is_none() {
-        for gate in gates.try_iter()? {
-            // A `_thread.lock` held by its waiter: `release` is C code.
-            gate?.call_method0(names.release.bind(py))?;
-        }
-    }
-    Ok(true)
-}
-
 /// One worker thread's handle on its pool: the Python worker loop calls
 /// these methods, and the executor uses it to find, abandon or interrupt
 /// the call a worker runs.
@@ -487,8 +326,9 @@ impl WorkerSlot {
         }
     }
 
-    /// The step that follows a finished call.
-    fn after(&self, py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
+    /// The step that follows a finished call. `lock`: the state lock, if
+    /// finishing the call took it (the next call may start under it).
+    fn after(&self, py: Python<'_>, ok: bool, lock: &mut StateLock<'_>) -> PyResult<Py<PyAny>> {
         let pool = &self.shared.pool;
         if self.abandoned.load(Ordering::Acquire) {
             // Replaced while it ran: leave without taking more work.
@@ -496,7 +336,7 @@ impl WorkerSlot {
             return Ok(self.exit(py));
         }
         let take = pool.done_and_try_take(ok);
-        self.step(py, take)
+        self.step(py, take, lock)
     }
 
     /// The call was cancelled before it started: on to the next step.
@@ -505,7 +345,7 @@ impl WorkerSlot {
         drop(self.take_current());
         self.shared.pool.skipped_cancelled();
         let take = self.shared.pool.try_take();
-        self.step(py, take)
+        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
     }
 
     fn exit(&self, py: Python<'_>) -> Py<PyAny> {
@@ -514,17 +354,41 @@ impl WorkerSlot {
     }
 
     /// Turn what the pool handed out into the step for the Python loop.
-    fn step(&self, py: Python<'_>, take: Take<Job>) -> PyResult<Py<PyAny>> {
+    /// `lock`: the state lock, which this step may already hold; it is let go
+    /// before anything that allocates a Python object or lets go of the GIL.
+    fn step(
+        &self,
+        py: Python<'_>,
+        take: Take<Job>,
+        lock: &mut StateLock<'_>,
+    ) -> PyResult<Py<PyAny>> {
         let (seq, job, updates) = match take {
             Take::Exit => return Ok(self.exit(py)),
             Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
             // Woken by work; now holding the GIL, take it if it is still there.
-            Take::Woken => return self.step(py, self.shared.pool.claim_woken()),
+            Take::Woken => return self.step(py, self.shared.pool.claim_woken(), lock),
             Take::Job {
                 seq, job, updates, ..
             } => (seq, job, updates),
         };
         let shared = &self.shared;
+        let names = &shared.names;
+        *self
+            .current_target
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(job.target.clone_ref(py));
+        self.current.store(seq, Ordering::Release);
+        self.started_ns
+            .store(shared.pool.now_ns(), Ordering::Relaxed);
+        // The common case: a plain call of a future nobody waits on yet,
+        // marked as started quietly (under the lock, maybe still held from
+        // finishing the previous call).
+        let plain = updates.is_empty() && job.tracker.is_none();
+        let started = match &job.target {
+            Target::Future(future) if plain => start_quietly(names, future.bind(py), lock)?,
+            _ => false,
+        };
+        lock.let_go()?;
         let waiting = shared.waiting.bind(py);
         let notices = if updates.is_empty() {
             None
@@ -537,29 +401,19 @@ impl WorkerSlot {
         }
         // A job left the queue: an asyncio submitter may have room now.
         shared.wake_room_waiters(py, false);
-        *self
-            .current_target
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(job.target.clone_ref(py));
-        self.current.store(seq, Ordering::Release);
-        self.started_ns
-            .store(shared.pool.now_ns(), Ordering::Relaxed);
-        let names = &shared.names;
-        // How the call is marked as started: quietly here, by the future's
-        // own method in Python, or not at all (asyncio: a cancelled waiter
-        // means the call must not run).
+        if started {
+            return Ok(job.into_call(py)?.into_any().unbind());
+        }
+        // How else the call is marked as started: by the future's own method
+        // in Python, or not at all (asyncio: a cancelled waiter means the
+        // call must not run).
         let start: Option<Py<PyAny>> = match &job.target {
-            Target::Future(future) => {
-                let future = future.bind(py);
-                if notices.is_none() && job.tracker.is_none() && start_quietly(names, future)? {
-                    return Ok(job.into_call(py)?.into_any().unbind());
-                }
-                Some(
-                    future
-                        .getattr(names.set_running_or_notify_cancel.bind(py))?
-                        .unbind(),
-                )
-            }
+            Target::Future(future) => Some(
+                future
+                    .bind(py)
+                    .getattr(names.set_running_or_notify_cancel.bind(py))?
+                    .unbind(),
+            ),
             Target::Loop { waiter, .. } => {
                 let cancelled = waiter
                     .bind(py)
@@ -611,17 +465,26 @@ impl WorkerSlot {
         ok: bool,
         value: Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
+        let names = &self.shared.names;
+        let mut lock = StateLock::new(py, names);
         let future = match target {
             Target::Loop { channel, waiter } => {
                 channel.get().push(py, (waiter, Some(ok), value.unbind()));
-                return self.after(py, ok);
+                return self.after(py, ok, &mut lock);
             }
             Target::Future(future) => future,
         };
         let future = future.bind(py);
-        if finish_quietly(&self.shared.names, future, ok, &value)? {
-            return self.after(py, ok);
+        if let Some(gates) = finish_quietly(names, future, ok, &value, &mut lock)? {
+            // On to the next call while holding the lock; the threads parked
+            // in result() are woken once it is let go.
+            let next = self.after(py, ok, &mut lock);
+            let let_go = lock.let_go();
+            release_gates(names, &gates)?;
+            let_go?;
+            return next;
         }
+        drop(lock);
         let step = PyList::new(
             py,
             [
@@ -644,14 +507,14 @@ impl WorkerSlot {
         CURRENT_POOL.with(|c| c.set(self.shared.id));
         let shared = Arc::clone(&self.shared);
         let take = gil::detach(py, move || shared.pool.first_take(shared.idle_timeout));
-        self.step(py, take)
+        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
     }
 
     /// After a `False` step: wait (GIL released) for work.
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
         let take = gil::detach(py, move || shared.pool.park_then_claim(shared.idle_timeout));
-        self.step(py, take)
+        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
     }
 
     /// The running call returned `value`.
@@ -678,7 +541,7 @@ impl WorkerSlot {
 
     /// After a finish step, once Python completed the future.
     fn done(&self, py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
-        self.after(py, ok)
+        self.after(py, ok, &mut StateLock::new(py, &self.shared.names))
     }
 
     /// After a start (or skip) step whose call turned out cancelled.

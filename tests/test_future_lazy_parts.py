@@ -119,3 +119,34 @@ def test_a_timed_out_or_polling_wait_leaves_no_gate_behind() -> None:
     assert not future._result_gates
     future.set_result(1)
     assert future.result(timeout=0) == 1
+
+
+@pytest.mark.parametrize("held_while", ["starting", "finishing"])
+def test_a_busy_state_lock_sends_the_worker_to_the_futures_own_methods(held_while: str) -> None:
+    """The worker changes a future's state in Rust only if it can take
+    `_state_lock` at once; a Python thread holding it (here the test) makes
+    the worker use the future's own methods, which wait for the lock. A
+    worker that ignored the lock would start or finish the call at once."""
+    from taut import _future
+
+    release = threading.Event()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(release.wait, 30)
+        futures = [ex.submit(_identity, i) for i in range(3)]
+        deadline = time.monotonic() + 30
+        while not blocker.running() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert blocker.running()
+        with _future._state_lock:
+            if held_while == "starting":
+                release.set()  # the worker finishes `blocker`, then meets the lock
+                watched = futures[0]
+                held_state = "PENDING"
+            else:
+                watched = blocker
+                held_state = "RUNNING"
+                release.set()
+            time.sleep(0.2)  # far more than a worker needs to start or finish a call
+            assert watched._state == held_state
+        assert blocker.result(timeout=30) is True
+        assert [f.result(timeout=30) for f in futures] == [0, 1, 2]

@@ -30,9 +30,14 @@ pub const WORKER_SPIN: Duration = Duration::from_micros(50);
 /// `submit().result()` round trip never waits for this long.
 pub const GIL_HANDOFF_WAIT: Duration = Duration::from_micros(4);
 
-/// The smoothed gap between submissions a fresh pool assumes: long, so
-/// nothing spins until recent history says calls come close together.
-const COLD_GAP_NS: u64 = 10_000_000;
+/// The averages of the gap between submissions and of a call's run time
+/// (`is_hot`, `calls_are_short`) only say whether they are below the spin
+/// window. A sample above this cap counts as the cap, and a fresh pool
+/// starts there: one long pause cools a hot pool at once (a step from zero
+/// lands at the window), and a few close calls heat a cold one (five, from
+/// the cap). Without the cap a single idle second took dozens of calls to
+/// forget, and a fresh pool's first calls all paid a parked thread's wake-up.
+const AVERAGE_CAP_NS: u64 = 4 * WORKER_SPIN.as_nanos() as u64;
 
 /// Spin until `done()` or `limit` passed, yielding the CPU now and then.
 pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -257,8 +262,8 @@ impl<J> Pool<J> {
             gil_handoff_wait: GIL_HANDOFF_WAIT,
             work: Condvar::new(),
             room: Condvar::new(),
-            gap_ns: AtomicU64::new(COLD_GAP_NS),
-            service_ns: AtomicU64::new(COLD_GAP_NS),
+            gap_ns: AtomicU64::new(AVERAGE_CAP_NS),
+            service_ns: AtomicU64::new(AVERAGE_CAP_NS),
             epoch: Instant::now(),
         }
     }
@@ -283,7 +288,7 @@ impl<J> Pool<J> {
         self.service_ns.load(Ordering::Relaxed) < limit.as_nanos() as u64
     }
 
-    /// A call ran for `ns` nanoseconds (exponential moving average, 1/8).
+    /// A call ran for `ns` nanoseconds (see [`smooth`]).
     pub fn record_service(&self, ns: u64) {
         let old = self.service_ns.load(Ordering::Relaxed);
         self.service_ns.store(smooth(old, ns), Ordering::Relaxed);
@@ -835,9 +840,10 @@ impl<J> Pool<J> {
     }
 }
 
-/// One step of an exponential moving average with weight 1/8.
+/// One step of an exponential moving average with weight 1/4, of samples
+/// capped at [`AVERAGE_CAP_NS`].
 fn smooth(old: u64, sample: u64) -> u64 {
-    old - old / 8 + sample / 8
+    old - old / 4 + sample.min(AVERAGE_CAP_NS) / 4
 }
 
 impl<J> State<J> {
@@ -1086,6 +1092,34 @@ mod tests {
         pool.done(true);
         assert!(!pool.is_hot());
         assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
+    }
+
+    #[test]
+    fn one_long_pause_cools_a_hot_pool_and_a_few_close_calls_heat_it() {
+        let pool = Pool::<u32>::new(1, 0);
+        assert!(!pool.is_hot(), "a fresh pool is cold");
+        let gap = |ns: u64| {
+            let old = pool.gap_ns.load(Ordering::Relaxed);
+            pool.gap_ns.store(smooth(old, ns), Ordering::Relaxed);
+        };
+        for _ in 0..5 {
+            gap(2_000);
+        }
+        assert!(pool.is_hot());
+        gap(3_600_000_000_000); // an idle hour
+        assert!(!pool.is_hot());
+        for _ in 0..5 {
+            gap(2_000);
+        }
+        assert!(pool.is_hot(), "the idle hour is forgotten after five calls");
+        // The same for run times.
+        let window = Duration::from_micros(50);
+        for _ in 0..5 {
+            pool.record_service(2_000);
+        }
+        assert!(pool.calls_are_short(window));
+        pool.record_service(3_600_000_000_000);
+        assert!(!pool.calls_are_short(window));
     }
 
     #[test]

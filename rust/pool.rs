@@ -378,9 +378,23 @@ impl<J> Pool<J> {
     /// Hand out the wake-ups `submit_waking` left owed: wake parked workers
     /// (or ask for threads: the count returned) for queued jobs nobody is on
     /// the way for.
+    ///
+    /// When calls are short, one parked worker at most: it runs the queued
+    /// calls one after another faster than a second could even wake, and
+    /// each worker awake takes turns at the GIL with the event loop that
+    /// feeds them (an asyncio fan-out, 16 in flight on 8 workers: 19.9 ->
+    /// 16.8 us per call). A woken worker that claims a job and still sees
+    /// jobs nobody is on the way for wakes the next one (`claim_woken`), so
+    /// a call that turns out long never keeps the others queued while
+    /// workers sleep.
     pub fn wake_owed(&self) -> usize {
         let mut st = self.lock();
-        let top_up = Self::top_up_waking(&mut st, true);
+        let wakes = if self.calls_are_short(WORKER_SPIN) {
+            1
+        } else {
+            usize::MAX
+        };
+        let top_up = Self::top_up_at_most(&mut st, true, wakes);
         drop(st);
         self.notify_workers(top_up.notify);
         top_up.spawn
@@ -426,6 +440,16 @@ impl<J> Pool<J> {
             return Self::retire(&mut st);
         }
         if let Some(take) = self.pop(&mut st) {
+            // Woken for a burst `wake_owed` woke only part of the workers
+            // for: pass the wake-up on.
+            let pass_on = st.queue.len() > st.takers_in_flight() && st.parked > st.notified;
+            if pass_on {
+                st.notified += 1;
+            }
+            drop(st);
+            if pass_on {
+                self.notify_workers(1);
+            }
             return take;
         }
         if st.shutdown {
@@ -690,9 +714,17 @@ impl<J> Pool<J> {
     /// notified only while no worker is busy or on its way (see
     /// `submit_waking`); otherwise the wake-up is owed.
     fn top_up_waking(st: &mut State<J>, wake: bool) -> TopUp {
+        Self::top_up_at_most(st, wake, usize::MAX)
+    }
+
+    /// `top_up_waking`, notifying at most `wakes` parked workers.
+    fn top_up_at_most(st: &mut State<J>, wake: bool, wakes: usize) -> TopUp {
         let mut top_up = TopUp::default();
         while st.queue.len() > st.takers_in_flight() {
             if st.parked > st.notified {
+                if top_up.notify == wakes {
+                    break;
+                }
                 if !wake && (st.running > 0 || st.takers_in_flight() > 0) {
                     top_up.owed = true;
                     break;
@@ -1120,6 +1152,71 @@ mod tests {
         assert!(pool.calls_are_short(window));
         pool.record_service(3_600_000_000_000);
         assert!(!pool.calls_are_short(window));
+    }
+
+    /// Waits (10 s at most, against microseconds) for `count` of `workers` to
+    /// return, and takes them out of the list.
+    fn returned(workers: &mut Vec<thread::JoinHandle<Take<u32>>>, count: usize) -> Vec<Take<u32>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while workers.iter().filter(|w| w.is_finished()).count() < count {
+            assert!(Instant::now() < deadline, "a worker was never woken");
+            thread::yield_now();
+        }
+        let (done, parked): (Vec<_>, Vec<_>) = workers.drain(..).partition(|w| w.is_finished());
+        *workers = parked;
+        done.into_iter().map(|w| w.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn an_owed_wake_for_short_calls_wakes_one_worker_who_passes_it_on() {
+        let mut pool = Pool::new(3, 0);
+        pool.worker_spin = Duration::ZERO;
+        let pool = Arc::new(pool);
+        for i in 0..3 {
+            assert!(pool.submit(i, false).unwrap().spawn);
+        }
+        for _ in 0..3 {
+            assert!(job(pool.first_take(None)).is_some());
+        }
+        for _ in 0..3 {
+            pool.done(true);
+            assert_eq!(pool.try_take(), Take::Empty);
+        }
+        let mut workers: Vec<_> = (0..3)
+            .map(|_| {
+                let p = Arc::clone(&pool);
+                thread::spawn(move || p.park_then_claim(None))
+            })
+            .collect();
+        while pool.lock().parked < 3 {
+            thread::yield_now();
+        }
+        for _ in 0..8 {
+            pool.record_service(1_000);
+        }
+        // An event loop queues three short calls in one pass: the first
+        // wakes a worker, the other two owe theirs, and the end of the pass
+        // hands out one of those.
+        for i in 10..13 {
+            pool.submit_waking(i, false, false).unwrap();
+        }
+        assert_eq!(pool.wake_owed(), 0);
+        {
+            // Notified, or woken since (a waking worker leaves both counts).
+            let st = pool.lock();
+            assert_eq!(
+                st.notified + (3 - st.parked),
+                2,
+                "woke more than one owed worker"
+            );
+        }
+        assert_eq!(returned(&mut workers, 2), [Take::Woken, Take::Woken]);
+        // The first to claim a job sees one nobody is on the way for: it
+        // wakes the last worker, so no call waits while a worker sleeps.
+        assert_eq!(job(pool.claim_woken()), Some(10));
+        assert_eq!(job(pool.claim_woken()), Some(11));
+        assert_eq!(returned(&mut workers, 1), [Take::Woken]);
+        assert_eq!(job(pool.claim_woken()), Some(12));
     }
 
     #[test]

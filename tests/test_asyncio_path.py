@@ -520,3 +520,38 @@ def test_one_wake_up_channel_per_loop_for_completions_and_deadlines() -> None:
             assert await asyncio.gather(*[ex.run(abs, -i) for i in range(100)]) == list(range(100))
 
     asyncio.run(main())
+
+
+def test_a_call_that_turns_out_long_never_keeps_short_ones_queued_while_workers_sleep() -> None:
+    """With short calls a loop pass wakes one parked worker, and each woken
+    worker that claims a call and sees more waiting wakes the next. Here the
+    woken worker's call blocks: the short call behind it must still start on
+    another worker, not wait for a blocked one to finish."""
+    release = threading.Event()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(3) as ex:
+            try:
+                # Three workers started (three calls at once), then the pool
+                # learns that calls are short.
+                await asyncio.gather(*(ex.run(time.sleep, 0.01) for _ in range(3)))
+                assert ex.stats().workers == 3
+                for _ in range(50):
+                    await ex.run(int)
+                # The blocking calls outlast the wait for the short one.
+                first = asyncio.ensure_future(ex.run(release.wait, 2 * LONG))
+                while ex.stats().running == 0:
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0.05)  # the idle workers stop spinning and park
+                assert ex.stats().running == 1
+                # One pass: a call that blocks, then a short one behind it.
+                second = asyncio.ensure_future(ex.run(release.wait, 2 * LONG))
+                short = asyncio.ensure_future(ex.run(lambda: "short"))
+                assert await asyncio.wait_for(short, LONG) == "short"
+                assert not first.done() and not second.done()
+            finally:
+                release.set()
+            assert await first is True
+            assert await second is True
+
+    asyncio.run(main())

@@ -338,13 +338,7 @@ class Future(_cf.Future[_T]):
                     for waiter in waiters:
                         waiter.add_exception(self)
             cond.notify_all()
-        # Then the result() waiters (see _wake_waiting_results), inline.
-        with _state_lock:
-            gates = self._result_gates
-            if gates is not None:
-                self._result_gates = None
-        if gates:
-            _release_all(gates)
+        self._wake_waiting_results()
         if self._callbacks:
             self._invoke_callbacks()  # type: ignore[attr-defined]
 

@@ -118,6 +118,13 @@ impl Drop for StateLock<'_> {
     }
 }
 
+fn is_pending(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = future.py();
+    Ok(future
+        .getattr(names.state.bind(py))?
+        .is(names.pending.bind(py)))
+}
+
 /// PENDING -> RUNNING for a future nobody waits on; false if that needs
 /// the future's own method (waiters, cancelled, lock busy).
 pub(crate) fn start_quietly(
@@ -126,21 +133,16 @@ pub(crate) fn start_quietly(
     lock: &mut StateLock<'_>,
 ) -> PyResult<bool> {
     let py = future.py();
-    let is_pending = || -> PyResult<bool> {
-        Ok(future
-            .getattr(names.state.bind(py))?
-            .is(names.pending.bind(py)))
-    };
     // A Condition, once made, stays: read without the lock.
     let cond = future.getattr(names.cond.bind(py))?;
     if !cond.is_none() {
         lock.let_go()?;
-        return start_under_condition(names, future, &cond, is_pending);
+        return start_under_condition(names, future, &cond);
     }
     let started = lock.run(|| {
         // A Condition made meanwhile (under the lock) means waiters: the
         // future's own method then.
-        if !future.getattr(names.cond.bind(py))?.is_none() || !is_pending()? {
+        if !future.getattr(names.cond.bind(py))?.is_none() || !is_pending(names, future)? {
             return Ok(None);
         }
         future.setattr(names.state.bind(py), names.running.bind(py))?;
@@ -152,14 +154,13 @@ pub(crate) fn start_quietly(
 /// Someone waits on the future (its Condition exists): from then on its
 /// state changes under the Condition's lock, and PENDING -> RUNNING
 /// notifies nobody, so taking that lock (without blocking) is all
-/// `set_running_or_notify_cancel` would do. This is the common case of
-/// `submit(f).result()` on a pool whose worker was parked. (Not under the
+/// `set_running_or_notify_cancel` would do. This is the case of a call that
+/// `wait()` or `as_completed()` waits on before it starts. (Not under the
 /// state lock: looking the lock's methods up makes new Python objects.)
 fn start_under_condition(
     names: &Names,
     future: &Bound<'_, PyAny>,
     cond: &Bound<'_, PyAny>,
-    is_pending: impl FnOnce() -> PyResult<bool>,
 ) -> PyResult<bool> {
     let py = future.py();
     // taut's own FutureCondition is that lock (a `_thread.RLock`, whose
@@ -176,7 +177,7 @@ fn start_under_condition(
     {
         return Ok(false);
     }
-    let started = is_pending().and_then(|pending| {
+    let started = is_pending(names, future).and_then(|pending| {
         if pending {
             future.setattr(names.state.bind(py), names.running.bind(py))?;
         }

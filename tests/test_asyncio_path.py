@@ -10,8 +10,10 @@ from collections import Counter
 from typing import Any, Callable
 
 import pytest
+from _waiting import wait_until
 
 import taut
+import taut._loop_waker
 
 LONG = 30.0
 
@@ -240,6 +242,174 @@ def test_cancelling_a_task_waiting_for_room_withdraws_it() -> None:
 
     asyncio.run(main())
     assert ran == [1, 3]
+
+
+# The tasks of calls made only to hold the pool busy (asyncio keeps weak
+# references to tasks only).
+_held: list[asyncio.Future[Any]] = []
+
+
+async def _fill(ex: taut.ThreadPoolExecutor) -> tuple[threading.Event, threading.Event]:
+    """On ``ThreadPoolExecutor(1, max_queue=1)``: a call running and one
+    queued, each held by its own gate (returned: running, queued)."""
+    running, queued = threading.Event(), threading.Event()
+    _held[:] = [asyncio.ensure_future(ex.run(running.wait, LONG))]
+    while ex.stats().running == 0:
+        await asyncio.sleep(0.001)
+    _held.append(asyncio.ensure_future(ex.run(queued.wait, LONG)))
+    await asyncio.sleep(0)
+    assert ex.stats().queued == 1
+    return running, queued
+
+
+def _told_to_retry(loop: asyncio.AbstractEventLoop, ex: taut.ThreadPoolExecutor) -> None:
+    """After the running call of ``_fill`` was let go: block this loop's
+    thread until the queued call started (so there is room) and the first
+    coroutine waiting for room has been told, on this loop's channel, to
+    try again. The worker pushes the finished call's outcome, takes the
+    queued call, then pushes the notice: two entries."""
+    channel = taut._loop_waker.waker_for(loop).channel
+    assert channel is not None
+    wait_until(lambda: len(channel) >= 2)
+    assert ex.stats().queued == 0
+
+
+async def _no_line_left(ex: taut.ThreadPoolExecutor) -> None:
+    """Every coroutine that waited for room came back or gave its turn up:
+    with room in the queue, a new call goes straight in, in one pass (not
+    through the line and the loop's channel)."""
+    gate = threading.Event()
+    blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
+    while ex.stats().running == 0:
+        await asyncio.sleep(0.001)
+    late = asyncio.ensure_future(ex.run(abs, -1))
+    await asyncio.sleep(0)
+    assert ex.stats().queued == 1
+    gate.set()
+    assert await asyncio.wait_for(late, LONG) == 1
+    await blocker
+
+
+def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
+    # Between the notice and the retry, a thread's plain submit takes the
+    # room. The coroutine told first must stay first in line.
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            first = asyncio.ensure_future(ex.run(order.append, "first"))
+            second = asyncio.ensure_future(ex.run(order.append, "second"))
+            await asyncio.sleep(0)  # both wait for room, in this order
+            running.set()
+            _told_to_retry(loop, ex)
+            thread = threading.Thread(target=ex.submit, args=(order.append, "thread"))
+            thread.start()
+            thread.join(LONG)
+            await asyncio.sleep(0.01)  # "first" retries, finds no room, waits again
+            queued.set()
+            await asyncio.wait_for(asyncio.gather(first, second), LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert order == ["thread", "first", "second"]
+
+
+@pytest.mark.parametrize("waiting", [1, 2])
+def test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them(waiting: int) -> None:
+    # Room appears and the first waiting coroutine is told; before it gets to
+    # retry, new coroutines submit. FIFO: they go behind the coroutines that
+    # were waiting (one of them only told, none left in line, with
+    # waiting=1), even though the queue has room just then.
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            loop.set_default_executor(ex)
+            running, queued = await _fill(ex)
+            waiters = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(waiting)]
+            await asyncio.sleep(0)  # they wait for room, in this order
+            running.set()
+            _told_to_retry(loop, ex)
+            newcomers = [
+                asyncio.ensure_future(ex.run(order.append, "run")),
+                asyncio.ensure_future(taut.to_thread(order.append, "to_thread")),
+            ]
+            while ex.stats().queued == 0:
+                await asyncio.sleep(0.001)
+            queued.set()
+            await asyncio.wait_for(asyncio.gather(*waiters, *newcomers), LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert order == [*range(waiting), "run", "to_thread"]
+
+
+def test_a_queued_call_cancelled_gives_its_room_to_a_waiting_coroutine() -> None:
+    ran: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running = threading.Event()
+            blocker = asyncio.ensure_future(ex.run(running.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            cancelled = asyncio.ensure_future(ex.run(ran.append, "cancelled"))
+            waiting = asyncio.ensure_future(ex.run(ran.append, "waiting"))
+            await asyncio.sleep(0)  # one queued, one waiting for room
+            cancelled.cancel()
+            # The running call still blocks: only the cancelled call's room
+            # lets the waiting one into the queue.
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1
+            running.set()
+            await asyncio.wait_for(waiting, LONG)
+            await blocker
+
+    asyncio.run(main())
+    assert ran == ["waiting"]
+
+
+@pytest.mark.parametrize("when", ["before its notice is read", "after its notice is read"])
+def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) -> None:
+    # The first waiting coroutine is told there is room, and its task is
+    # cancelled before it retries: the next one in line gets the room at
+    # once, while the running call still blocks.
+    ran: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            first = asyncio.ensure_future(ex.run(ran.append, "first"))
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # both wait for room
+            running.set()
+            _told_to_retry(loop, ex)
+            if when == "before its notice is read":
+                first.cancel()
+            else:
+                # Ready callbacks run in order: this one runs in the pass that
+                # reads the channel, just before the reader, so the one it
+                # schedules runs after the reader told "first" and before
+                # "first" resumes.
+                loop.call_soon(loop.call_soon, first.cancel)
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
 
 
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:

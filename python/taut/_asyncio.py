@@ -141,7 +141,7 @@ async def run_in(
             # there is room, we come back with our turn.
             spawn, seq, owed = core.submit_async(
                 link.channel, waiter, fn, args, kwargs, executor._max_queue != 0,
-                not place, place != 0,
+                line=not place, turn=place != 0,
             )
             break
         except QueueFull:
@@ -263,7 +263,8 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         waiter: asyncio.Future[_T] = loop.create_future()
         try:
             spawn, seq, owed = core.submit_async(
-                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0, True
+                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0,
+                line=True,
             )
         except (QueueFull, RuntimeError):
             pass  # run_in waits for room, or raises the right error

@@ -17,13 +17,16 @@ import asyncio
 import gc
 import logging
 import random
+import socket
 import sys
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, Callable
 
 import pytest
+from _waiting import wait_until
 
 import taut
 from taut import _loop_waker
@@ -300,3 +303,36 @@ def test_a_loop_closed_with_calls_queued_then_shut_down_with_cancel_futures() ->
     gate.set()
     ex.shutdown()
     assert ran == []
+
+
+def test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors() -> None:
+    # The call finishes after its loop closed: its outcome, pushed onto the
+    # loop's channel, references the loop. Once another loop starts, the
+    # closed one lets go: the loop, its waker and the waker's socket pair
+    # are freed, not held for good (one leak per asyncio.run otherwise).
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    loops: list[weakref.ReferenceType[asyncio.AbstractEventLoop]] = []
+    readers: list[socket.socket] = []
+
+    async def leave_early() -> asyncio.Future[bool]:
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
+        call = asyncio.ensure_future(ex.run(gate.wait, LONG))
+        while ex.stats().running == 0:
+            await asyncio.sleep(0.001)
+        readers.append(_loop_waker.waker_for(loop)._reader)
+        return call  # left running: asyncio.run cancels the task on the way out
+
+    asyncio.run(leave_early())
+    gate.set()
+    wait_until(lambda: ex.stats().completed == 1)  # its outcome went to the closed loop
+
+    async def next_request() -> int:
+        return await ex.run(abs, -1)
+
+    assert asyncio.run(next_request()) == 1
+    ex.shutdown()
+    gc.collect()
+    assert loops[0]() is None
+    assert readers[0].fileno() == -1  # closed

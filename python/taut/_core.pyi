@@ -279,6 +279,9 @@ class LoopChannel:
     def watch(self, deadline: Deadline, target: Any) -> None:
         """Push ``(target, None, None)`` when ``deadline`` expires (at once
         if it already has); never if it is cancelled first."""
+    def close_inbox(self) -> list[tuple[Any, bool | None, Any]]:
+        """The loop closed: returns the completions waiting (for the caller
+        to drop); later pushes are dropped, never kept."""
     def __len__(self) -> int: ...
 
 @final

@@ -266,6 +266,13 @@ MUTATIONS = [
         (f"{DELIVERY}::test_a_loop_closed_with_calls_queued_then_shut_down_with_cancel_futures",),
     ),
     Mutation(
+        "closed-loop-channel-keeps-its-loop",
+        LOOP_WAKER,
+        "                _let_closed_loops_go()\n",
+        "",
+        (f"{DELIVERY}::test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors",),
+    ),
+    Mutation(
         "to-thread-cancel-leaves-the-call-queued",
         ASYNC,
         "                _withdraw(core, seq)\n                raise\n    return await run_in",

@@ -273,6 +273,13 @@ MUTATIONS = [
         (f"{DELIVERY}::test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors",),
     ),
     Mutation(
+        "closed-loop-drops-a-room-turn",
+        LOOP_WAKER,
+        "                    if loop_gone is not None:\n                        loop_gone()",
+        "                    pass",
+        (f"{ASYNC_PATH}::test_a_turn_told_to_a_loop_that_closed_unread_passes_on",),
+    ),
+    Mutation(
         "to-thread-cancel-leaves-the-call-queued",
         ASYNC,
         "                _withdraw(core, seq)\n                raise\n    return await run_in",
@@ -304,8 +311,8 @@ MUTATIONS = [
     Mutation(
         "run-told-waiter-loses-its-place",
         ASYNC,
-        "core.wait_for_room_async(link.channel, Watch(there_may_be_room), place)",
-        "core.wait_for_room_async(link.channel, Watch(there_may_be_room), 0)",
+        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)",
+        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), 0)",
         (f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",),
     ),
     Mutation(

@@ -439,6 +439,58 @@ def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) ->
     assert ran == ["second"]
 
 
+def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
+    # The first coroutine in line runs on a loop that stops and closes while
+    # the notice that there is room waits, unread, in its channel. Once
+    # another loop starts, that turn passes on: the second coroutine in
+    # line gets the room, while the queued call still runs.
+    ran: list[str] = []
+    first_waits, close_it = threading.Event(), threading.Event()
+    channels: list[Any] = []
+
+    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = asyncio.new_event_loop()
+
+        async def first() -> None:
+            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            await asyncio.sleep(0)  # it waits for room
+            channels.append(taut._loop_waker.waker_for(loop).channel)
+            first_waits.set()
+            close_it.wait(LONG)  # blocks the loop: the notice stays unread
+            loop.stop()  # run no further pass (no select, no reading)
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        loop.close()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
+            thread.start()
+            assert first_waits.wait(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind "first"
+            running.set()  # room: "first" is told, on its blocked loop
+            wait_until(lambda: len(channels[0]) == 1)
+            close_it.set()
+            thread.join(LONG)
+            # Another loop starts (another request, here in a thread).
+            other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+            other.start()
+            other.join(LONG)
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
     # Waiting for room would stall the loop, and nothing on the loop could
     # make room: a watchdog thread lets the running call go after LONG, so a

@@ -218,6 +218,23 @@ def submit_for_run_in_executor(
     return waiter
 
 
+class _RoomNotice(Watch):
+    """Tells one coroutine waiting for room that there may be some: pushed
+    onto its loop's channel, it holds a turn (see ``_room``). If the loop
+    closed before reading it, the turn passes on to the next coroutine in
+    line (``LoopWaker._loop_closed``), which would otherwise wait for the
+    next call to leave the queue, maybe for good."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, on_expire: Callable[[], object], core: PoolCore) -> None:
+        super().__init__(on_expire)
+        self._core = core
+
+    def _loop_gone(self) -> None:
+        self._core.pass_room_on()
+
+
 async def _room(
     core: PoolCore, link: _LoopLink, loop: asyncio.AbstractEventLoop, place: int
 ) -> int:
@@ -233,7 +250,7 @@ async def _room(
         else:  # cancelled meanwhile: the next waiter gets the turn
             core.pass_room_on()
 
-    waiter_id = core.wait_for_room_async(link.channel, Watch(there_may_be_room), place)
+    waiter_id = core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)
     try:
         await told
     except asyncio.CancelledError:

@@ -146,8 +146,14 @@ class LoopWaker:
         for good. The loop then goes as usual (``_release``)."""
         channel = self.channel
         if channel is not None:
-            left = channel.close_inbox()
-            del left  # here, in Python: it may hold a user object's last reference
+            # Dropped here, in Python (they may hold a user object's last
+            # reference). A notice whose owner must act even though the loop
+            # will never run it (a turn to pass on) is told so.
+            for target, ok, _ in channel.close_inbox():
+                if ok is None:
+                    loop_gone = getattr(target, "_loop_gone", None)
+                    if loop_gone is not None:
+                        loop_gone()
 
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""

@@ -442,22 +442,29 @@ impl<J> Pool<J> {
             return Self::retire(&mut st);
         }
         if let Some(take) = self.pop(&mut st) {
-            // Woken for a burst `wake_owed` woke only part of the workers
-            // for: pass the wake-up on.
-            let pass_on = st.queue.len() > st.takers_in_flight() && st.parked > st.notified;
-            if pass_on {
-                st.notified += 1;
-            }
-            drop(st);
-            if pass_on {
-                self.notify_workers(1);
-            }
+            self.pass_wake_on(st);
             return take;
         }
         if st.shutdown {
             return Self::retire(&mut st);
         }
         Self::going_idle(&mut st)
+    }
+
+    /// A woken worker just took a job. It may have been woken for a burst
+    /// that `wake_owed` woke only part of the workers for: if jobs nobody is
+    /// on the way for are still queued, wake the next parked worker, so a
+    /// call that turns out long never keeps the others queued while workers
+    /// sleep.
+    fn pass_wake_on(&self, mut st: MutexGuard<'_, State<J>>) {
+        let pass_on = st.queue.len() > st.takers_in_flight() && st.parked > st.notified;
+        if pass_on {
+            st.notified += 1;
+        }
+        drop(st);
+        if pass_on {
+            self.notify_workers(1);
+        }
     }
 
     fn wait_take_inner(
@@ -480,6 +487,7 @@ impl<J> Pool<J> {
         }
         // An idle timeout too large for the clock is no timeout at all.
         let deadline = idle_timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut woken = false;
         loop {
             if st.workers > st.max_workers {
                 return Self::retire(&mut st);
@@ -489,6 +497,11 @@ impl<J> Pool<J> {
                 return Take::Woken;
             }
             if let Some(take) = self.pop(&mut st) {
+                if woken {
+                    // Taken without `claim_woken` (a fresh worker's first
+                    // wait): pass the wake-up on here instead.
+                    self.pass_wake_on(st);
+                }
                 return take;
             }
             if st.shutdown {
@@ -541,6 +554,7 @@ impl<J> Pool<J> {
             };
             st.idle -= 1;
             st.parked -= 1;
+            woken = true;
             // Whether or not the notify was meant for us (a spurious or
             // timed-out wake-up may race with it), count one as consumed: an
             // under-count only costs a spare notify later, an over-count
@@ -1515,6 +1529,35 @@ mod tests {
     /// Start a worker thread that takes one job and wait until it has
     /// spun out and parked (far past the 50 µs spin; nothing observable
     /// tells "parked" from "spinning" without the lock).
+    #[test]
+    fn a_worker_woken_in_its_first_wait_passes_an_owed_wake_up_on() {
+        // A fresh worker whose first call was taken by a busy worker waits
+        // in `wait_take`, which takes a job itself when woken (no claim
+        // under the GIL). Woken as the one worker an event loop's pass wakes
+        // for short calls, it must pass the wake-up on like `claim_woken`:
+        // else the second call waits for the running one while a worker sleeps.
+        let mut pool = Pool::new(3, 0);
+        pool.worker_spin = Duration::ZERO;
+        let pool = Arc::new(pool);
+        assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
+        assert!(
+            job(pool.first_take(None)).is_some(),
+            "a call that keeps running"
+        );
+        for _ in 0..8 {
+            pool.record_service(1_000);
+        }
+        let mut workers = vec![parked_worker(&pool), parked_worker(&pool)];
+        for short_call in [1, 2] {
+            let (s, owed) = pool.submit_waking(short_call, false, false).ok().unwrap();
+            assert!(s.spawn == 0 && owed);
+        }
+        assert_eq!(pool.wake_owed(), 0);
+        let mut taken: Vec<_> = returned(&mut workers, 2).into_iter().map(job).collect();
+        taken.sort();
+        assert_eq!(taken, vec![Some(1), Some(2)]);
+    }
+
     #[test]
     fn a_submission_asks_for_every_thread_its_owed_jobs_need() {
         // Calls queued with their wake-ups owed, then the one parked worker

@@ -710,7 +710,7 @@ impl<J> Pool<J> {
 
     /// The worker running a job is given up on (its call timed out): it no
     /// longer counts against the ceiling, and a replacement is started if
-    /// work is waiting. Returns whether the caller must start a worker.
+    /// work is waiting. Returns how many worker threads the caller must start.
     pub fn abandon_worker(&self) -> usize {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);

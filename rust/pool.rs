@@ -76,8 +76,10 @@ pub enum Refused<J> {
 pub struct Submitted {
     /// The job's sequence number, its identity inside the pool.
     pub seq: u64,
-    /// The caller must start one more worker thread.
-    pub spawn: bool,
+    /// How many worker threads the caller must start: usually 0 or 1, more
+    /// when earlier calls left their wake-ups owed (`submit_waking`) and no
+    /// parked worker is left to wake for them.
+    pub spawn: usize,
     /// `Some(position)` (1-based) when the job cannot start at once.
     pub waiting_at: Option<usize>,
 }
@@ -354,7 +356,7 @@ impl<J> Pool<J> {
         st.queue.push_back(Queued { seq, job });
         self.queued.store(st.queue.len(), Ordering::Release);
         let top_up = Self::top_up_waking(&mut st, wake);
-        let spawn = top_up.spawn > 0;
+        let spawn = top_up.spawn;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
         let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
@@ -440,22 +442,29 @@ impl<J> Pool<J> {
             return Self::retire(&mut st);
         }
         if let Some(take) = self.pop(&mut st) {
-            // Woken for a burst `wake_owed` woke only part of the workers
-            // for: pass the wake-up on.
-            let pass_on = st.queue.len() > st.takers_in_flight() && st.parked > st.notified;
-            if pass_on {
-                st.notified += 1;
-            }
-            drop(st);
-            if pass_on {
-                self.notify_workers(1);
-            }
+            self.pass_wake_on(st);
             return take;
         }
         if st.shutdown {
             return Self::retire(&mut st);
         }
         Self::going_idle(&mut st)
+    }
+
+    /// A woken worker just took a job. It may have been woken for a burst
+    /// that `wake_owed` woke only part of the workers for: if jobs nobody is
+    /// on the way for are still queued, wake the next parked worker, so a
+    /// call that turns out long never keeps the others queued while workers
+    /// sleep.
+    fn pass_wake_on(&self, mut st: MutexGuard<'_, State<J>>) {
+        let pass_on = st.queue.len() > st.takers_in_flight() && st.parked > st.notified;
+        if pass_on {
+            st.notified += 1;
+        }
+        drop(st);
+        if pass_on {
+            self.notify_workers(1);
+        }
     }
 
     fn wait_take_inner(
@@ -478,6 +487,7 @@ impl<J> Pool<J> {
         }
         // An idle timeout too large for the clock is no timeout at all.
         let deadline = idle_timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut woken = false;
         loop {
             if st.workers > st.max_workers {
                 return Self::retire(&mut st);
@@ -487,6 +497,11 @@ impl<J> Pool<J> {
                 return Take::Woken;
             }
             if let Some(take) = self.pop(&mut st) {
+                if woken {
+                    // Taken without `claim_woken` (a fresh worker's first
+                    // wait): pass the wake-up on here instead.
+                    self.pass_wake_on(st);
+                }
                 return take;
             }
             if st.shutdown {
@@ -539,6 +554,7 @@ impl<J> Pool<J> {
             };
             st.idle -= 1;
             st.parked -= 1;
+            woken = true;
             // Whether or not the notify was meant for us (a spurious or
             // timed-out wake-up may race with it), count one as consumed: an
             // under-count only costs a spare notify later, an over-count
@@ -694,8 +710,8 @@ impl<J> Pool<J> {
 
     /// The worker running a job is given up on (its call timed out): it no
     /// longer counts against the ceiling, and a replacement is started if
-    /// work is waiting. Returns whether the caller must start a worker.
-    pub fn abandon_worker(&self) -> bool {
+    /// work is waiting. Returns how many worker threads the caller must start.
+    pub fn abandon_worker(&self) -> usize {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);
         st.running = st.running.saturating_sub(1);
@@ -703,7 +719,7 @@ impl<J> Pool<J> {
         let top_up = Self::top_up_waking(&mut st, true);
         drop(st);
         self.notify_workers(top_up.notify);
-        let spawn = top_up.spawn > 0;
+        let spawn = top_up.spawn;
         // A replacement may make room in a bounded queue.
         self.room.notify_all();
         spawn
@@ -918,7 +934,7 @@ mod tests {
         let a = pool.submit(1, false).unwrap();
         let b = pool.submit(2, false).unwrap();
         let c = pool.submit(3, true).unwrap();
-        assert!(a.spawn && b.spawn && !c.spawn);
+        assert_eq!((a.spawn, b.spawn, c.spawn), (1, 1, 0));
         assert_eq!(a.waiting_at, None);
         assert_eq!(b.waiting_at, None);
         assert_eq!(c.waiting_at, Some(1));
@@ -1015,7 +1031,7 @@ mod tests {
         pool.done(true);
         assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
         assert_eq!(pool.stats().workers, 0);
-        assert!(pool.submit(1, false).unwrap().spawn);
+        assert_eq!(pool.submit(1, false).unwrap().spawn, 1);
     }
 
     #[test]
@@ -1035,14 +1051,14 @@ mod tests {
     #[test]
     fn a_worker_out_of_work_is_idle_before_it_parks() {
         let pool = Pool::new(4, 0);
-        assert!(pool.submit(0, false).unwrap().spawn);
+        assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
         assert!(job(pool.first_take(None)).is_some());
         // The worker finished (still holding the GIL) and found nothing:
         // a new submission must reuse it, not start a second thread.
         assert_eq!(pool.done_and_try_take(true), Take::Empty);
         assert_eq!(pool.stats().idle, 1);
         let s = pool.submit(1, false).unwrap();
-        assert!(!s.spawn);
+        assert_eq!(s.spawn, 0);
         assert_eq!(s.waiting_at, None);
         assert_eq!(pool.park_then_claim(None), Take::Woken);
         assert_eq!(job(pool.claim_woken()), Some(1));
@@ -1050,7 +1066,7 @@ mod tests {
         assert_eq!((st.idle, st.workers, st.running), (0, 1, 1));
         // The notice meant for the parked-to-be worker was consumed: a stale
         // one would count as a worker on its way, and nothing would start.
-        assert!(pool.submit(2, false).unwrap().spawn);
+        assert_eq!(pool.submit(2, false).unwrap().spawn, 1);
     }
 
     #[test]
@@ -1077,7 +1093,7 @@ mod tests {
         pool.submit(0, false).unwrap();
         assert!(job(pool.first_take(None)).is_some());
         pool.submit(1, false).unwrap();
-        assert!(pool.abandon_worker());
+        assert_eq!(pool.abandon_worker(), 1);
         assert_eq!(pool.stats().abandoned, 1);
     }
 
@@ -1173,7 +1189,7 @@ mod tests {
         pool.worker_spin = Duration::ZERO;
         let pool = Arc::new(pool);
         for i in 0..3 {
-            assert!(pool.submit(i, false).unwrap().spawn);
+            assert_eq!(pool.submit(i, false).unwrap().spawn, 1);
         }
         for _ in 0..3 {
             assert!(job(pool.first_take(None)).is_some());
@@ -1183,14 +1199,8 @@ mod tests {
             assert_eq!(pool.try_take(), Take::Empty);
         }
         let mut workers: Vec<_> = (0..3)
-            .map(|_| {
-                let p = Arc::clone(&pool);
-                thread::spawn(move || p.park_then_claim(None))
-            })
+            .map(|_| park_worker(&pool, |p| p.park_then_claim(None)))
             .collect();
-        while pool.lock().parked < 3 {
-            thread::yield_now();
-        }
         for _ in 0..8 {
             pool.record_service(1_000);
         }
@@ -1239,7 +1249,7 @@ mod tests {
         let total = 20_000u32;
         let mut spawned = 0;
         for i in 0..total {
-            if pool.submit(i, false).unwrap().spawn {
+            if pool.submit(i, false).unwrap().spawn == 1 {
                 spawned += 1;
             }
         }
@@ -1284,8 +1294,8 @@ mod tests {
     #[test]
     fn work_found_by_a_parked_worker_stays_queued_for_whoever_claims_first() {
         let pool = Arc::new(Pool::new(2, 0));
-        assert!(pool.submit(1u32, false).unwrap().spawn);
-        assert!(pool.submit(2u32, false).unwrap().spawn);
+        assert_eq!(pool.submit(1u32, false).unwrap().spawn, 1);
+        assert_eq!(pool.submit(2u32, false).unwrap().spawn, 1);
         // Both workers run a job; one finishes and parks.
         assert_eq!(job(pool.first_take(None)), Some(1));
         assert_eq!(job(pool.first_take(None)), Some(2));
@@ -1298,7 +1308,7 @@ mod tests {
         }
         // A new job wakes it; it leaves the job queued and stays counted as
         // on its way, so the job neither starts a thread nor wakes another.
-        assert!(!pool.submit(3u32, false).unwrap().spawn);
+        assert_eq!(pool.submit(3u32, false).unwrap().spawn, 0);
         assert_eq!(parked.join().unwrap(), Take::Woken);
         assert_eq!(pool.stats().queued, 1);
         // The busy worker, holding the GIL first, takes it.
@@ -1309,7 +1319,7 @@ mod tests {
         let stats = pool.stats();
         assert_eq!((stats.idle, stats.running, stats.queued), (1, 1, 0));
         // Next time it is first: it claims the job.
-        assert!(!pool.submit(4u32, false).unwrap().spawn);
+        assert_eq!(pool.submit(4u32, false).unwrap().spawn, 0);
         assert_eq!(pool.park_then_claim(None), Take::Woken);
         assert_eq!(job(pool.claim_woken()), Some(4));
         assert_eq!(pool.stats().idle, 0);
@@ -1318,7 +1328,7 @@ mod tests {
     #[test]
     fn a_wake_up_with_nothing_queued_does_not_retire_a_worker() {
         let pool = Arc::new(Pool::new(1, 0));
-        assert!(pool.submit(1u32, false).unwrap().spawn);
+        assert_eq!(pool.submit(1u32, false).unwrap().spawn, 1);
         assert_eq!(job(pool.first_take(None)), Some(1));
         pool.done(true);
         assert_eq!(pool.try_take(), Take::Empty);
@@ -1480,7 +1490,7 @@ mod tests {
         pool.skipped_cancelled();
         // The worker on job 1 is abandoned (job 3 waits: a replacement
         // starts), and its call returns normally later.
-        assert!(pool.abandon_worker());
+        assert_eq!(pool.abandon_worker(), 1);
         pool.done_abandoned(true);
         let s = pool.stats();
         assert_eq!(
@@ -1519,13 +1529,115 @@ mod tests {
     /// Start a worker thread that takes one job and wait until it has
     /// spun out and parked (far past the 50 µs spin; nothing observable
     /// tells "parked" from "spinning" without the lock).
+    #[test]
+    fn a_worker_woken_in_its_first_wait_passes_an_owed_wake_up_on() {
+        // A fresh worker whose first call was taken by a busy worker waits
+        // in `wait_take`, which takes a job itself when woken (no claim
+        // under the GIL). Woken as the one worker an event loop's pass wakes
+        // for short calls, it must pass the wake-up on like `claim_woken`:
+        // else the second call waits for the running one while a worker sleeps.
+        let mut pool = Pool::new(3, 0);
+        pool.worker_spin = Duration::ZERO;
+        let pool = Arc::new(pool);
+        assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
+        assert!(
+            job(pool.first_take(None)).is_some(),
+            "a call that keeps running"
+        );
+        for _ in 0..8 {
+            pool.record_service(1_000);
+        }
+        let mut workers = vec![parked_worker(&pool), parked_worker(&pool)];
+        for short_call in [1, 2] {
+            let (s, owed) = pool.submit_waking(short_call, false, false).ok().unwrap();
+            assert!(s.spawn == 0 && owed);
+        }
+        assert_eq!(pool.wake_owed(), 0);
+        let mut taken: Vec<_> = returned(&mut workers, 2).into_iter().map(job).collect();
+        taken.sort();
+        assert_eq!(taken, vec![Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn a_submission_asks_for_every_thread_its_owed_jobs_need() {
+        // Calls queued with their wake-ups owed, then the one parked worker
+        // woken by a plain submission: the jobs left need two new threads,
+        // and the caller must be told to start both. Told "start one", the
+        // pool would count a thread that never comes as on its way, and a
+        // job would wait for it with every worker parked.
+        let pool = Arc::new(Pool::new(4, 0));
+        assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
+        assert!(
+            job(pool.first_take(None)).is_some(),
+            "one call keeps running"
+        );
+        assert_eq!(pool.submit(1, false).unwrap().spawn, 1);
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        let parked = parked_worker(&pool);
+        for owed_job in [2, 3] {
+            let (s, owed) = pool.submit_waking(owed_job, false, false).ok().unwrap();
+            assert!(s.spawn == 0 && owed);
+        }
+        let s = pool.submit(4, false).unwrap();
+        assert_eq!(
+            s.spawn, 2,
+            "one job for the woken worker, two for new threads"
+        );
+        let mut taken = vec![
+            job(pool.first_take(None)),
+            job(pool.first_take(None)),
+            job(join_or_fail(&pool, parked)),
+        ];
+        taken.sort();
+        assert_eq!(taken, vec![Some(2), Some(3), Some(4)]);
+    }
+
+    /// A worker thread blocked in `wait_take` (see `park_worker`).
     fn parked_worker(pool: &Arc<Pool<u32>>) -> thread::JoinHandle<Take<u32>> {
-        let p = Arc::clone(pool);
-        let worker = thread::spawn(move || p.wait_take(None));
-        while pool.stats().idle == 0 {
+        park_worker(pool, |p| p.wait_take(None))
+    }
+
+    /// Start a worker thread that runs `wait` and return once it is asleep
+    /// on the `work` condvar: counted as parked (under the lock its wait lets
+    /// go of) and sleeping in the kernel. Counted is not enough: a notify
+    /// that comes before the thread reaches its futex wait makes that wait
+    /// return at once *and* wakes another parked thread, so one notify can
+    /// wake two (harmless in the pool, which counts such wake-ups, but not in
+    /// a test that counts wake-ups). Idle is even less: an idle worker that
+    /// has not parked yet counts as on its way to the queue.
+    fn park_worker(
+        pool: &Arc<Pool<u32>>,
+        wait: impl FnOnce(&Pool<u32>) -> Take<u32> + Send + 'static,
+    ) -> thread::JoinHandle<Take<u32>> {
+        let parked_before = pool.lock().parked;
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let (p, t) = (Arc::clone(pool), Arc::clone(&tid));
+        let worker = thread::spawn(move || {
+            t.store(unsafe { libc::gettid() }, Ordering::Release);
+            wait(&p)
+        });
+        while pool.lock().parked == parked_before {
             thread::yield_now();
         }
-        thread::sleep(Duration::from_millis(200));
+        let stat = format!("/proc/self/task/{}/stat", tid.load(Ordering::Acquire));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // The state letter follows the command name's closing parenthesis.
+            match std::fs::read_to_string(&stat) {
+                Ok(text)
+                    if text
+                        .rsplit(')')
+                        .next()
+                        .map(str::trim_start)
+                        .is_some_and(|rest| rest.starts_with('S')) =>
+                {
+                    break
+                }
+                Ok(_) if Instant::now() < deadline => thread::yield_now(),
+                _ => panic!("the parked worker never went to sleep ({stat})"),
+            }
+        }
         worker
     }
 
@@ -1551,8 +1663,8 @@ mod tests {
         pool.done(true);
         let worker = parked_worker(&pool);
         let s = pool.submit(5, false).unwrap();
-        assert!(
-            !s.spawn,
+        assert_eq!(
+            s.spawn, 0,
             "at the ceiling: wake the parked worker, start none"
         );
         assert_eq!(s.waiting_at, None, "a woken worker is on its way");
@@ -1564,7 +1676,7 @@ mod tests {
         let pool = Arc::new(Pool::new(2, 0));
         for _ in 0..2 {
             let (s, _) = pool.submit_waking(0, false, true).ok().unwrap();
-            assert!(s.spawn);
+            assert_eq!(s.spawn, 1);
         }
         // Both workers arrive, find nothing left to do once the jobs are
         // gone, and park.
@@ -1577,9 +1689,9 @@ mod tests {
         let b = parked_worker(&pool);
         // The first call wakes a worker at once; the second owes its wake.
         let (first, owed) = pool.submit_waking(1, false, false).ok().unwrap();
-        assert!(!first.spawn && !owed);
+        assert!(first.spawn == 0 && !owed);
         let (second, owed) = pool.submit_waking(2, false, false).ok().unwrap();
-        assert!(!second.spawn && owed);
+        assert!(second.spawn == 0 && owed);
         assert_eq!(
             pool.wake_owed(),
             0,
@@ -1596,31 +1708,33 @@ mod tests {
         // way takes every queued job, one after another.
         let pool = Arc::new(Pool::new(2, 0));
         for _ in 0..2 {
-            assert!(pool.submit_waking(0, false, true).ok().unwrap().0.spawn);
+            assert_eq!(pool.submit_waking(0, false, true).ok().unwrap().0.spawn, 1);
         }
         assert!(job(pool.first_take(None)).is_some() && job(pool.first_take(None)).is_some());
         pool.done(true);
         pool.done(true);
-        let workers = [parked_worker(&pool), parked_worker(&pool)];
+        let mut workers = vec![parked_worker(&pool), parked_worker(&pool)];
         assert!(!pool.submit_waking(1, false, false).ok().unwrap().1);
         assert!(pool.submit_waking(2, false, false).ok().unwrap().1);
+        let mut taken = Vec::new();
         let until = Instant::now() + Duration::from_secs(30);
-        while !workers.iter().any(|w| w.is_finished()) && Instant::now() < until {
+        while taken.len() < 2 && Instant::now() < until {
+            let (woken, parked): (Vec<_>, Vec<_>) =
+                workers.into_iter().partition(|w| w.is_finished());
+            workers = parked;
+            for worker in woken {
+                taken.extend(job(worker.join().unwrap()));
+                // That worker's call returns; it takes whatever is still queued.
+                while let Some(next) = job(pool.done_and_try_take(true)) {
+                    taken.push(next);
+                }
+            }
             thread::sleep(Duration::from_millis(1));
         }
-        let (woken, parked): (Vec<_>, Vec<_>) = workers.into_iter().partition(|w| w.is_finished());
-        let mut taken = Vec::new();
-        for worker in woken {
-            taken.extend(job(worker.join().unwrap()));
-            // That worker's call returns; it takes whatever is still queued.
-            while let Some(next) = job(pool.done_and_try_take(true)) {
-                taken.push(next);
-            }
-        }
         taken.sort();
-        assert_eq!(taken, vec![1, 2]);
+        assert_eq!(taken, vec![1, 2], "a queued job was stranded");
         pool.shutdown();
-        for worker in parked {
+        for worker in workers {
             assert!(job(worker.join().unwrap()).is_none());
         }
     }
@@ -1630,7 +1744,7 @@ mod tests {
         let pool = Pool::new(1, 0);
         pool.submit(0, false).unwrap();
         assert!(job(pool.first_take(None)).is_some());
-        assert!(!pool.abandon_worker());
+        assert_eq!(pool.abandon_worker(), 0);
         let s = pool.stats();
         assert_eq!(
             (s.max_workers, s.workers, s.running, s.abandoned),
@@ -1719,12 +1833,13 @@ mod tests {
     #[test]
     fn a_worker_that_never_started_gives_back_its_place() {
         let pool = Pool::new(1, 0);
-        assert!(pool.submit(0, false).unwrap().spawn);
-        assert!(!pool.submit(1, false).unwrap().spawn);
+        assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
+        assert_eq!(pool.submit(1, false).unwrap().spawn, 0);
         pool.worker_gone();
         assert_eq!(pool.stats().workers, 0);
-        assert!(
+        assert_eq!(
             pool.submit(2, false).unwrap().spawn,
+            1,
             "its place is free again"
         );
     }

@@ -62,7 +62,7 @@ struct Job {
 }
 
 /// `(spawn, waiting_at, seq, owed)`: see `Pool::submit_waking`.
-type EnqueueResult = PyResult<(bool, Option<usize>, u64, bool)>;
+type EnqueueResult = PyResult<(usize, Option<usize>, u64, bool)>;
 
 impl Job {
     fn new(
@@ -649,8 +649,8 @@ impl PoolCore {
         }
     }
 
-    /// Queue a call and set `future._seq`. Returns whether the caller must
-    /// start a worker thread. Raises `taut.QueueFull` when the bounded queue
+    /// Queue a call and set `future._seq`. Returns how many worker threads
+    /// the caller must start (usually 0 or 1). Raises `taut.QueueFull` when the bounded queue
     /// is full and `RuntimeError` once the pool is shut down.
     #[pyo3(signature = (future, func, args, kwargs=None))]
     fn submit(
@@ -660,7 +660,7 @@ impl PoolCore {
         func: Py<PyAny>,
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
-    ) -> PyResult<bool> {
+    ) -> PyResult<usize> {
         Ok(self
             .queue(py, Target::Future(future), func, args, kwargs, None)?
             .0)
@@ -690,7 +690,7 @@ impl PoolCore {
         wake: bool,
         line: bool,
         turn: bool,
-    ) -> PyResult<(bool, u64, bool)> {
+    ) -> PyResult<(usize, u64, bool)> {
         if turn {
             self.shared.end_turn();
         } else if line && self.shared.has_line() {
@@ -785,7 +785,7 @@ impl PoolCore {
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
         tracker: Py<PyAny>,
-    ) -> PyResult<(bool, Option<usize>)> {
+    ) -> PyResult<(usize, Option<usize>)> {
         self.queue(
             py,
             Target::Future(future),
@@ -858,16 +858,16 @@ impl PoolCore {
     }
 
     /// Give up on the worker running call `seq`: it leaves the ceiling (a
-    /// replacement may start: the second value says whether the caller must
-    /// start a thread) and exits after the call. False if `seq` is not
+    /// replacement may start: the second value says how many threads the
+    /// caller must start) and exits after the call. False if `seq` is not
     /// running there.
-    fn abandon(&self, slot: &Bound<'_, WorkerSlot>, seq: u64) -> (bool, bool) {
+    fn abandon(&self, slot: &Bound<'_, WorkerSlot>, seq: u64) -> (bool, usize) {
         let slot = slot.get();
         if seq == 0 || slot.current.load(Ordering::Acquire) != seq {
-            return (false, false);
+            return (false, 0);
         }
         if slot.abandoned.swap(true, Ordering::AcqRel) {
-            return (true, false);
+            return (true, 0);
         }
         (true, self.shared.pool.abandon_worker())
     }
@@ -1030,7 +1030,7 @@ impl PoolCore {
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
         tracker: Option<Py<PyAny>>,
-    ) -> PyResult<(bool, Option<usize>)> {
+    ) -> PyResult<(usize, Option<usize>)> {
         let job = Job::new(py, target, func, args, kwargs, tracker);
         let (spawn, waiting_at, _, _) = self.enqueue(py, job, true)?;
         Ok((spawn, waiting_at))

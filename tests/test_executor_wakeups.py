@@ -9,6 +9,7 @@ asserts: gates and events decide; timeouts only bound how long a failure takes.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import sys
 import threading
@@ -198,3 +199,32 @@ def test_abandon_of_every_worker_keeps_the_ceiling_for_queued_calls() -> None:
         finally:
             release.set()
         assert [f.result(LONG) for f in hung] == [True, True]
+
+
+def test_calls_queued_with_owed_wake_ups_get_every_thread_they_need() -> None:
+    """Broken: a submission whose top-up asks for two threads starts one.
+    Two ``run()`` calls from one pass of a loop leave their wake-ups owed (a
+    call is running); a plain ``submit`` in the same pass then wakes the one
+    parked worker and needs two new threads for the rest. Started with one,
+    the pool counts a thread that never comes as on its way: the last call
+    waits, and here (every call waits for the other three) nothing finishes."""
+    four_running = threading.Barrier(4, timeout=LONG)
+    with taut.ThreadPoolExecutor(4) as ex:
+        first = ex.submit(four_running.wait)
+        ex.submit(abs, -1).result(LONG)  # a second worker, now idle
+        wait_until(lambda: ex.stats().idle == 1 and ex.stats().workers == 2)
+
+        async def one_pass_of_submissions() -> list[int]:
+            loop = asyncio.get_running_loop()
+            runs = [asyncio.ensure_future(ex.run(four_running.wait)) for _ in range(2)]
+            plain: list[cf.Future[int]] = []
+            # Queued after the two tasks' first steps, in the same pass.
+            loop.call_soon(lambda: plain.append(ex.submit(four_running.wait)))
+            results = await asyncio.gather(*runs)
+            return [*results, await asyncio.wrap_future(plain[0])]
+
+        try:
+            parties = asyncio.run(one_pass_of_submissions())
+        finally:
+            four_running.abort()  # a failure ends every waiter at once
+        assert sorted([*parties, first.result(LONG)]) == [0, 1, 2, 3]

@@ -160,12 +160,12 @@ async def run_in(
 
 
 def _after_queueing(
-    executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: bool, owed: bool
+    executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: int, owed: bool
 ) -> None:
     """A call is queued: start the worker thread it asked for, and leave the
     wake-up it owes for the end of this loop pass (see ``Pool::submit_waking``)."""
     if spawn:
-        executor._spawn(1)
+        executor._spawn(spawn)
     if owed:
         link.owe(loop, executor)
 
@@ -212,7 +212,7 @@ def submit_for_run_in_executor(
     except (QueueFull, RuntimeError):
         return None
     if spawn:
-        executor._spawn(1)
+        executor._spawn(spawn)
     if owed:
         link.owe(loop, executor)
     return waiter

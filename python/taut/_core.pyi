@@ -300,9 +300,9 @@ class PoolCore:
         func: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None = None,
-    ) -> bool:
-        """Queue a call; sets ``future._seq``. Returns whether to start one
-        more worker thread. Raises ``taut.QueueFull`` when the bounded queue
+    ) -> int:
+        """Queue a call; sets ``future._seq``. Returns how many worker
+        threads to start (usually 0 or 1). Raises ``taut.QueueFull`` when the bounded queue
         is full and ``RuntimeError`` once shut down."""
     def submit_tracked(
         self,
@@ -311,7 +311,7 @@ class PoolCore:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         tracker: Any,
-    ) -> tuple[bool, int | None]:
+    ) -> tuple[int, int | None]:
         """``submit`` with queue notices through ``tracker``; returns
         ``(spawn, position)``, position None when the call starts at once."""
     def submit_async(
@@ -324,7 +324,7 @@ class PoolCore:
         wake: bool = True,
         line: bool = False,
         turn: bool = False,
-    ) -> tuple[bool, int, bool]:
+    ) -> tuple[int, int, bool]:
         """Queue a call whose outcome settles the asyncio future ``waiter``
         on its loop through ``channel``; ``(spawn, seq, owed)``. Raises like
         ``submit``; ``remove(seq)`` withdraws it while queued. ``wake``
@@ -359,8 +359,9 @@ class PoolCore:
     def pop_queued(self) -> tuple[list[tuple[Any, int]], _Call] | None:
         """Take the oldest queued call out by hand (``_work_queue.get()``):
         ``(notices, call)``, None if the queue is empty."""
-    def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, bool]:
-        """Give up on the worker running ``seq``: ``(abandoned, spawn)``."""
+    def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, int]:
+        """Give up on the worker running ``seq``: ``(abandoned, threads to
+        start)``."""
     def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:
         """Raise ``exc_type`` in the worker running ``seq``."""
     def resize(self, max_workers: int) -> int:

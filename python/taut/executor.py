@@ -222,7 +222,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 self._check_open()
                 raise
         if spawn:
-            self._spawn(1)
+            self._spawn(spawn)
         if tracker is not None and waiting_at is not None:
             tracker.wait(waiting_at)
         return future
@@ -255,7 +255,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         except (QueueFull, RuntimeError):
             return self._submit(fn, args, kwargs, block=True)
         if spawn:
-            self._spawn(1)
+            self._spawn(spawn)
         return future
 
     def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
@@ -340,8 +340,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             for args in arg_tuples:
                 future: Future[Any] = Future()
                 future._core = core
-                if submit(future, fn, args):
-                    self._spawn(1)
+                spawn = submit(future, fn, args)
+                if spawn:
+                    self._spawn(spawn)
                 append(future)
         except RuntimeError:
             for queued in futures:
@@ -452,7 +453,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 exited.set()
         if spawn:
             try:
-                self._spawn(1)
+                self._spawn(spawn)
             except RuntimeError:
                 # No new thread at interpreter shutdown (CPython 3.12+). With
                 # no worker left, the waiting calls would never run: fail

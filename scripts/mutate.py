@@ -108,8 +108,8 @@ MUTATIONS = [
     Mutation(
         "abandon-starts-no-replacement",
         EXECUTOR,
-        "        if spawn:\n            try:\n                self._spawn(1)",
-        "        if False:\n            try:\n                self._spawn(1)",
+        "        if spawn:\n            try:\n                self._spawn(spawn)",
+        "        if False:\n            try:\n                self._spawn(spawn)",
         (
             f"{WAKEUPS}::test_abandon_starts_a_replacement_for_a_queued_call",
             f"{WAKEUPS}::test_abandon_of_every_worker_keeps_the_ceiling_for_queued_calls",

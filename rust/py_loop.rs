@@ -193,6 +193,18 @@ impl LoopChannel {
         self.take()
     }
 
+    /// The loop closed: nobody will take completions any more. Returns
+    /// those waiting, for the caller to drop (in Python: they may hold the
+    /// last reference to a user object); later pushes are dropped where the
+    /// GIL can be taken, never kept. (Kept, a finished call's future would
+    /// keep its closed loop alive, and with it the loop's waker, the
+    /// channel and both descriptors, for good.)
+    fn close_inbox(&self) -> Vec<Completion> {
+        let mut inbox = self.shared.lock();
+        inbox.1 = true;
+        std::mem::take(&mut inbox.0)
+    }
+
     /// How many completions wait to be taken.
     fn __len__(&self) -> usize {
         self.shared.lock().0.len()

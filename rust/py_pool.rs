@@ -152,12 +152,21 @@ struct Shared {
     room_waiters: Mutex<VecDeque<RoomWaiter>>,
     room_waiting: AtomicUsize,
     next_room_waiter: AtomicU64,
+    /// Room waiters told to try again that have not come back yet (retried
+    /// with `turn`, or passed the turn on): newcomers must not take the room
+    /// meant for them (see `submit_async`'s `line`). A waiter whose loop
+    /// closed before it could come back keeps its turn for good: newcomers
+    /// then go through the line (told at once when there is room: one loop
+    /// pass more), slower but never stuck.
+    room_turns: AtomicUsize,
 }
 
 impl Shared {
     /// Tell the first asyncio submitter waiting for room (if any, and if
     /// there is room now) to try again, on its loop. `all`: tell every one
-    /// (shutdown).
+    /// (shutdown). (Not "as many as there is room for besides the turns
+    /// out": a turn whose waiter never comes back would then hold its room
+    /// for good.)
     fn wake_room_waiters(&self, py: Python<'_>, all: bool) {
         if self.room_waiting.load(Ordering::Acquire) == 0 {
             return;
@@ -173,6 +182,7 @@ impl Shared {
                 waiter
             };
             let Some(waiter) = waiter else { return };
+            self.room_turns.fetch_add(1, Ordering::AcqRel);
             waiter
                 .channel
                 .get()
@@ -180,6 +190,30 @@ impl Shared {
             if !all {
                 return;
             }
+        }
+    }
+
+    /// A told room waiter came back (or gave up): its turn is over.
+    fn end_turn(&self) {
+        let _ = self
+            .room_turns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Asyncio submitters wait for room, or were told there is some and
+    /// have not come back yet: a newcomer goes behind them.
+    fn has_line(&self) -> bool {
+        self.room_waiting.load(Ordering::Acquire) > 0 || self.room_turns.load(Ordering::Acquire) > 0
+    }
+
+    fn queue_full(&self, py: Python<'_>) -> PyErr {
+        match self.names.queue_full.bind(py).call1((format!(
+            "the queue is full: max_queue={} calls waiting",
+            self.pool.max_queue()
+        ),))
+        {
+            Ok(error) => PyErr::from_value(error),
+            Err(error) => error,
         }
     }
 }
@@ -597,6 +631,7 @@ impl PoolCore {
                 room_waiters: Mutex::new(VecDeque::new()),
                 room_waiting: AtomicUsize::new(0),
                 next_room_waiter: AtomicU64::new(1),
+                room_turns: AtomicUsize::new(0),
             }),
         })
     }
@@ -636,7 +671,13 @@ impl PoolCore {
     /// like `submit`. `seq` removes the call (`remove`) if the awaiting task
     /// is cancelled before a worker takes it. `wake` false: see
     /// `Pool::submit_waking`; `owed` says `wake_owed` should follow.
-    #[pyo3(signature = (channel, waiter, func, args, kwargs=None, wake=true))]
+    ///
+    /// `line`: a newcomer that keeps the FIFO order of the asyncio
+    /// submitters waiting for room: while any wait (or were told there is
+    /// room and are not back yet) it is refused as full, to wait behind
+    /// them (`wait_for_room_async`). `turn`: a waiter told there is room,
+    /// coming back (its turn ends, whatever the outcome).
+    #[pyo3(signature = (channel, waiter, func, args, kwargs=None, wake=true, line=false, turn=false))]
     #[allow(clippy::too_many_arguments)]
     fn submit_async(
         &self,
@@ -647,7 +688,14 @@ impl PoolCore {
         args: Py<PyTuple>,
         kwargs: Option<Py<PyDict>>,
         wake: bool,
+        line: bool,
+        turn: bool,
     ) -> PyResult<(usize, u64, bool)> {
+        if turn {
+            self.shared.end_turn();
+        } else if line && self.shared.has_line() {
+            return Err(self.shared.queue_full(py));
+        }
         let target = Target::Loop { channel, waiter };
         let job = Job::new(py, target, func, args, kwargs, None);
         let (spawn, _, seq, owed) = self.enqueue(py, job, wake)?;
@@ -664,19 +712,25 @@ impl PoolCore {
     /// An asyncio submitter found the bounded queue full: `notice` is
     /// pushed onto `channel` (`(notice, None, None)`: the loop's reader calls
     /// `notice._fire()`) when there may be room, in FIFO order with the
-    /// other waiting asyncio submitters (`front`: ahead of them, for one
-    /// that lost its turn). Returns an id for `cancel_room_wait`. Pushed
-    /// soon if there is room already.
-    #[pyo3(signature = (channel, notice, front=false))]
+    /// other waiting asyncio submitters. Returns its id, which is its place
+    /// in line, for `cancel_room_wait`. `place`: the id it had, for one told
+    /// there was room that then lost it to a plain `submit`: it goes back
+    /// to that place (ahead of those who came after it), not to the end.
+    /// Pushed soon if there is room already.
+    #[pyo3(signature = (channel, notice, place=0))]
     fn wait_for_room_async(
         &self,
         py: Python<'_>,
         channel: Py<LoopChannel>,
         notice: Py<PyAny>,
-        front: bool,
+        place: u64,
     ) -> u64 {
         let shared = &self.shared;
-        let id = shared.next_room_waiter.fetch_add(1, Ordering::Relaxed);
+        let id = if place == 0 {
+            shared.next_room_waiter.fetch_add(1, Ordering::Relaxed)
+        } else {
+            place
+        };
         {
             let mut waiters = shared
                 .room_waiters
@@ -687,11 +741,9 @@ impl PoolCore {
                 channel,
                 callback: notice,
             };
-            if front {
-                waiters.push_front(waiter);
-            } else {
-                waiters.push_back(waiter);
-            }
+            // Ids grow with arrival, so the line stays sorted by them.
+            let at = waiters.partition_point(|w| w.id < id);
+            waiters.insert(at, waiter);
             shared.room_waiting.store(waiters.len(), Ordering::Release);
         }
         // Room may have appeared between the refused submit and now.
@@ -717,6 +769,7 @@ impl PoolCore {
     /// A room waiter that was told to try again will not: the next one gets
     /// the turn.
     fn pass_room_on(&self, py: Python<'_>) {
+        self.shared.end_turn();
         self.shared.wake_room_waiters(py, false);
     }
 
@@ -1008,12 +1061,7 @@ impl PoolCore {
             Err(Refused::Shutdown(_)) => Err(PyRuntimeError::new_err(
                 "cannot schedule new futures after shutdown",
             )),
-            Err(Refused::Full(_)) => Err(PyErr::from_value(
-                shared.names.queue_full.bind(py).call1((format!(
-                    "the queue is full: max_queue={} calls waiting",
-                    shared.pool.max_queue()
-                ),))?,
-            )),
+            Err(Refused::Full(_)) => Err(shared.queue_full(py)),
         }
     }
 }

@@ -60,6 +60,11 @@ WAKEUPS = "tests/test_executor_wakeups.py"
 FUTURE = "python/taut/_future.py"
 FUTURE_CONDITION = "python/taut/_future_condition.py"
 WAITS = "tests/test_wait_as_completed.py"
+ASYNC = "python/taut/_asyncio.py"
+LOOP_WAKER = "python/taut/_loop_waker.py"
+WORKER = "python/taut/_worker.py"
+ASYNC_PATH = "tests/test_asyncio_path.py"
+DELIVERY = "tests/test_asyncio_delivery.py"
 
 MUTATIONS = [
     Mutation(
@@ -103,8 +108,8 @@ MUTATIONS = [
     Mutation(
         "abandon-starts-no-replacement",
         EXECUTOR,
-        "        if spawn:\n            try:\n                self._spawn(1)",
-        "        if False:\n            try:\n                self._spawn(1)",
+        "        if spawn:\n            try:\n                self._spawn(spawn)",
+        "        if False:\n            try:\n                self._spawn(spawn)",
         (
             f"{WAKEUPS}::test_abandon_starts_a_replacement_for_a_queued_call",
             f"{WAKEUPS}::test_abandon_of_every_worker_keeps_the_ceiling_for_queued_calls",
@@ -244,6 +249,86 @@ MUTATIONS = [
         "        woken = sleepers[:n]",
         "        woken = sleepers[:0]",
         (WAITS,),
+    ),
+    Mutation(
+        "asyncio-drain-settles-twice",
+        LOOP_WAKER,
+        "        for target, ok, value in channel.take_woken(self._reader_fd):",
+        "        for target, ok, value in 2 * channel.take_woken(self._reader_fd):",
+        (DELIVERY,),
+    ),
+    Mutation(
+        "asyncio-settle-on-a-closed-loop-raises",
+        WORKER,
+        "    try:\n        waiter.get_loop().call_soon_threadsafe(settle)\n"
+        "    except RuntimeError:\n        pass",
+        "    waiter.get_loop().call_soon_threadsafe(settle)",
+        (f"{DELIVERY}::test_a_loop_closed_with_calls_queued_then_shut_down_with_cancel_futures",),
+    ),
+    Mutation(
+        "closed-loop-channel-keeps-its-loop",
+        LOOP_WAKER,
+        "                _let_closed_loops_go()\n",
+        "",
+        (f"{DELIVERY}::test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors",),
+    ),
+    Mutation(
+        "closed-loop-drops-a-room-turn",
+        LOOP_WAKER,
+        "                    if loop_gone is not None:\n                        loop_gone()",
+        "                    pass",
+        (f"{ASYNC_PATH}::test_a_turn_told_to_a_loop_that_closed_unread_passes_on",),
+    ),
+    Mutation(
+        "to-thread-cancel-leaves-the-call-queued",
+        ASYNC,
+        "                _withdraw(core, seq)\n                raise\n    return await run_in",
+        "                raise\n    return await run_in",
+        (f"{ASYNC_PATH}::test_a_call_cancelled_while_queued_never_runs",),
+    ),
+    Mutation(
+        "to-thread-on-a-stdlib-default-executor",
+        ASYNC,
+        "        executor = default_executor()\n    run = contextvars.copy_context().run",
+        "        return await asyncio.to_thread(func, *args, **kwargs)\n"
+        "    run = contextvars.copy_context().run",
+        (f"{ASYNC_PATH}::test_to_thread_copies_the_context_and_uses_a_taut_default_executor",),
+    ),
+    Mutation(
+        "run-ignores-propagate-context",
+        ASYNC,
+        "    if executor._propagate_context and not in_context:",
+        "    if False:",
+        (f"{ASYNC_PATH}::test_run_copies_the_context_when_the_executor_propagates_it",),
+    ),
+    Mutation(
+        "run-newcomer-jumps-the-room-line",
+        ASYNC,
+        "                line=not place, turn=place != 0,",
+        "                line=False, turn=place != 0,",
+        (f"{ASYNC_PATH}::test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them",),
+    ),
+    Mutation(
+        "run-told-waiter-loses-its-place",
+        ASYNC,
+        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)",
+        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), 0)",
+        (f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",),
+    ),
+    Mutation(
+        "run-cancelled-told-waiter-keeps-the-turn",
+        ASYNC,
+        "        else:  # cancelled meanwhile: the next waiter gets the turn\n"
+        "            core.pass_room_on()",
+        "",
+        (f"{ASYNC_PATH}::test_a_coroutine_cancelled_after_being_told_passes_its_turn_on",),
+    ),
+    Mutation(
+        "submit-waits-for-room-on-a-loop-thread",
+        EXECUTOR,
+        "                if _running_loop() is not None:",
+        "                if False:",
+        (f"{ASYNC_PATH}::test_submit_on_a_loop_thread_refuses_at_once_when_full",),
     ),
 ]
 

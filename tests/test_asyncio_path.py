@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import threading
 import time
-from collections import Counter
 from typing import Any, Callable
 
 import pytest
+from _waiting import wait_until
 
 import taut
+import taut._loop_waker
 
 LONG = 30.0
 
@@ -50,6 +52,8 @@ def test_stop_iteration_from_the_call_still_settles_the_await() -> None:
     asyncio.run(main())
 
 
+# Exactly once under cancellation races, with a loop slow to drain, loops
+# closing and many loops: tests/test_asyncio_delivery.py.
 def test_every_completion_reaches_its_task_exactly_once() -> None:
     n = 3000
 
@@ -66,31 +70,62 @@ def test_to_thread_copies_the_context_and_uses_a_taut_default_executor() -> None
 
     def read() -> str:
         seen.append(threading.current_thread().name)
-        return var.get()
+        value = var.get()
+        var.set("set in the thread")  # in a copy: the caller never sees it
+        return value
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         var.set("caller")
-        # Not a taut default executor: taut's shared pool runs it.
-        assert await taut.to_thread(read) == "caller"
+        # The loop's default executor is the standard library's: taut's
+        # shared pool runs the call.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stdlib") as stdlib:
+            loop.set_default_executor(stdlib)
+            assert await taut.to_thread(read) == "caller"
+        assert seen[-1].startswith("taut-default")
+        assert var.get() == "caller"
+        # A taut default executor runs it.
         ex = taut.ThreadPoolExecutor(1, thread_name_prefix="mine")
-        asyncio.get_running_loop().set_default_executor(ex)
+        loop.set_default_executor(ex)
         assert await taut.to_thread(read) == "caller"
         assert seen[-1].startswith("mine")
+        assert var.get() == "caller"
         ex.shutdown()
 
     asyncio.run(main())
 
 
-def test_a_call_cancelled_while_queued_never_runs() -> None:
+def test_run_copies_the_context_when_the_executor_propagates_it() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> tuple[str, str]:
+        var.set("caller")
+        with taut.ThreadPoolExecutor(1, propagate_context=True) as on, taut.ThreadPoolExecutor(
+            1
+        ) as off:
+            return await on.run(var.get), await off.run(var.get)
+
+    assert asyncio.run(main()) == ("caller", "unset")
+
+
+def _start(ex: taut.ThreadPoolExecutor, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``ex.run(fn, *args)`` or ``taut.to_thread(fn, *args)`` (``ex`` must then
+    be the running loop's default executor)."""
+    return asyncio.ensure_future(ex.run(fn, *args) if kind == "run" else taut.to_thread(fn, *args))
+
+
+@pytest.mark.parametrize("kind", ["run", "to_thread"])
+def test_a_call_cancelled_while_queued_never_runs(kind: str) -> None:
     ran: list[int] = []
 
     async def main() -> None:
         with taut.ThreadPoolExecutor(1) as ex:
+            asyncio.get_running_loop().set_default_executor(ex)
             gate = threading.Event()
             blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
             while ex.stats().running == 0:
                 await asyncio.sleep(0.001)
-            queued = asyncio.ensure_future(ex.run(ran.append, 1))
+            queued = _start(ex, kind, ran.append, 1)
             await asyncio.sleep(0)  # submitted
             assert ex.stats().queued == 1
             queued.cancel()
@@ -105,40 +140,34 @@ def test_a_call_cancelled_while_queued_never_runs() -> None:
     assert ran == []
 
 
-def test_cancellation_races_leave_no_call_run_twice_or_lost() -> None:
-    # Cancel tasks at random moments; every call runs at most once, and
-    # every task that was not cancelled gets its own result.
-    runs: Counter[int] = Counter()
-    lock = threading.Lock()
-
-    def work(i: int) -> int:
-        with lock:
-            runs[i] += 1
-        return i
+@pytest.mark.parametrize("kind", ["run", "to_thread"])
+def test_a_worker_reaching_a_call_whose_task_was_just_cancelled_skips_it(kind: str) -> None:
+    # task.cancel() cancels the call's asyncio future at once, but the task
+    # takes the call out of the queue only when it runs next. A worker that
+    # reaches the call in between must see the cancelled future and skip it.
+    ran: list[int] = []
 
     async def main() -> None:
-        with taut.ThreadPoolExecutor(4) as ex:
-            tasks = [asyncio.ensure_future(ex.run(work, i)) for i in range(2000)]
-            for task in tasks[::3]:
-                task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-        for i, result in enumerate(results):
-            if not isinstance(result, asyncio.CancelledError):
-                assert result == i
-        assert all(count == 1 for count in runs.values())
+        with taut.ThreadPoolExecutor(1) as ex:
+            asyncio.get_running_loop().set_default_executor(ex)
+            gate = threading.Event()
+            blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            queued = _start(ex, kind, ran.append, 1)
+            await asyncio.sleep(0)  # submitted
+            queued.cancel()
+            gate.set()
+            # The loop does not run meanwhile: the worker finishes the first
+            # call and reaches the cancelled one before the task runs again.
+            wait_until(lambda: ex.stats().completed + ex.stats().cancelled == 2)
+            assert ex.stats().cancelled == 1
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            await blocker
 
     asyncio.run(main())
-
-
-def test_a_loop_slow_to_drain_gets_every_completion() -> None:
-    async def main() -> None:
-        with taut.ThreadPoolExecutor(4) as ex:
-            tasks = [asyncio.ensure_future(ex.run(abs, -i)) for i in range(500)]
-            await asyncio.sleep(0)  # all submitted
-            time.sleep(0.3)  # the loop is blocked while the workers finish
-            assert await asyncio.gather(*tasks) == list(range(500))
-
-    asyncio.run(main())
+    assert ran == []
 
 
 def _squares_from_many_loops(call: Callable[..., Any]) -> dict[int, list[int]]:
@@ -242,20 +271,252 @@ def test_cancelling_a_task_waiting_for_room_withdraws_it() -> None:
     assert ran == [1, 3]
 
 
+# The tasks of calls made only to hold the pool busy (asyncio keeps weak
+# references to tasks only).
+_held: list[asyncio.Future[Any]] = []
+
+
+async def _fill(ex: taut.ThreadPoolExecutor) -> tuple[threading.Event, threading.Event]:
+    """On ``ThreadPoolExecutor(1, max_queue=1)``: a call running and one
+    queued, each held by its own gate (returned: running, queued)."""
+    running, queued = threading.Event(), threading.Event()
+    _held[:] = [asyncio.ensure_future(ex.run(running.wait, LONG))]
+    while ex.stats().running == 0:
+        await asyncio.sleep(0.001)
+    _held.append(asyncio.ensure_future(ex.run(queued.wait, LONG)))
+    await asyncio.sleep(0)
+    assert ex.stats().queued == 1
+    return running, queued
+
+
+def _told_to_retry(loop: asyncio.AbstractEventLoop, ex: taut.ThreadPoolExecutor) -> None:
+    """After the running call of ``_fill`` was let go: block this loop's
+    thread until the queued call started (so there is room) and the first
+    coroutine waiting for room has been told, on this loop's channel, to
+    try again. The worker pushes the finished call's outcome, takes the
+    queued call, then pushes the notice: two entries."""
+    channel = taut._loop_waker.waker_for(loop).channel
+    assert channel is not None
+    wait_until(lambda: len(channel) >= 2)
+    assert ex.stats().queued == 0
+
+
+async def _no_line_left(ex: taut.ThreadPoolExecutor) -> None:
+    """Every coroutine that waited for room came back or gave its turn up:
+    with room in the queue, a new call goes straight in, in one pass (not
+    through the line and the loop's channel)."""
+    gate = threading.Event()
+    blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
+    while ex.stats().running == 0:
+        await asyncio.sleep(0.001)
+    late = asyncio.ensure_future(ex.run(abs, -1))
+    await asyncio.sleep(0)
+    assert ex.stats().queued == 1
+    gate.set()
+    assert await asyncio.wait_for(late, LONG) == 1
+    await blocker
+
+
+def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
+    # Between the notice and the retry, a thread's plain submit takes the
+    # room. The coroutine told first must stay first in line.
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            first = asyncio.ensure_future(ex.run(order.append, "first"))
+            second = asyncio.ensure_future(ex.run(order.append, "second"))
+            await asyncio.sleep(0)  # both wait for room, in this order
+            running.set()
+            _told_to_retry(loop, ex)
+            thread = threading.Thread(target=ex.submit, args=(order.append, "thread"))
+            thread.start()
+            thread.join(LONG)
+            await asyncio.sleep(0.01)  # "first" retries, finds no room, waits again
+            queued.set()
+            await asyncio.wait_for(asyncio.gather(first, second), LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert order == ["thread", "first", "second"]
+
+
+@pytest.mark.parametrize("waiting", [1, 2])
+def test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them(waiting: int) -> None:
+    # Room appears and the first waiting coroutine is told; before it gets to
+    # retry, new coroutines submit. FIFO: they go behind the coroutines that
+    # were waiting (one of them only told, none left in line, with
+    # waiting=1), even though the queue has room just then.
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            loop.set_default_executor(ex)
+            running, queued = await _fill(ex)
+            waiters = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(waiting)]
+            await asyncio.sleep(0)  # they wait for room, in this order
+            running.set()
+            _told_to_retry(loop, ex)
+            newcomers = [
+                asyncio.ensure_future(ex.run(order.append, "run")),
+                asyncio.ensure_future(taut.to_thread(order.append, "to_thread")),
+            ]
+            while ex.stats().queued == 0:
+                await asyncio.sleep(0.001)
+            queued.set()
+            await asyncio.wait_for(asyncio.gather(*waiters, *newcomers), LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert order == [*range(waiting), "run", "to_thread"]
+
+
+def test_a_queued_call_cancelled_gives_its_room_to_a_waiting_coroutine() -> None:
+    ran: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running = threading.Event()
+            blocker = asyncio.ensure_future(ex.run(running.wait, LONG))
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            cancelled = asyncio.ensure_future(ex.run(ran.append, "cancelled"))
+            waiting = asyncio.ensure_future(ex.run(ran.append, "waiting"))
+            await asyncio.sleep(0)  # one queued, one waiting for room
+            cancelled.cancel()
+            # The running call still blocks: only the cancelled call's room
+            # lets the waiting one into the queue.
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1
+            running.set()
+            await asyncio.wait_for(waiting, LONG)
+            await blocker
+
+    asyncio.run(main())
+    assert ran == ["waiting"]
+
+
+@pytest.mark.parametrize("when", ["before its notice is read", "after its notice is read"])
+def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) -> None:
+    # The first waiting coroutine is told there is room, and its task is
+    # cancelled before it retries: the next one in line gets the room at
+    # once, while the running call still blocks.
+    ran: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            first = asyncio.ensure_future(ex.run(ran.append, "first"))
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # both wait for room
+            running.set()
+            _told_to_retry(loop, ex)
+            if when == "before its notice is read":
+                first.cancel()
+            else:
+                # Ready callbacks run in order: this one runs in the pass that
+                # reads the channel, just before the reader, so the one it
+                # schedules runs after the reader told "first" and before
+                # "first" resumes.
+                loop.call_soon(loop.call_soon, first.cancel)
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
+def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
+    # The first coroutine in line runs on a loop that stops and closes while
+    # the notice that there is room waits, unread, in its channel. Once
+    # another loop starts, that turn passes on: the second coroutine in
+    # line gets the room, while the queued call still runs.
+    ran: list[str] = []
+    first_waits, close_it = threading.Event(), threading.Event()
+    channels: list[Any] = []
+
+    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = asyncio.new_event_loop()
+
+        async def first() -> None:
+            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            await asyncio.sleep(0)  # it waits for room
+            channels.append(taut._loop_waker.waker_for(loop).channel)
+            first_waits.set()
+            close_it.wait(LONG)  # blocks the loop: the notice stays unread
+            loop.stop()  # run no further pass (no select, no reading)
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        loop.close()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
+            thread.start()
+            assert first_waits.wait(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind "first"
+            running.set()  # room: "first" is told, on its blocked loop
+            wait_until(lambda: len(channels[0]) == 1)
+            close_it.set()
+            thread.join(LONG)
+            # Another loop starts (another request, here in a thread).
+            other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+            other.start()
+            other.join(LONG)
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
+    # Waiting for room would stall the loop, and nothing on the loop could
+    # make room: a watchdog thread lets the running call go after LONG, so a
+    # submit that waits fails this test (it then succeeds) instead of hanging.
     async def main() -> None:
         ex = taut.ThreadPoolExecutor(1, max_queue=1)
         gate = threading.Event()
-        ex.submit(gate.wait, LONG)
-        while ex.stats().running == 0:
-            await asyncio.sleep(0.001)
-        ex.submit(abs, 1)  # fills the queue
-        start = time.perf_counter()
-        with pytest.raises(taut.QueueFull, match=r"executor\.run"):
-            await asyncio.get_running_loop().run_in_executor(ex, abs, 2)
-        assert time.perf_counter() - start < 5.0  # refused, not waited
-        gate.set()
-        ex.shutdown()
+        watchdog = threading.Timer(LONG, gate.set)
+        watchdog.start()
+        try:
+            ex.submit(gate.wait, 2 * LONG)
+            while ex.stats().running == 0:
+                await asyncio.sleep(0.001)
+            ex.submit(abs, 1)  # fills the queue
+            loop = asyncio.get_running_loop()
+            with pytest.raises(taut.QueueFull, match=r"executor\.run"):
+                await loop.run_in_executor(ex, abs, 2)
+            with pytest.raises(taut.QueueFull, match=r"executor\.run"):
+                ex.submit(abs, 3)
+            with pytest.raises(taut.QueueFull, match=r"executor\.run"):
+                ex.submit_tracked(abs, 4, on_wait=print)
+            assert not gate.is_set()  # refused, not waited for
+        finally:
+            watchdog.cancel()
+            gate.set()
+            ex.shutdown()
 
     asyncio.run(main())
 

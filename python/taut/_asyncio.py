@@ -22,7 +22,9 @@ when none is busy, and the others in one go when the pass is over
 after another, so no call depends on that later wake-up to run.
 
 A bounded queue (``max_queue``) that is full makes ``run`` wait for room
-without blocking the loop, in FIFO order with the other waiting coroutines.
+without blocking the loop, in FIFO order with the other waiting coroutines:
+a newcomer goes behind them even if there is room at that moment (the room
+is theirs).
 (Its calls wake workers at once: an owed wake-up would count against the
 room.)
 """
@@ -132,16 +134,20 @@ async def run_in(
         executor._check_open()
     core = executor._core
     waiter: asyncio.Future[_T] = loop.create_future()
-    front = False
+    place = 0  # our place in the line of coroutines waiting for room, once in it
     while True:
         try:
+            # A newcomer goes behind the coroutines waiting for room; told
+            # there is room, we come back with our turn.
             spawn, seq, owed = core.submit_async(
-                link.channel, waiter, fn, args, kwargs, executor._max_queue != 0
+                link.channel, waiter, fn, args, kwargs, executor._max_queue != 0,
+                line=not place, turn=place != 0,
             )
             break
         except QueueFull:
-            await _room(core, link, loop, front)
-            front = True  # lost the turn to another submitter: keep our place
+            # Told, yet refused (a plain submit, or a coroutine told before
+            # us, took the room): back to our place in line, not to its end.
+            place = await _room(core, link, loop, place)
         except RuntimeError:
             executor._check_open()
             raise
@@ -212,10 +218,30 @@ def submit_for_run_in_executor(
     return waiter
 
 
+class _RoomNotice(Watch):
+    """Tells one coroutine waiting for room that there may be some: pushed
+    onto its loop's channel, it holds a turn (see ``_room``). If the loop
+    closed before reading it, the turn passes on to the next coroutine in
+    line (``LoopWaker._loop_closed``), which would otherwise wait for the
+    next call to leave the queue, maybe for good."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, on_expire: Callable[[], object], core: PoolCore) -> None:
+        super().__init__(on_expire)
+        self._core = core
+
+    def _loop_gone(self) -> None:
+        self._core.pass_room_on()
+
+
 async def _room(
-    core: PoolCore, link: _LoopLink, loop: asyncio.AbstractEventLoop, front: bool
-) -> None:
-    """Wait (without blocking the loop) until a bounded queue may have room."""
+    core: PoolCore, link: _LoopLink, loop: asyncio.AbstractEventLoop, place: int
+) -> int:
+    """Wait (without blocking the loop) until told that a bounded queue may
+    have room for us. Told, we hold a turn until we come back
+    (``submit_async(..., turn=True)``) or pass it on (``pass_room_on``):
+    newcomers queue up behind it meanwhile. Returns our place in line."""
     told: asyncio.Future[None] = loop.create_future()
 
     def there_may_be_room() -> None:
@@ -224,13 +250,14 @@ async def _room(
         else:  # cancelled meanwhile: the next waiter gets the turn
             core.pass_room_on()
 
-    waiter_id = core.wait_for_room_async(link.channel, Watch(there_may_be_room), front)
+    waiter_id = core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)
     try:
         await told
     except asyncio.CancelledError:
         if not core.cancel_room_wait(waiter_id) and told.done() and not told.cancelled():
             core.pass_room_on()
         raise
+    return waiter_id
 
 
 async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
@@ -253,7 +280,8 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         waiter: asyncio.Future[_T] = loop.create_future()
         try:
             spawn, seq, owed = core.submit_async(
-                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0
+                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0,
+                line=True,
             )
         except (QueueFull, RuntimeError):
             pass  # run_in waits for room, or raises the right error

@@ -279,6 +279,9 @@ class LoopChannel:
     def watch(self, deadline: Deadline, target: Any) -> None:
         """Push ``(target, None, None)`` when ``deadline`` expires (at once
         if it already has); never if it is cancelled first."""
+    def close_inbox(self) -> list[tuple[Any, bool | None, Any]]:
+        """The loop closed: returns the completions waiting (for the caller
+        to drop); later pushes are dropped, never kept."""
     def __len__(self) -> int: ...
 
 @final
@@ -319,26 +322,32 @@ class PoolCore:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None = None,
         wake: bool = True,
+        line: bool = False,
+        turn: bool = False,
     ) -> tuple[int, int, bool]:
         """Queue a call whose outcome settles the asyncio future ``waiter``
         on its loop through ``channel``; ``(spawn, seq, owed)``. Raises like
         ``submit``; ``remove(seq)`` withdraws it while queued. ``wake``
         False: wake a parked worker only if none is on its way already;
         ``owed`` then says ``wake_owed()`` should follow (soon, not
-        necessarily: the worker on its way takes every queued call)."""
+        necessarily: the worker on its way takes every queued call).
+        ``line``: refused as full while asyncio submitters wait for room (or
+        were told there is some and are not back yet), to keep FIFO order.
+        ``turn``: a waiter told there is room, coming back."""
     def wake_owed(self) -> int:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
         threads the caller must start."""
-    def wait_for_room_async(self, channel: LoopChannel, notice: Any, front: bool = False) -> int:
+    def wait_for_room_async(self, channel: LoopChannel, notice: Any, place: int = 0) -> int:
         """An asyncio submitter found the queue full: ``notice`` is pushed
         onto ``channel`` (as ``(notice, None, None)``; the loop's reader
-        calls ``notice._fire()``) when there may be room (FIFO; ``front``:
-        ahead of the others). Returns an id for ``cancel_room_wait``."""
+        calls ``notice._fire()``) when there may be room (FIFO). Returns an
+        id, its place in line, for ``cancel_room_wait``; ``place``: the id it
+        had, to go back to that place (told there was room, it lost it)."""
     def cancel_room_wait(self, id: int) -> bool:
         """Withdraw a room waiter; False if it was already told."""
     def pass_room_on(self) -> None:
-        """A told room waiter gives its turn to the next one."""
+        """A told room waiter will not come back: its turn goes to the next one."""
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""

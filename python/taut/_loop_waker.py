@@ -138,6 +138,23 @@ class LoopWaker:
                 except asyncio.InvalidStateError:
                     pass
 
+    def _loop_closed(self) -> None:
+        """The loop closed: drop what waits in the channel, and whatever is
+        pushed later. A finished call's future there references the loop,
+        which (as a key of ``_wakers``) keeps this waker and the channel
+        alive: kept, that cycle would hold the loop and both descriptors
+        for good. The loop then goes as usual (``_release``)."""
+        channel = self.channel
+        if channel is not None:
+            # Dropped here, in Python (they may hold a user object's last
+            # reference). A notice whose owner must act even though the loop
+            # will never run it (a turn to pass on) is told so.
+            for target, ok, _ in channel.close_inbox():
+                if ok is None:
+                    loop_gone = getattr(target, "_loop_gone", None)
+                    if loop_gone is not None:
+                        loop_gone()
+
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""
         global last
@@ -179,6 +196,16 @@ last: tuple[
     bool,
 ] = (None, None, False)
 
+def _let_closed_loops_go() -> None:
+    """Called (under ``_wakers_lock``) as a new loop gets its waker: the
+    loops closed since then let go of what their channels hold (see
+    ``LoopWaker._loop_closed``). A program that runs one loop after another
+    (``asyncio.run`` per request) so never holds more than the last one."""
+    for old_loop, waker in list(_wakers.items()):
+        if old_loop.is_closed():
+            waker._loop_closed()
+
+
 _THREAD_ID_LOOKUP = sys.version_info < (3, 12)
 _RUN_FOREVER = asyncio.BaseEventLoop.run_forever
 
@@ -199,6 +226,7 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
         with _wakers_lock:
             waker = _wakers.get(loop)
             if waker is None:
+                _let_closed_loops_go()
                 waker = _wakers[loop] = LoopWaker(loop)
     last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop))
     return waker

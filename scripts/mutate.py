@@ -106,6 +106,13 @@ MUTATIONS = [
         ("tests/test_executor.py::test_cancelling_a_queued_future_removes_it_and_wakes_waiters",),
     ),
     Mutation(
+        "submit-starts-one-thread-for-many",
+        EXECUTOR,
+        "        if spawn:\n            self._spawn(spawn)\n        return future",
+        "        if spawn:\n            self._spawn(1)\n        return future",
+        (f"{WAKEUPS}::test_calls_queued_with_owed_wake_ups_get_every_thread_they_need",),
+    ),
+    Mutation(
         "abandon-starts-no-replacement",
         EXECUTOR,
         "        if spawn:\n            try:\n                self._spawn(spawn)",
@@ -304,8 +311,8 @@ MUTATIONS = [
     Mutation(
         "run-newcomer-jumps-the-room-line",
         ASYNC,
-        "                line=not place, turn=place != 0,",
-        "                line=False, turn=place != 0,",
+        "link.channel, waiter, fn, args, kwargs, wake, not place, place != 0",
+        "link.channel, waiter, fn, args, kwargs, wake, False, place != 0",
         (f"{ASYNC_PATH}::test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them",),
     ),
     Mutation(

@@ -3,8 +3,9 @@ how long a failing test takes, and a poll that never decides a pass by time."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Callable
+from typing import Any, Callable
 
 LONG = 30.0  # seconds a "never" wait may take before the test fails
 
@@ -16,3 +17,16 @@ def wait_until(predicate: Callable[[], object], timeout: float = LONG) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached")
         time.sleep(0.001)
+
+
+async def running_call(executor: Any, fn: Callable[..., object], *args: Any) -> asyncio.Future[Any]:
+    """Start ``await executor.run(fn, *args)`` as a task and return the task
+    once a worker runs the call (the executor's first call: no other may be
+    running). The polling only bounds a failure."""
+    task: asyncio.Future[Any] = asyncio.ensure_future(executor.run(fn, *args))
+    deadline = time.monotonic() + LONG
+    while executor.stats().running == 0:
+        if time.monotonic() > deadline:
+            raise AssertionError("the call never started")
+        await asyncio.sleep(0.001)
+    return task

@@ -26,7 +26,7 @@ from collections.abc import Coroutine
 from typing import Any, Callable
 
 import pytest
-from _waiting import wait_until
+from _waiting import running_call, wait_until
 
 import taut
 from taut import _loop_waker
@@ -287,9 +287,7 @@ def test_a_loop_closed_with_calls_queued_then_shut_down_with_cancel_futures() ->
     loop = asyncio.new_event_loop()
 
     async def start() -> list[asyncio.Future[Any]]:
-        left = [asyncio.ensure_future(ex.run(gate.wait, LONG))]
-        while ex.stats().running == 0:
-            await asyncio.sleep(0.001)
+        left = [await running_call(ex, gate.wait, LONG)]
         left.append(asyncio.ensure_future(ex.run(ran.append, 1)))
         left.append(loop.run_in_executor(ex, ran.append, 2))
         await asyncio.sleep(0)
@@ -318,9 +316,7 @@ def test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors() -> No
     async def leave_early() -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         loops.append(weakref.ref(loop))
-        call = asyncio.ensure_future(ex.run(gate.wait, LONG))
-        while ex.stats().running == 0:
-            await asyncio.sleep(0.001)
+        call = await running_call(ex, gate.wait, LONG)
         readers.append(_loop_waker.waker_for(loop)._reader)
         return call  # left running: asyncio.run cancels the task on the way out
 

@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable
 
 import pytest
-from _waiting import wait_until
+from _waiting import running_call, wait_until
 
 import taut
 import taut._loop_waker
@@ -122,9 +122,7 @@ def test_a_call_cancelled_while_queued_never_runs(kind: str) -> None:
         with taut.ThreadPoolExecutor(1) as ex:
             asyncio.get_running_loop().set_default_executor(ex)
             gate = threading.Event()
-            blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
-            while ex.stats().running == 0:
-                await asyncio.sleep(0.001)
+            blocker = await running_call(ex, gate.wait, LONG)
             queued = _start(ex, kind, ran.append, 1)
             await asyncio.sleep(0)  # submitted
             assert ex.stats().queued == 1
@@ -151,9 +149,7 @@ def test_a_worker_reaching_a_call_whose_task_was_just_cancelled_skips_it(kind: s
         with taut.ThreadPoolExecutor(1) as ex:
             asyncio.get_running_loop().set_default_executor(ex)
             gate = threading.Event()
-            blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
-            while ex.stats().running == 0:
-                await asyncio.sleep(0.001)
+            blocker = await running_call(ex, gate.wait, LONG)
             queued = _start(ex, kind, ran.append, 1)
             await asyncio.sleep(0)  # submitted
             queued.cancel()
@@ -224,9 +220,7 @@ def test_bounded_queue_waits_for_room_without_blocking_the_loop_in_fifo_order() 
     async def main() -> float:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             gate = threading.Event()
-            first = asyncio.ensure_future(ex.run(gate.wait, LONG))
-            while ex.stats().running == 0:
-                await asyncio.sleep(0.001)
+            first = await running_call(ex, gate.wait, LONG)
             waiting = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(5)]
             # The loop keeps ticking while four of them wait for room.
             ticks = 0
@@ -252,9 +246,7 @@ def test_cancelling_a_task_waiting_for_room_withdraws_it() -> None:
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             gate = threading.Event()
-            first = asyncio.ensure_future(ex.run(gate.wait, LONG))
-            while ex.stats().running == 0:
-                await asyncio.sleep(0.001)
+            first = await running_call(ex, gate.wait, LONG)
             queued = asyncio.ensure_future(ex.run(ran.append, 1))
             waiting = asyncio.ensure_future(ex.run(ran.append, 2))
             behind = asyncio.ensure_future(ex.run(ran.append, 3))
@@ -280,9 +272,7 @@ async def _fill(ex: taut.ThreadPoolExecutor) -> tuple[threading.Event, threading
     """On ``ThreadPoolExecutor(1, max_queue=1)``: a call running and one
     queued, each held by its own gate (returned: running, queued)."""
     running, queued = threading.Event(), threading.Event()
-    _held[:] = [asyncio.ensure_future(ex.run(running.wait, LONG))]
-    while ex.stats().running == 0:
-        await asyncio.sleep(0.001)
+    _held[:] = [await running_call(ex, running.wait, LONG)]
     _held.append(asyncio.ensure_future(ex.run(queued.wait, LONG)))
     await asyncio.sleep(0)
     assert ex.stats().queued == 1
@@ -306,9 +296,7 @@ async def _no_line_left(ex: taut.ThreadPoolExecutor) -> None:
     with room in the queue, a new call goes straight in, in one pass (not
     through the line and the loop's channel)."""
     gate = threading.Event()
-    blocker = asyncio.ensure_future(ex.run(gate.wait, LONG))
-    while ex.stats().running == 0:
-        await asyncio.sleep(0.001)
+    blocker = await running_call(ex, gate.wait, LONG)
     late = asyncio.ensure_future(ex.run(abs, -1))
     await asyncio.sleep(0)
     assert ex.stats().queued == 1
@@ -380,9 +368,7 @@ def test_a_queued_call_cancelled_gives_its_room_to_a_waiting_coroutine() -> None
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             running = threading.Event()
-            blocker = asyncio.ensure_future(ex.run(running.wait, LONG))
-            while ex.stats().running == 0:
-                await asyncio.sleep(0.001)
+            blocker = await running_call(ex, running.wait, LONG)
             cancelled = asyncio.ensure_future(ex.run(ran.append, "cancelled"))
             waiting = asyncio.ensure_future(ex.run(ran.append, "waiting"))
             await asyncio.sleep(0)  # one queued, one waiting for room
@@ -553,9 +539,7 @@ def test_shutdown_with_cancel_futures_cancels_queued_awaits_on_their_loop() -> N
     async def main() -> None:
         ex = taut.ThreadPoolExecutor(1)
         gate = threading.Event()
-        first = asyncio.ensure_future(ex.run(gate.wait, LONG))
-        while ex.stats().running == 0:
-            await asyncio.sleep(0.001)
+        first = await running_call(ex, gate.wait, LONG)
         queued = asyncio.ensure_future(ex.run(abs, -1))
         await asyncio.sleep(0)
         # From another thread, as a supervisor would.

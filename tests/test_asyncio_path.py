@@ -7,6 +7,7 @@ import concurrent.futures
 import contextvars
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import pytest
@@ -291,6 +292,23 @@ def _told_to_retry(loop: asyncio.AbstractEventLoop, ex: taut.ThreadPoolExecutor)
     assert ex.stats().queued == 0
 
 
+async def _line_told(
+    ex: taut.ThreadPoolExecutor, record: list[Any], labels: Iterable[Any]
+) -> tuple[list[asyncio.Future[Any]], threading.Event]:
+    """``_fill``, then one coroutine per label waiting for room, in that
+    order (each appends its label to ``record`` when its call runs); then
+    the running call is let go and the first of them told
+    (``_told_to_retry``). Returns the waiting tasks and the queued call's gate."""
+    running, queued = await _fill(ex)
+    waiters: list[asyncio.Future[Any]] = [
+        asyncio.ensure_future(ex.run(record.append, label)) for label in labels
+    ]
+    await asyncio.sleep(0)  # they wait for room, in this order
+    running.set()
+    _told_to_retry(asyncio.get_running_loop(), ex)
+    return waiters, queued
+
+
 async def _no_line_left(ex: taut.ThreadPoolExecutor) -> None:
     """Every coroutine that waited for room came back or gave its turn up:
     with room in the queue, a new call goes straight in, in one pass (not
@@ -311,14 +329,8 @@ def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
     order: list[str] = []
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
-            running, queued = await _fill(ex)
-            first = asyncio.ensure_future(ex.run(order.append, "first"))
-            second = asyncio.ensure_future(ex.run(order.append, "second"))
-            await asyncio.sleep(0)  # both wait for room, in this order
-            running.set()
-            _told_to_retry(loop, ex)
+            (first, second), queued = await _line_told(ex, order, ["first", "second"])
             thread = threading.Thread(target=ex.submit, args=(order.append, "thread"))
             thread.start()
             thread.join(LONG)
@@ -343,11 +355,7 @@ def test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them(wait
         loop = asyncio.get_running_loop()
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             loop.set_default_executor(ex)
-            running, queued = await _fill(ex)
-            waiters = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(waiting)]
-            await asyncio.sleep(0)  # they wait for room, in this order
-            running.set()
-            _told_to_retry(loop, ex)
+            waiters, queued = await _line_told(ex, order, range(waiting))
             newcomers = [
                 asyncio.ensure_future(ex.run(order.append, "run")),
                 asyncio.ensure_future(taut.to_thread(order.append, "to_thread")),
@@ -397,12 +405,7 @@ def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) ->
     async def main() -> None:
         loop = asyncio.get_running_loop()
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
-            running, queued = await _fill(ex)
-            first = asyncio.ensure_future(ex.run(ran.append, "first"))
-            second = asyncio.ensure_future(ex.run(ran.append, "second"))
-            await asyncio.sleep(0)  # both wait for room
-            running.set()
-            _told_to_retry(loop, ex)
+            (first, second), queued = await _line_told(ex, ran, ["first", "second"])
             if when == "before its notice is read":
                 first.cancel()
             else:

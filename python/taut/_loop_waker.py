@@ -196,6 +196,7 @@ last: tuple[
     bool,
 ] = (None, None, False)
 
+
 def _let_closed_loops_go() -> None:
     """Called (under ``_wakers_lock``) as a new loop gets its waker: the
     loops closed since then let go of what their channels hold (see

@@ -60,12 +60,9 @@ impl Shared {
     fn enqueue(&self, completion: Completion) -> bool {
         let mut inbox = self.lock();
         if inbox.1 {
-            // The loop's end is gone: these references are dropped where
-            // the GIL can be taken (never on the timer thread).
+            // The loop's end is gone: nobody will take this.
             drop(inbox);
-            let (target, _, value) = completion;
-            drop_on_callback_thread(target);
-            drop_on_callback_thread(value);
+            drop_on_callback_thread_all([completion]);
             return false;
         }
         inbox.0.push(completion);
@@ -213,14 +210,27 @@ impl LoopChannel {
 
 impl Drop for LoopChannel {
     fn drop(&mut self) {
-        // Dropped with the GIL held (the Python object's deallocation): what
-        // is still queued is dropped here, and later pushes from deadlines
-        // armed through this channel go to the callback thread instead.
+        // The last reference may be a finished job's, let go on a worker
+        // thread right after its push: what is still queued (futures,
+        // results: user objects whose deallocation can run Python code) goes
+        // to the callback thread, as do later pushes from deadlines armed
+        // through this channel. Never dropped here, below a Rust frame.
         let left = {
             let mut inbox = self.shared.lock();
             inbox.1 = true;
             std::mem::take(&mut inbox.0)
         };
-        drop(left);
+        drop_on_callback_thread_all(left);
+    }
+}
+
+/// Hand completions nobody will take to taut's callback thread, which drops
+/// them with the GIL and no Rust frame below (see `py_pool.rs`: no user
+/// object's last reference is let go on a worker, nor on the timer thread,
+/// which never takes the GIL).
+fn drop_on_callback_thread_all(completions: impl IntoIterator<Item = Completion>) {
+    for (target, _, value) in completions {
+        drop_on_callback_thread(target);
+        drop_on_callback_thread(value);
     }
 }

@@ -7,10 +7,11 @@ import asyncio
 import gc
 import os
 import socket
+import threading
 import weakref
 
 import pytest
-from _waiting import wait_until
+from _waiting import LONG, wait_until
 
 import taut
 from taut._core import Deadline, LoopChannel, monotonic
@@ -119,3 +120,34 @@ def test_a_channel_dropped_before_its_deadline_fires_lets_go_of_the_target() -> 
         wait_until(lambda: deadline.expired)
         # Released on taut's callback thread (the timer thread has no GIL).
         wait_until(lambda: gone() is None)
+
+
+def test_a_channel_let_go_last_by_a_worker_drops_the_outcome_off_the_worker() -> None:
+    # A finished call's job may hold its channel's last reference: the
+    # outcome it just pushed (an asyncio future: a user object) must then be
+    # dropped on the callback thread, never under a Rust frame on the worker.
+    dropped_on: list[str] = []
+
+    class Waiter:
+        _state = "PENDING"  # what the worker reads of an asyncio future
+
+        def __del__(self) -> None:
+            dropped_on.append(threading.current_thread().name)
+
+    ran_on: list[str] = []
+    go = threading.Event()
+
+    def call() -> None:
+        ran_on.append(threading.current_thread().name)
+        go.wait(LONG)
+
+    reader, channel = _channel()
+    with reader, taut.ThreadPoolExecutor(1) as ex:
+        spawn, _, _ = ex._core.submit_async(channel, Waiter(), call, (), None, True, False, False)
+        ex._spawn(spawn)
+        wait_until(lambda: ran_on)
+        del channel  # from here the running job holds the last reference
+        go.set()
+        wait_until(lambda: dropped_on)
+    assert dropped_on != ran_on
+    assert dropped_on == ["taut-timer-callbacks"]

@@ -346,13 +346,14 @@ def test_failing_initializer_breaks_the_pool_like_the_stdlib(caplog):
 
 
 def _names_of_workers(ex, count: int) -> set[str]:
-    gate = threading.Event()
+    # Each call waits for all the others to run: so they run on `count`
+    # different threads (one worker cannot take two, as it could once a
+    # plain gate opened before every call had started).
+    together = threading.Barrier(count)
     futures = [
-        ex.submit(lambda: (gate.wait(LONG), threading.current_thread().name)[1])
+        ex.submit(lambda: (together.wait(LONG), threading.current_thread().name)[1])
         for _ in range(count)
     ]
-    wait_until(lambda: len(ex._threads) == count)
-    gate.set()
     return {f.result(LONG) for f in futures}
 
 

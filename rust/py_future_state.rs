@@ -1,5 +1,7 @@
 //! Cheap state changes of a `taut.Future` without a Condition or callbacks,
-//! made by the worker in Rust.
+//! made by the worker in Rust; and the finish of one that
+//! `concurrent.futures.wait()`/`as_completed()` waits on, when telling them
+//! is only bookkeeping (see [`finish_waited_quietly`]).
 //!
 //! The Python fast paths of that class change the state under the module's
 //! `_state_lock` (a plain lock, never held across Python code that could
@@ -21,7 +23,7 @@
 use std::cell::RefCell;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::py_pool::Names;
 
@@ -243,4 +245,208 @@ pub(crate) fn release_gates(names: &Names, gates: &Gates<'_>) -> PyResult<()> {
         gate?.call_method0(names.release.bind(gates.py()))?;
     }
     Ok(())
+}
+
+/// The standard library's waiters that `finish_waited_quietly` can tell
+/// itself (`concurrent.futures._base`, the same in CPython 3.9 to 3.13).
+#[derive(Clone, Copy)]
+enum WaiterKind {
+    /// `wait(return_when=ALL_COMPLETED or FIRST_EXCEPTION)`: told by
+    /// appending the future and counting down, until the last one.
+    AllCompleted,
+    /// `as_completed()`: told by appending the future, while its event is
+    /// still set from an earlier one (the consumer has not drained it yet).
+    AsCompleted,
+}
+
+/// A waiter whose lock this thread holds, with what telling it needs, all
+/// read before the future changes: `finished_futures` and, for `wait()`,
+/// the count of calls still pending.
+struct HeldWaiter<'py> {
+    waiter: Bound<'py, PyAny>,
+    lock: Bound<'py, PyAny>,
+    finished_futures: Bound<'py, PyList>,
+    pending: Option<i64>,
+}
+
+/// Finish a future that `concurrent.futures.wait()` or `as_completed()`
+/// waits on (it has a `FutureCondition`), when telling its waiters is only
+/// bookkeeping: every waiter is one of the standard library's two classes
+/// above and none needs its event set by this outcome, nobody waits in the
+/// Condition's own `wait()`, and there are no done callbacks. Their methods
+/// would be Python run by the worker for every call of a `wait()` over
+/// many futures: this does what they would, with the Condition's and each
+/// waiter's lock taken without blocking. Everything is read and checked
+/// before the future changes, and anything unexpected (a lock busy, a
+/// field missing) leaves it all to the future's own
+/// `set_result`/`set_exception`: None, nothing changed. Otherwise the
+/// gates of threads parked in `result()`, to release with
+/// [`release_gates`]. Call with `lock` not held.
+pub(crate) fn finish_waited_quietly<'py>(
+    names: &Names,
+    future: &Bound<'py, PyAny>,
+    ok: bool,
+    value: &Bound<'py, PyAny>,
+    lock: &mut StateLock<'py>,
+) -> PyResult<Option<Gates<'py>>> {
+    let py = future.py();
+    let cond = future.getattr(names.cond.bind(py))?;
+    if !cond.get_type().is(names.future_condition.bind(py)) {
+        return Ok(None);
+    }
+    if !cond
+        .call_method1(names.acquire.bind(py), (false,))?
+        .is_truthy()?
+    {
+        return Ok(None);
+    }
+    let mut held = Vec::new();
+    let finished = match tell_quietly(names, future, ok, &cond, &mut held) {
+        Some(true) => finish_and_tell(names, future, ok, value, &held, lock),
+        _ => Ok(None),
+    };
+    // Let go in the reverse order of taking, whatever happened.
+    let mut released = Ok(());
+    for told in held.iter().rev() {
+        released = released.and(told.lock.call_method0(names.release.bind(py)).map(drop));
+    }
+    released = released.and(cond.call_method0(names.release.bind(py)).map(drop));
+    let finished = finished?;
+    released?;
+    Ok(finished)
+}
+
+/// With the Condition held: whether the future's outcome can be told
+/// without Python (`Some(true)`), taking each waiter's lock into `held`.
+/// None for anything unexpected, as false: the Python path then.
+fn tell_quietly<'py>(
+    names: &Names,
+    future: &Bound<'py, PyAny>,
+    ok: bool,
+    cond: &Bound<'py, PyAny>,
+    held: &mut Vec<HeldWaiter<'py>>,
+) -> Option<bool> {
+    let py = future.py();
+    if !future
+        .getattr(names.state.bind(py))
+        .ok()?
+        .is(names.running.bind(py))
+    {
+        return Some(false);
+    }
+    let callbacks = future.getattr(names.callbacks.bind(py)).ok()?;
+    if !callbacks.is_none() && callbacks.len().ok()? > 0 {
+        return Some(false);
+    }
+    // A thread in the Condition's own wait() must be notified: Python code.
+    let sleepers_of = names.sleepers_of.bind(py).cast::<PyDict>().ok()?;
+    if let Some(sleepers) = sleepers_of.get_item(cond).ok()? {
+        if sleepers.len().ok()? > 0 {
+            return Some(false);
+        }
+    }
+    let waiters = future.getattr(names.waiter_list.bind(py)).ok()?;
+    if waiters.is_none() {
+        return Some(true);
+    }
+    for waiter in waiters.try_iter().ok()? {
+        let waiter = waiter.ok()?;
+        let kind = if waiter.get_type().is(names.all_completed_waiter.bind(py)) {
+            WaiterKind::AllCompleted
+        } else if waiter.get_type().is(names.as_completed_waiter.bind(py)) {
+            WaiterKind::AsCompleted
+        } else {
+            return Some(false);
+        };
+        let waiter_lock = waiter.getattr(names.lock.bind(py)).ok()?;
+        let taken = waiter_lock
+            .call_method1(names.acquire.bind(py), (false,))
+            .ok()?
+            .is_truthy()
+            .ok()?;
+        if !taken {
+            return Some(false);
+        }
+        let finished_futures = waiter.getattr(names.finished_futures.bind(py)).ok();
+        held.push(HeldWaiter {
+            waiter: waiter.clone(),
+            lock: waiter_lock,
+            finished_futures: finished_futures?.cast_into::<PyList>().ok()?,
+            pending: None,
+        });
+        let attr = |name: &Py<PyString>| waiter.getattr(name.bind(py)).ok();
+        let quiet = match kind {
+            // Its event already set: set() would change nothing.
+            WaiterKind::AsCompleted => attr(&names.event)?
+                .getattr(names.flag.bind(py))
+                .ok()?
+                .is_truthy()
+                .ok()?,
+            WaiterKind::AllCompleted => {
+                let stops = !ok && attr(&names.stop_on_exception)?.is_truthy().ok()?;
+                let pending: i64 = attr(&names.num_pending_calls)?.extract().ok()?;
+                held.last_mut()?.pending = Some(pending);
+                // The last pending call sets the event.
+                !stops && pending > 1
+            }
+        };
+        if !quiet {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
+/// Store the outcome, take the `result()` gates, then tell the waiters
+/// what their `add_result`/`add_exception` would, short of setting the
+/// event, which `tell_quietly` made sure none needs.
+fn finish_and_tell<'py>(
+    names: &Names,
+    future: &Bound<'py, PyAny>,
+    ok: bool,
+    value: &Bound<'py, PyAny>,
+    held: &[HeldWaiter<'py>],
+    lock: &mut StateLock<'py>,
+) -> PyResult<Option<Gates<'py>>> {
+    let py = future.py();
+    let field = if ok {
+        names.result.bind(py)
+    } else {
+        names.exception.bind(py)
+    };
+    // Under the state lock, as `finish_quietly`: the gates are taken there
+    // (see `Future._wait_until_done`); nothing that allocates meanwhile.
+    let gates = lock.run(|| {
+        if !future
+            .getattr(names.state.bind(py))?
+            .is(names.running.bind(py))
+        {
+            return Ok(None);
+        }
+        future.setattr(field, value)?;
+        future.setattr(names.state.bind(py), names.finished.bind(py))?;
+        let gates = future.getattr(names.result_gates.bind(py))?;
+        if !gates.is_none() {
+            future.setattr(names.result_gates.bind(py), py.None())?;
+        }
+        Ok(Some(gates))
+    });
+    let let_go = lock.let_go();
+    let Some(gates) = gates? else {
+        let_go?;
+        return Ok(None); // the state lock was busy: nothing changed
+    };
+    // The future is finished: its waiters are told before anything else
+    // can fail.
+    let told_all = held.iter().try_for_each(|told| -> PyResult<()> {
+        told.finished_futures.append(future)?;
+        if let Some(pending) = told.pending {
+            told.waiter
+                .setattr(names.num_pending_calls.bind(py), pending - 1)?;
+        }
+        Ok(())
+    });
+    let_go?;
+    told_all?;
+    Ok(Some(gates))
 }

@@ -24,7 +24,9 @@ use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
 use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
-use crate::py_future_state::{finish_quietly, release_gates, start_quietly, StateLock};
+use crate::py_future_state::{
+    finish_quietly, finish_waited_quietly, release_gates, start_quietly, StateLock,
+};
 use crate::py_loop::LoopChannel;
 
 /// Where a call's outcome goes.
@@ -247,12 +249,28 @@ pub(crate) struct Names {
     /// forked child replaces the lock).
     pub(crate) future_module: Py<PyModule>,
     pub(crate) queue_full: Py<PyAny>,
+    /// What `finish_waited_quietly` reads: a future's waiters, the
+    /// standard library's two waiter classes it can tell without their
+    /// methods, their fields, and the threads in a `FutureCondition`'s
+    /// `wait()` (`taut._future_condition._sleepers_of`).
+    pub(crate) waiter_list: Py<PyString>,
+    pub(crate) all_completed_waiter: Py<PyAny>,
+    pub(crate) as_completed_waiter: Py<PyAny>,
+    pub(crate) lock: Py<PyString>,
+    pub(crate) num_pending_calls: Py<PyString>,
+    pub(crate) stop_on_exception: Py<PyString>,
+    pub(crate) finished_futures: Py<PyString>,
+    pub(crate) event: Py<PyString>,
+    pub(crate) flag: Py<PyString>,
+    pub(crate) sleepers_of: Py<PyAny>,
 }
 
 impl Names {
     fn new(py: Python<'_>) -> PyResult<Self> {
         let executor = py.import("taut.executor")?;
         let future_module = py.import("taut._future")?;
+        let future_condition = py.import("taut._future_condition")?;
+        let waiters = py.import("concurrent.futures._base")?;
         Ok(Names {
             result: PyString::intern(py, "_result").unbind(),
             exception: PyString::intern(py, "_exception").unbind(),
@@ -261,10 +279,7 @@ impl Names {
             release: PyString::intern(py, "release").unbind(),
             cond: PyString::intern(py, "_cond").unbind(),
             cond_lock: PyString::intern(py, "_lock").unbind(),
-            future_condition: py
-                .import("taut._future_condition")?
-                .getattr("FutureCondition")?
-                .unbind(),
+            future_condition: future_condition.getattr("FutureCondition")?.unbind(),
             state: PyString::intern(py, "_state").unbind(),
             pending: PyString::intern(py, "PENDING").unbind(),
             running: PyString::intern(py, "RUNNING").unbind(),
@@ -277,6 +292,16 @@ impl Names {
                 .unbind(),
             queue_full: executor.getattr("QueueFull")?.unbind(),
             future_module: future_module.unbind(),
+            waiter_list: PyString::intern(py, "_waiter_list").unbind(),
+            all_completed_waiter: waiters.getattr("_AllCompletedWaiter")?.unbind(),
+            as_completed_waiter: waiters.getattr("_AsCompletedWaiter")?.unbind(),
+            lock: PyString::intern(py, "lock").unbind(),
+            num_pending_calls: PyString::intern(py, "num_pending_calls").unbind(),
+            stop_on_exception: PyString::intern(py, "stop_on_exception").unbind(),
+            finished_futures: PyString::intern(py, "finished_futures").unbind(),
+            event: PyString::intern(py, "event").unbind(),
+            flag: PyString::intern(py, "_flag").unbind(),
+            sleepers_of: future_condition.getattr("_sleepers_of")?.unbind(),
         })
     }
 }
@@ -518,7 +543,15 @@ impl WorkerSlot {
             let_go?;
             return next;
         }
-        drop(lock);
+        // A wait() or as_completed() waits on it (it has a Condition).
+        lock.let_go()?;
+        if let Some(gates) = finish_waited_quietly(names, future, ok, &value, &mut lock)? {
+            let next = self.after(py, ok, &mut lock);
+            let let_go = lock.let_go();
+            release_gates(names, &gates)?;
+            let_go?;
+            return next;
+        }
         let step = PyList::new(
             py,
             [

@@ -1,8 +1,9 @@
 """concurrent.futures.wait() and as_completed() over taut futures.
 
 A taut future's ``_condition`` is a FutureCondition (a reentrant lock with a
-Condition's wait/notify), made on first use; a waited future is completed by
-the worker's Python step under it. These tests hold that to the standard
+Condition's wait/notify), made on first use; a waited future is completed
+under it, by the worker in Rust while telling the standard library's waiters
+is bookkeeping, by its Python step otherwise. These tests hold that to the standard
 library's semantics, and check that every waiter hears of every future
 exactly once when waiters come and go while workers complete futures."""
 
@@ -190,6 +191,103 @@ def test_a_waited_future_also_wakes_threads_parked_in_result(outcome: str) -> No
         assert got == [None] and queued.result() == 16
     else:
         assert [str(e) for e in got] == ["x"]
+
+
+def _count_python_calls(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> list[int]:
+    """Count the calls of ``cls.name`` (a standard library waiter's method)."""
+    calls = [0]
+    method = getattr(cls, name)
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls[0] += 1
+        return method(self, *args)
+
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def _queued_behind_a_gate(
+    ex: taut.ThreadPoolExecutor, count: int
+) -> tuple[threading.Event, cf.Future[Any], list[cf.Future[Any]]]:
+    """On a one-worker pool: a call held by a gate, then ``count`` quick
+    calls, every third of which raises."""
+    gate = threading.Event()
+    blocker = ex.submit(gate.wait, LONG)
+    quick = [ex.submit(_fail, str(i)) if i % 3 == 0 else ex.submit(abs, -i) for i in range(count)]
+    return gate, blocker, quick
+
+
+def test_a_wait_over_many_futures_is_told_without_python_until_its_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker tells the standard library's wait() waiter itself (append,
+    # count down) while calls remain; only the last one, which sets its
+    # event, goes through the waiter's Python method.
+    decrements = _count_python_calls(
+        monkeypatch, cf._base._AllCompletedWaiter, "_decrement_pending_calls"
+    )
+    count = 200
+    with taut.ThreadPoolExecutor(1) as ex:
+        gate, blocker, quick = _queued_behind_a_gate(ex, count)
+        waiting = threading.Thread(target=lambda: got.append(cf.wait(quick, LONG)))
+        got: list[Any] = []
+        waiting.start()
+        wait_until(lambda: bool(quick[-1]._waiters))
+        gate.set()
+        waiting.join(LONG)
+        assert not waiting.is_alive()
+        blocker.result(timeout=LONG)
+    (done, not_done), = got
+    assert done == set(quick) and not not_done
+    assert [f.exception() is not None for f in quick] == [i % 3 == 0 for i in range(count)]
+    assert all(not f._waiters for f in quick)  # wait() took its waiter back
+    assert decrements[0] < count // 2, decrements
+
+
+def test_as_completed_over_many_futures_is_told_without_python_while_its_event_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adds = _count_python_calls(monkeypatch, cf._base._AsCompletedWaiter, "add_result")
+    adds_exc = _count_python_calls(monkeypatch, cf._base._AsCompletedWaiter, "add_exception")
+    count = 200
+    with taut.ThreadPoolExecutor(1) as ex:
+        gate, blocker, quick = _queued_behind_a_gate(ex, count)
+        seen: list[cf.Future[Any]] = []
+        consumer = threading.Thread(target=lambda: seen.extend(cf.as_completed(quick, LONG)))
+        consumer.start()
+        wait_until(lambda: bool(quick[-1]._waiters))
+        gate.set()
+        consumer.join(LONG)
+        assert not consumer.is_alive()
+        blocker.result(timeout=LONG)
+    assert Counter(seen) == Counter(quick)  # each exactly once
+    assert adds[0] + adds_exc[0] < count, (adds, adds_exc)
+
+
+def test_a_future_told_quietly_to_a_wait_still_wakes_threads_parked_in_result() -> None:
+    # Two futures waited on: the first finishes while the wait() still
+    # waits for the second (told without Python), and a thread parked in
+    # the first one's result() must still wake.
+    gate, last_gate = threading.Event(), threading.Event()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate.wait, LONG)
+        first = ex.submit(pow, 2, 4)
+        last = ex.submit(last_gate.wait, LONG)
+        waiting = threading.Thread(target=cf.wait, args=([first, last], LONG))
+        waiting.start()
+        wait_until(lambda: bool(first._waiters))
+        got: list[object] = []
+        parked = threading.Thread(target=lambda: got.append(first.result()), daemon=True)
+        parked.start()
+        wait_until(lambda: first._result_gates is not None)
+        gate.set()
+        parked.join(LONG)
+        assert got == [16], "the thread parked in result() was never woken"
+        assert waiting.is_alive()  # still waits for the last one
+        last_gate.set()
+        waiting.join(LONG)
+        assert not waiting.is_alive()
+        blocker.result(timeout=LONG)
 
 
 # -- wait(): every return_when, timeouts, duplicates, mixed executors ---------

@@ -320,8 +320,10 @@ class Future(_cf.Future[_T]):
     def _finish_under_condition(self, field: str, value: object) -> None:
         """The base class's set_result/set_exception (``field`` says which),
         without its detours through the lazy lists; then the result()
-        waiters and the callbacks. This is the worker's step for every call
-        that a wait() or as_completed() waits on."""
+        waiters and the callbacks. The worker's step for a call that a
+        wait() or as_completed() waits on, when telling them needs their
+        Python methods (otherwise the Rust core's ``finish_waited_quietly``
+        does it)."""
         cond = self._cond
         assert cond is not None  # only called once it exists
         with cond:

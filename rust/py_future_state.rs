@@ -205,11 +205,6 @@ pub(crate) fn finish_quietly<'py>(
     lock: &mut StateLock<'py>,
 ) -> PyResult<Option<Gates<'py>>> {
     let py = future.py();
-    let field = if ok {
-        names.result.bind(py)
-    } else {
-        names.exception.bind(py)
-    };
     lock.run(|| {
         let quiet = future.getattr(names.cond.bind(py))?.is_none()
             && future
@@ -222,16 +217,33 @@ pub(crate) fn finish_quietly<'py>(
         if !quiet {
             return Ok(None);
         }
-        future.setattr(field, value)?;
-        future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        // Threads parked in result()/exception(): taken under the lock
-        // (see `Future._wait_until_done`), woken by the caller.
-        let gates = future.getattr(names.result_gates.bind(py))?;
-        if !gates.is_none() {
-            future.setattr(names.result_gates.bind(py), py.None())?;
-        }
-        Ok(Some(gates))
+        store_outcome(names, future, ok, value).map(Some)
     })
+}
+
+/// With the state lock held: store the outcome of a running future, mark
+/// it finished and take the gates of the threads parked in its
+/// `result()`/`exception()` (they add them under this lock, see
+/// `Future._wait_until_done`), for the caller to release once it lets go.
+fn store_outcome<'py>(
+    names: &Names,
+    future: &Bound<'py, PyAny>,
+    ok: bool,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<Gates<'py>> {
+    let py = future.py();
+    let field = if ok {
+        names.result.bind(py)
+    } else {
+        names.exception.bind(py)
+    };
+    future.setattr(field, value)?;
+    future.setattr(names.state.bind(py), names.finished.bind(py))?;
+    let gates = future.getattr(names.result_gates.bind(py))?;
+    if !gates.is_none() {
+        future.setattr(names.result_gates.bind(py), py.None())?;
+    }
+    Ok(gates)
 }
 
 /// Wake the threads parked in `result()` (see [`finish_quietly`]). Not
@@ -409,13 +421,6 @@ fn finish_and_tell<'py>(
     lock: &mut StateLock<'py>,
 ) -> PyResult<Option<Gates<'py>>> {
     let py = future.py();
-    let field = if ok {
-        names.result.bind(py)
-    } else {
-        names.exception.bind(py)
-    };
-    // Under the state lock, as `finish_quietly`: the gates are taken there
-    // (see `Future._wait_until_done`); nothing that allocates meanwhile.
     let gates = lock.run(|| {
         if !future
             .getattr(names.state.bind(py))?
@@ -423,13 +428,7 @@ fn finish_and_tell<'py>(
         {
             return Ok(None);
         }
-        future.setattr(field, value)?;
-        future.setattr(names.state.bind(py), names.finished.bind(py))?;
-        let gates = future.getattr(names.result_gates.bind(py))?;
-        if !gates.is_none() {
-            future.setattr(names.result_gates.bind(py), py.None())?;
-        }
-        Ok(Some(gates))
+        store_outcome(names, future, ok, value).map(Some)
     });
     let let_go = lock.let_go();
     let Some(gates) = gates? else {

@@ -293,8 +293,8 @@ impl Names {
             queue_full: executor.getattr("QueueFull")?.unbind(),
             future_module: future_module.unbind(),
             waiter_list: PyString::intern(py, "_waiter_list").unbind(),
-            all_completed_waiter: waiters.getattr("_AllCompletedWaiter")?.unbind(),
-            as_completed_waiter: waiters.getattr("_AsCompletedWaiter")?.unbind(),
+            all_completed_waiter: private_class(&waiters, "_AllCompletedWaiter"),
+            as_completed_waiter: private_class(&waiters, "_AsCompletedWaiter"),
             lock: PyString::intern(py, "lock").unbind(),
             num_pending_calls: PyString::intern(py, "num_pending_calls").unbind(),
             stop_on_exception: PyString::intern(py, "stop_on_exception").unbind(),
@@ -304,6 +304,16 @@ impl Names {
             sleepers_of: future_condition.getattr("_sleepers_of")?.unbind(),
         })
     }
+}
+
+/// A private class of the standard library, or None if this Python has no
+/// such class (then nothing is ever of its type, and the path that relies on
+/// it is never taken).
+fn private_class(module: &Bound<'_, PyModule>, name: &str) -> Py<PyAny> {
+    module
+        .getattr(name)
+        .map(Bound::unbind)
+        .unwrap_or_else(|_| module.py().None())
 }
 
 /// `[(tracker, position), ...]` for the tracked calls among `updates`.

@@ -277,7 +277,8 @@ enum WaiterKind {
 struct HeldWaiter<'py> {
     waiter: Bound<'py, PyAny>,
     lock: Bound<'py, PyAny>,
-    finished_futures: Bound<'py, PyList>,
+    /// Always there once `tell_quietly` said yes.
+    finished_futures: Option<Bound<'py, PyList>>,
     pending: Option<i64>,
 }
 
@@ -379,14 +380,16 @@ fn tell_quietly<'py>(
         if !taken {
             return Some(false);
         }
-        let finished_futures = waiter.getattr(names.finished_futures.bind(py)).ok();
+        // Held from here on, so let go whatever follows.
         held.push(HeldWaiter {
             waiter: waiter.clone(),
             lock: waiter_lock,
-            finished_futures: finished_futures?.cast_into::<PyList>().ok()?,
+            finished_futures: None,
             pending: None,
         });
         let attr = |name: &Py<PyString>| waiter.getattr(name.bind(py)).ok();
+        let finished_futures = attr(&names.finished_futures)?.cast_into::<PyList>().ok()?;
+        held.last_mut()?.finished_futures = Some(finished_futures);
         let quiet = match kind {
             // Its event already set: set() would change nothing.
             WaiterKind::AsCompleted => attr(&names.event)?
@@ -438,7 +441,9 @@ fn finish_and_tell<'py>(
     // The future is finished: its waiters are told before anything else
     // can fail.
     let told_all = held.iter().try_for_each(|told| -> PyResult<()> {
-        told.finished_futures.append(future)?;
+        if let Some(finished_futures) = &told.finished_futures {
+            finished_futures.append(future)?;
+        }
         if let Some(pending) = told.pending {
             told.waiter
                 .setattr(names.num_pending_calls.bind(py), pending - 1)?;

@@ -290,6 +290,28 @@ def test_a_future_told_quietly_to_a_wait_still_wakes_threads_parked_in_result() 
         blocker.result(timeout=LONG)
 
 
+def test_a_waiter_the_worker_cannot_tell_itself_goes_to_python_with_its_lock_free() -> None:
+    # A waiter whose fields are not what the worker expects (here its
+    # finished_futures is no list) is told by its own Python methods, which
+    # take its lock: the worker must have let go of it (or this hangs).
+    from collections import deque
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        gate, blocker, quick = _queued_behind_a_gate(ex, 3)
+        got: list[Any] = []
+        waiting = threading.Thread(target=lambda: got.append(cf.wait(quick, LONG)))
+        waiting.start()
+        wait_until(lambda: bool(quick[-1]._waiters))
+        (waiter,) = quick[0]._waiters
+        waiter.finished_futures = deque(waiter.finished_futures)
+        gate.set()
+        waiting.join(LONG)
+        assert not waiting.is_alive(), "the waiter's lock was never let go"
+        blocker.result(timeout=LONG)
+    ((done, not_done),) = got
+    assert done == set(quick) and not not_done
+
+
 # -- wait(): every return_when, timeouts, duplicates, mixed executors ---------
 
 

@@ -340,13 +340,8 @@ fn tell_quietly<'py>(
     held: &mut Vec<HeldWaiter<'py>>,
 ) -> Option<bool> {
     let py = future.py();
-    if !future
-        .getattr(names.state.bind(py))
-        .ok()?
-        .is(names.running.bind(py))
-    {
-        return Some(false);
-    }
+    // (Whether it still runs is checked where its state changes, under the
+    // state lock: `finish_and_tell`.)
     let callbacks = future.getattr(names.callbacks.bind(py)).ok()?;
     if !callbacks.is_none() && callbacks.len().ok()? > 0 {
         return Some(false);

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from _waiting import LONG, wait_until
@@ -217,6 +217,19 @@ def _queued_behind_a_gate(
     return gate, blocker, quick
 
 
+def _collecting(
+    collect: Callable[[list[cf.Future[Any]], float], Any], futures: list[cf.Future[Any]]
+) -> tuple[threading.Thread, list[Any]]:
+    """A thread running ``collect(futures, LONG)`` (``cf.wait``, or a
+    ``list`` of ``cf.as_completed``), returned once its waiter is on the
+    futures, with the list that receives what ``collect`` returns."""
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(collect(futures, LONG)))
+    thread.start()
+    wait_until(lambda: bool(futures[-1]._waiters))
+    return thread, got
+
+
 def test_a_wait_over_many_futures_is_told_without_python_until_its_last(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -229,10 +242,7 @@ def test_a_wait_over_many_futures_is_told_without_python_until_its_last(
     count = 200
     with taut.ThreadPoolExecutor(1) as ex:
         gate, blocker, quick = _queued_behind_a_gate(ex, count)
-        waiting = threading.Thread(target=lambda: got.append(cf.wait(quick, LONG)))
-        got: list[Any] = []
-        waiting.start()
-        wait_until(lambda: bool(quick[-1]._waiters))
+        waiting, got = _collecting(cf.wait, quick)
         gate.set()
         waiting.join(LONG)
         assert not waiting.is_alive()
@@ -252,14 +262,12 @@ def test_as_completed_over_many_futures_is_told_without_python_while_its_event_i
     count = 200
     with taut.ThreadPoolExecutor(1) as ex:
         gate, blocker, quick = _queued_behind_a_gate(ex, count)
-        seen: list[cf.Future[Any]] = []
-        consumer = threading.Thread(target=lambda: seen.extend(cf.as_completed(quick, LONG)))
-        consumer.start()
-        wait_until(lambda: bool(quick[-1]._waiters))
+        consumer, got = _collecting(lambda fs, timeout: list(cf.as_completed(fs, timeout)), quick)
         gate.set()
         consumer.join(LONG)
         assert not consumer.is_alive()
         blocker.result(timeout=LONG)
+    (seen,) = got
     assert Counter(seen) == Counter(quick)  # each exactly once
     assert adds[0] + adds_exc[0] < count, (adds, adds_exc)
 
@@ -298,10 +306,7 @@ def test_a_waiter_the_worker_cannot_tell_itself_goes_to_python_with_its_lock_fre
 
     with taut.ThreadPoolExecutor(1) as ex:
         gate, blocker, quick = _queued_behind_a_gate(ex, 3)
-        got: list[Any] = []
-        waiting = threading.Thread(target=lambda: got.append(cf.wait(quick, LONG)))
-        waiting.start()
-        wait_until(lambda: bool(quick[-1]._waiters))
+        waiting, got = _collecting(cf.wait, quick)
         (waiter,) = quick[0]._waiters
         waiter.finished_futures = deque(waiter.finished_futures)
         gate.set()

@@ -480,6 +480,54 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
     assert ran == ["second"]
 
 
+def _wait_in_line_then_close_the_loop(ex: taut.ThreadPoolExecutor) -> None:
+    """On a loop of its own, a coroutine joins the line of coroutines waiting
+    for room; then the loop closes with that task still pending (never
+    cancelled, so it never leaves the line by itself)."""
+    loop = asyncio.new_event_loop()
+
+    async def join_the_line() -> None:
+        asyncio.ensure_future(ex.run(_never_called))
+        await asyncio.sleep(0)  # the task runs: the queue is full, it waits for room
+        assert ex.stats().queued == 1
+
+    loop.run_until_complete(join_the_line())
+    loop.close()
+
+
+def _never_called() -> None:
+    raise AssertionError("a call whose loop closed while it waited for room ran")
+
+
+def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next() -> None:
+    # The first coroutine in line belongs to a loop that closed while it
+    # waited, and another loop has started since (so taut let go of the
+    # closed loop's channel). When room appears, that first waiter cannot be
+    # told any more: the room must go to the next coroutine in line. Before
+    # the fix the notice was dropped with its turn still counted: "second"
+    # waited for good, with the queue empty and the worker idle.
+    ran: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            closing = threading.Thread(target=_wait_in_line_then_close_the_loop, args=(ex,))
+            closing.start()
+            closing.join(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind the closed loop's coroutine
+            other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+            other.start()
+            other.join(LONG)
+            queued.set()
+            running.set()
+            await asyncio.wait_for(second, LONG)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
     # Waiting for room would stall the loop, and nothing on the loop could
     # make room: a watchdog thread lets the running call go after LONG, so a

@@ -487,7 +487,7 @@ def _wait_in_line_then_close_the_loop(ex: taut.ThreadPoolExecutor) -> None:
     loop = asyncio.new_event_loop()
 
     async def join_the_line() -> None:
-        asyncio.ensure_future(ex.run(_never_called))
+        _held.append(asyncio.ensure_future(ex.run(_never_called)))
         await asyncio.sleep(0)  # the task runs: the queue is full, it waits for room
         assert ex.stats().queued == 1
 

@@ -109,8 +109,8 @@ async def _interleave(ops: list[tuple[Any, ...]], max_queue: int) -> None:
                     if op[0] == "run":
                         tasks[number] = (op[0], asyncio.ensure_future(ex.run(calls, number)))
                     elif op[0] == "to_thread":
-                        task = asyncio.ensure_future(taut.to_thread(calls, number))
-                        tasks[number] = (op[0], task)
+                        to_thread = asyncio.ensure_future(taut.to_thread(calls, number))
+                        tasks[number] = (op[0], to_thread)
                     else:
                         try:
                             tasks[number] = (op[0], loop.run_in_executor(ex, calls, number))

@@ -605,6 +605,26 @@ def test_run_after_shutdown_raises() -> None:
     asyncio.run(main())
 
 
+def test_a_non_callable_is_refused_at_once_naming_the_parameter() -> None:
+    # Before the fix the call was queued and failed on a worker ("'int'
+    # object is not callable"): with a full bounded queue, only after
+    # waiting for room, here for good.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            loop.set_default_executor(ex)
+            running, queued = await _fill(ex)
+            with pytest.raises(TypeError, match=r"fn must be a callable, got 5 \(int\)"):
+                ex.run(5)  # type: ignore[arg-type,unused-coroutine]
+            with pytest.raises(TypeError, match=r"func must be a callable, got 'abs' \(str\)"):
+                await asyncio.wait_for(taut.to_thread("abs"), LONG)  # type: ignore[arg-type]
+            assert ex.stats().queued == 1
+            running.set()
+            queued.set()
+
+    asyncio.run(main())
+
+
 def test_shutdown_with_cancel_futures_cancels_queued_awaits_on_their_loop() -> None:
     async def main() -> None:
         ex = taut.ThreadPoolExecutor(1)

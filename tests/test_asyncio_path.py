@@ -547,6 +547,42 @@ def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next
     assert ran == ["second"]
 
 
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors, as Windows' proactor loop (the
+    default loop there): taut takes its fallback path for it."""
+
+    def add_reader(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=taut.QueueFull,
+    reason="without add_reader, ex.run falls back to a plain submit, which on a loop's "
+    "thread refuses a full queue at once (QueueFull, telling the caller to use ex.run)",
+)
+def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            try:
+                waiting = asyncio.ensure_future(ex.run(abs, -5))
+                await asyncio.sleep(0)
+                running.set()
+                queued.set()
+                assert await asyncio.wait_for(waiting, LONG) == 5
+            finally:
+                running.set()
+                queued.set()
+                await asyncio.gather(*_held)
+
+    loop = _LoopWithoutReaders()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
     # Waiting for room would stall the loop, and nothing on the loop could
     # make room: a watchdog thread lets the running call go after LONG, so a

@@ -50,24 +50,24 @@ impl Shared {
     /// Queue a completion and wake the loop if it is not already woken.
     /// Runs no Python code and needs no GIL (references are only moved).
     fn push(&self, completion: Completion) {
-        if self.enqueue(completion) {
+        if self.enqueue(completion) == Some(true) {
             self.wake();
         }
     }
 
-    /// Queue a completion; true when the caller must `wake` the loop (it
-    /// is not already due to drain).
-    fn enqueue(&self, completion: Completion) -> bool {
+    /// Queue a completion: `Some(true)` when the caller must `wake` the
+    /// loop (it is not already due to drain), None when it was dropped
+    /// instead (the loop's end is gone: nobody will ever take it).
+    fn enqueue(&self, completion: Completion) -> Option<bool> {
         let mut inbox = self.lock();
         if inbox.1 {
-            // The loop's end is gone: nobody will take this.
             drop(inbox);
             drop_on_callback_thread_all([completion]);
-            return false;
+            return None;
         }
         inbox.0.push(completion);
         drop(inbox);
-        !self.armed.swap(true, Ordering::AcqRel)
+        Some(!self.armed.swap(true, Ordering::AcqRel))
     }
 
     /// Write the wake-up byte.
@@ -101,11 +101,17 @@ impl LoopChannel {
     /// Python code. The wake-up byte is written with the GIL released, as
     /// `call_soon_threadsafe`'s own socket write does: the loop, woken by
     /// it, finds the GIL free instead of waking a second time for it once
-    /// this thread lets go.
-    pub(crate) fn push(&self, py: Python<'_>, completion: Completion) {
-        if self.shared.enqueue(completion) {
-            let shared = Arc::clone(&self.shared);
-            gil::detach(py, move || shared.wake());
+    /// this thread lets go. False when the loop's end is gone and the
+    /// completion was dropped (see `close_inbox`): nobody will act on it.
+    pub(crate) fn push(&self, py: Python<'_>, completion: Completion) -> bool {
+        match self.shared.enqueue(completion) {
+            None => false,
+            Some(false) => true,
+            Some(true) => {
+                let shared = Arc::clone(&self.shared);
+                gil::detach(py, move || shared.wake());
+                true
+            }
         }
     }
 

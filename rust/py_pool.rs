@@ -185,10 +185,18 @@ impl Shared {
             };
             let Some(waiter) = waiter else { return };
             self.room_turns.fetch_add(1, Ordering::AcqRel);
-            waiter
+            let told = waiter
                 .channel
                 .get()
                 .push(py, (waiter.callback, None, py.None()));
+            if !told {
+                // Its loop closed while it waited, and taut has let go of
+                // that loop's channel: it will never come back for its turn,
+                // so the next waiter in line gets it (else that one would
+                // wait for good, with the queue empty).
+                self.end_turn();
+                continue;
+            }
             if !all {
                 return;
             }

@@ -262,9 +262,16 @@ MUTATIONS = [
     Mutation(
         "asyncio-drain-settles-twice",
         LOOP_WAKER,
-        "        for target, ok, value in channel.take_woken(self._reader_fd):",
-        "        for target, ok, value in 2 * channel.take_woken(self._reader_fd):",
+        "            batch = iter(channel.take_woken(self._reader_fd))",
+        "            batch = iter(2 * channel.take_woken(self._reader_fd))",
         (DELIVERY,),
+    ),
+    Mutation(
+        "asyncio-drain-loses-the-rest-of-a-failed-batch",
+        LOOP_WAKER,
+        "                loop.call_soon(self._drain, iter(rest))",
+        "                pass",
+        ("tests/test_loop_waker.py::test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others",),
     ),
     Mutation(
         "asyncio-settle-on-a-closed-loop-raises",
@@ -331,6 +338,13 @@ MUTATIONS = [
         "            core.pass_room_on()",
         "",
         (f"{ASYNC_PATH}::test_a_coroutine_cancelled_after_being_told_passes_its_turn_on",),
+    ),
+    Mutation(
+        "run-queues-a-non-callable",
+        EXECUTOR,
+        "        if not callable(fn):\n",
+        "        if False:\n",
+        (f"{ASYNC_PATH}::test_a_non_callable_is_refused_at_once_naming_the_parameter",),
     ),
     Mutation(
         "submit-waits-for-room-on-a-loop-thread",

@@ -480,6 +480,109 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
     assert ran == ["second"]
 
 
+def _wait_in_line_then_close_the_loop(ex: taut.ThreadPoolExecutor) -> None:
+    """On a loop of its own, a coroutine joins the line of coroutines waiting
+    for room; then the loop closes with that task still pending (never
+    cancelled, so it never leaves the line by itself)."""
+    loop = asyncio.new_event_loop()
+
+    async def join_the_line() -> None:
+        _held.append(asyncio.ensure_future(ex.run(_never_called)))
+        await asyncio.sleep(0)  # the task runs: the queue is full, it waits for room
+        assert ex.stats().queued == 1
+
+    loop.run_until_complete(join_the_line())
+    loop.close()
+
+
+def _never_called() -> None:
+    raise AssertionError("a call whose loop closed while it waited for room ran")
+
+
+@pytest.mark.parametrize(
+    "another_loop_started",
+    [
+        True,
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="asyncio tells nobody when a loop closes: taut learns of it "
+                "only when another loop starts using taut, and until then the turn "
+                "waits, unread, in the closed loop's channel (and 'second' with it)",
+            ),
+        ),
+    ],
+)
+def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next(
+    another_loop_started: bool,
+) -> None:
+    # The first coroutine in line belongs to a loop that closed while it
+    # waited (with another loop started since: taut let go of the closed
+    # loop's channel). When room appears, that first waiter cannot be told
+    # any more: the room must go to the next coroutine in line. Before the
+    # fix the notice was dropped with its turn still counted: "second"
+    # waited for good, with the queue empty and the worker idle.
+    ran: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            closing = threading.Thread(target=_wait_in_line_then_close_the_loop, args=(ex,))
+            closing.start()
+            closing.join(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind the closed loop's coroutine
+            if another_loop_started:
+                other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+                other.start()
+                other.join(LONG)
+            queued.set()
+            running.set()
+            # (Without another loop this fails, slowly: a shorter bound.)
+            await asyncio.wait_for(second, LONG if another_loop_started else 2.0)
+            await _no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors, as Windows' proactor loop (the
+    default loop there): taut takes its fallback path for it."""
+
+    def add_reader(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=taut.QueueFull,
+    reason="without add_reader, ex.run falls back to a plain submit, which on a loop's "
+    "thread refuses a full queue at once (QueueFull, telling the caller to use ex.run)",
+)
+def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            try:
+                waiting = asyncio.ensure_future(ex.run(abs, -5))
+                await asyncio.sleep(0)
+                running.set()
+                queued.set()
+                assert await asyncio.wait_for(waiting, LONG) == 5
+            finally:
+                running.set()
+                queued.set()
+                await asyncio.gather(*_held)
+
+    loop = _LoopWithoutReaders()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:
     # Waiting for room would stall the loop, and nothing on the loop could
     # make room: a watchdog thread lets the running call go after LONG, so a
@@ -534,6 +637,26 @@ def test_run_after_shutdown_raises() -> None:
         ex.shutdown()
         with pytest.raises(RuntimeError, match="after shutdown"):
             await ex.run(abs, 1)
+
+    asyncio.run(main())
+
+
+def test_a_non_callable_is_refused_at_once_naming_the_parameter() -> None:
+    # Before the fix the call was queued and failed on a worker ("'int'
+    # object is not callable"): with a full bounded queue, only after
+    # waiting for room, here for good.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            loop.set_default_executor(ex)
+            running, queued = await _fill(ex)
+            with pytest.raises(TypeError, match=r"fn must be a callable, got 5 \(int\)"):
+                ex.run(5)  # type: ignore[arg-type,unused-coroutine]
+            with pytest.raises(TypeError, match=r"func must be a callable, got 'abs' \(str\)"):
+                await asyncio.wait_for(taut.to_thread("abs"), LONG)  # type: ignore[arg-type]
+            assert ex.stats().queued == 1
+            running.set()
+            queued.set()
 
     asyncio.run(main())
 
@@ -746,6 +869,50 @@ def test_calls_whose_wake_up_is_never_handed_out_still_run(
 
     assert asyncio.run(main()) == list(range(50))
     assert flushed  # some wake-ups were owed, and never handed out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a call queued while another worker is busy leaves its worker's wake-up "
+    "owed until the end of the loop's pass (Pool::submit_waking, wake=False): a pass "
+    "that blocks keeps it queued behind the busy call while a worker sleeps idle",
+)
+@pytest.mark.parametrize("kind", ["run_in_executor", "run"])
+def test_a_call_queued_beside_a_busy_worker_starts_even_while_the_loop_blocks(kind: str) -> None:
+    # With the standard library's executor the call starts on the idle worker
+    # at once. Here the pass that queued it blocks (code on the loop waiting
+    # for it, or merely a long stretch of work): the idle worker is woken only
+    # once the pass is over, and the busy worker reaches the call only once
+    # its own call returns, which here waits for the loop.
+    started = threading.Event()
+    in_time: list[bool] = []
+
+    def blocking_code_on_the_loop() -> None:
+        in_time.append(started.wait(1.0))  # the call itself takes microseconds
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(2) as ex:
+            await _park_all(ex, 2)
+            release = threading.Event()
+            try:
+                busy = await running_call(ex, release.wait, LONG)
+                if kind == "run_in_executor":
+                    call: Any = loop.run_in_executor(ex, started.set)
+                    blocking_code_on_the_loop()
+                else:
+                    # The task queues its call, then the blocking callback
+                    # runs in the same pass.
+                    call = asyncio.ensure_future(ex.run(started.set))
+                    loop.call_soon(blocking_code_on_the_loop)
+                    await asyncio.sleep(0)
+            finally:
+                release.set()
+            await call
+            await busy
+
+    asyncio.run(main())
+    assert in_time == [True]
 
 
 def test_one_wake_up_channel_per_loop_for_completions_and_deadlines() -> None:

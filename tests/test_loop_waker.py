@@ -151,3 +151,56 @@ def test_a_channel_let_go_last_by_a_worker_drops_the_outcome_off_the_worker() ->
         wait_until(lambda: dropped_on)
     assert dropped_on != ran_on
     assert dropped_on == ["taut-timer-callbacks"]
+
+
+class _RefusesTheFirstCancel(asyncio.Future):  # type: ignore[type-arg]
+    """A future whose first ``cancel()`` raises (as third-party future
+    subclasses may): a scope's expiry, handled by the loop's reader callback,
+    then raises there."""
+
+    refused = False
+
+    def cancel(self, msg: object = None) -> bool:
+        if not self.refused:
+            self.refused = True
+            raise RuntimeError("this future refuses to be cancelled")
+        return super().cancel(msg)
+
+
+def test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others() -> None:
+    # A scope's expiry and a finished call reach the loop in one batch. The
+    # expiry raises in the reader callback (asyncio reports it, as it does
+    # for any callback); the finished call behind it must still be settled.
+    # Before the fix the rest of the batch was dropped with the exception:
+    # the awaiting task waited for good. (A Ctrl-C landing in the reader
+    # callback did the same.)
+    errors: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: errors.append(context.get("exception")))
+        with taut.ThreadPoolExecutor(1) as ex:
+            await ex.run(int)
+            channel = waker_for(loop).channel
+            assert channel is not None
+            stubborn = _RefusesTheFirstCancel()
+
+            async def scoped() -> None:
+                async with taut.move_on_after(0.01):
+                    await stubborn
+
+            expiring = asyncio.ensure_future(scoped())
+            go = threading.Event()
+            call = asyncio.ensure_future(ex.run(go.wait, LONG))
+            await asyncio.sleep(0)  # both wait: the scope on its future, the call on its worker
+            # The loop blocks until the expiry and then the call's outcome
+            # wait in its channel, in that order: one batch.
+            wait_until(lambda: len(channel) == 1)
+            go.set()
+            wait_until(lambda: len(channel) == 2)
+            assert await asyncio.wait_for(call, LONG) is True
+            stubborn.set_result(None)
+            await expiring
+
+    asyncio.run(main())
+    assert len(errors) == 1 and "refuses to be cancelled" in str(errors[0])

@@ -36,6 +36,7 @@ import contextvars
 import weakref
 from typing import Any, Callable, TypeVar
 
+from taut._checks import describe
 from taut._core import LoopChannel, PoolCore
 from taut._loop_waker import Watch, waker_for
 from taut._notices import _deliver_notices
@@ -270,6 +271,9 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
     ``taut.default_executor()``. Cancelling the awaiting task before the call
     started means it never runs; a call already running finishes on its
     worker and its outcome is dropped."""
+    if not callable(func):
+        # Before anything is queued (see ThreadPoolExecutor.run).
+        raise TypeError(f"func must be a callable, got {describe(func)}")
     loop = asyncio.get_running_loop()
     executor = getattr(loop, "_default_executor", None)
     if not isinstance(executor, ThreadPoolExecutor):

@@ -33,7 +33,8 @@ import socket
 import sys
 import threading
 import weakref
-from typing import Callable, Protocol
+from collections.abc import Iterator
+from typing import Any, Callable, Protocol
 
 from taut._core import Deadline, LoopChannel
 
@@ -117,26 +118,41 @@ class LoopWaker:
             except RuntimeError:
                 pass  # closed in between
 
-    def _drain(self) -> None:
-        channel = self.channel
-        if channel is None:
-            return
-        # The wake-up bytes are read before taking: a deadline firing or a
-        # call finishing from then on writes a fresh byte, so none is ever
-        # left behind unannounced.
-        for target, ok, value in channel.take_woken(self._reader_fd):
-            if ok is None:
-                target._fire()  # an expired deadline's owner, or a room notice
-            elif ok:
-                try:
-                    target.set_result(value)
-                except asyncio.InvalidStateError:
-                    pass  # cancelled by its awaiting task: the outcome is dropped
-            else:
-                try:
-                    target.set_exception(awaitable_error(value))
-                except asyncio.InvalidStateError:
-                    pass
+    def _drain(self, batch: Iterator[tuple[Any, bool | None, Any]] | None = None) -> None:
+        """The loop's reader callback: settle what the channel holds (or
+        ``batch``, the rest of an earlier pass)."""
+        if batch is None:
+            channel = self.channel
+            if channel is None:
+                return
+            # The wake-up bytes are read before taking: a deadline firing or
+            # a call finishing from then on writes a fresh byte, so none is
+            # ever left behind unannounced.
+            batch = iter(channel.take_woken(self._reader_fd))
+        try:
+            for target, ok, value in batch:
+                if ok is None:
+                    target._fire()  # an expired deadline's owner, or a room notice
+                elif ok:
+                    try:
+                        target.set_result(value)
+                    except asyncio.InvalidStateError:
+                        pass  # cancelled by its awaiting task: the outcome is dropped
+                else:
+                    try:
+                        target.set_exception(awaitable_error(value))
+                    except asyncio.InvalidStateError:
+                        pass
+        except BaseException:
+            # One entry raised (a task's cancel() that fails, a Ctrl-C
+            # landing here): the error goes its way, as it would from a
+            # callback of its own, but the entries after it were taken from
+            # the channel already and nobody else would ever settle them.
+            rest = list(batch)
+            loop = self._loop_ref()
+            if rest and loop is not None and not loop.is_closed():
+                loop.call_soon(self._drain, iter(rest))
+            raise
 
     def _loop_closed(self) -> None:
         """The loop closed: drop what waits in the channel, and whatever is

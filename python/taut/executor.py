@@ -29,7 +29,7 @@ from sys import _getframe
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut import _future, _worker
-from taut._checks import check_count, check_duration, check_timeout
+from taut._checks import check_count, check_duration, check_timeout, describe
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
 from taut._notices import _Tracker
@@ -267,6 +267,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         started; a running call finishes on its worker and its outcome is
         dropped. (A plain function returning the coroutine: one coroutine
         frame less per call.)"""
+        if not callable(fn):
+            # At once, not from a worker once the call got there (after
+            # waiting for room, perhaps for good).
+            raise TypeError(f"fn must be a callable, got {describe(fn)}")
         from taut._asyncio import run_in  # asyncio loads on first use only
 
         return run_in(self, fn, args, kwargs)

@@ -104,6 +104,7 @@ from taut.gather.handles import (
 )
 from taut.gather.run import Run
 from taut.gather.tasks import Submission
+from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
 __all__ = [
@@ -142,13 +143,8 @@ class Scheduler:
         interrupt: bool = False,
         name: str | None = None,
     ) -> None:
-        if executor is not None and not isinstance(executor, cf.Executor):
-            raise TypeError(
-                f"executor must be a concurrent.futures.Executor or None, got {executor!r} "
-                f"({type(executor).__name__})"
-            )
-        self._executor = executor
-        self.journal = journal
+        self._executor = check_executor(executor)
+        self.journal = check_journal(journal)
         self.interrupt = interrupt
         self.name = name or f"scheduler-{next(_scheduler_ids)}"
 

@@ -256,6 +256,16 @@ def test_tracked_call_that_starts_at_once_gets_only_start():
     assert events == ["s"]
 
 
+@pytest.mark.parametrize("name", ["on_wait", "on_start"])
+def test_tracked_call_refuses_a_callback_that_is_not_callable(name):
+    # on_wait=5 was accepted; each notice then failed, logged, on some thread.
+    ran = []
+    with taut.ThreadPoolExecutor(1) as ex:
+        with pytest.raises(TypeError, match=rf"{name} must be a callable or None, got 5 \(int\)"):
+            ex.submit_tracked(ran.append, 1, **{name: 5})
+    assert ran == []
+
+
 def test_positions_under_concurrent_submission_are_a_permutation():
     gate = Gate()
     first_position: dict[int, int] = {}

@@ -29,7 +29,7 @@ from sys import _getframe
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut import _future, _worker
-from taut._checks import check_count, check_duration, check_timeout
+from taut._checks import check_count, check_duration, check_timeout, describe
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
 from taut._notices import _Tracker
@@ -291,6 +291,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         call cannot start at once and each time its 1-based position changes,
         ``on_start()`` on the worker just before the call begins. Notices
         arrive in order and none after the start; keep them quick."""
+        for name, callback in (("on_wait", on_wait), ("on_start", on_start)):
+            # Checked here: later, each notice would fail (logged) on some thread.
+            if callback is not None and not callable(callback):
+                raise TypeError(f"{name} must be a callable or None, got {describe(callback)}")
         return self._submit(fn, args, kwargs, block=True, tracker=_Tracker(on_wait, on_start))
 
     def map(

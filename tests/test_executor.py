@@ -358,6 +358,9 @@ def test_bad_arguments_are_named():
         taut.ThreadPoolExecutor(1, idle_timeout=0)
     with pytest.raises(TypeError, match="initializer must be a callable"):
         taut.ThreadPoolExecutor(1, initializer=5)  # type: ignore[arg-type]
+    # "no" is truthy: it was taken as True.
+    with pytest.raises(TypeError, match=r"propagate_context must be a bool, got 'no' \(str\)"):
+        taut.ThreadPoolExecutor(1, propagate_context="no")  # type: ignore[arg-type]
 
 
 def test_huge_timeouts_never_overflow():

@@ -147,7 +147,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._max_workers = max_workers
         self._max_queue = max_queue
         self._idle_timeout = idle_timeout
-        self._propagate_context = bool(propagate_context)
+        if not isinstance(propagate_context, bool):
+            # bool() would take "no" as True.
+            raise TypeError(f"propagate_context must be a bool, got {describe(propagate_context)}")
+        self._propagate_context = propagate_context
         self._thread_name_prefix = thread_name_prefix or (
             f"ThreadPoolExecutor-{self._counter()}"
         )

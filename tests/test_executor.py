@@ -363,6 +363,27 @@ def test_bad_arguments_are_named():
         taut.ThreadPoolExecutor(1, propagate_context="no")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt])
+def test_a_done_callback_raising_a_base_exception_does_not_break_the_pool(exc_type, caplog):
+    # Before: the worker loop died and the pool was broken for good: the call
+    # queued behind, and every later one, failed with BrokenThreadPool (on
+    # taut.default_executor() that is every bounded run and gather).
+    gate = threading.Event()
+
+    def callback(_):
+        raise exc_type("from a done callback")
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        first = ex.submit(gate.wait, LONG)
+        first.add_done_callback(callback)  # not done yet: runs on the worker
+        queued = ex.submit(abs, -2)
+        gate.set()
+        assert first.result(LONG) is True
+        assert queued.result(LONG) == 2
+        assert ex.submit(abs, -3).result(LONG) == 3
+    assert "from a done callback" in caplog.text
+
+
 def test_huge_timeouts_never_overflow():
     with taut.ThreadPoolExecutor(1) as ex:
         assert ex.submit(lambda: 3).result(timeout=10**400) == 3

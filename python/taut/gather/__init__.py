@@ -87,6 +87,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
 
+from taut._checks import describe
 from taut.executor import default_executor
 from taut.gather.drive import run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
@@ -145,6 +146,8 @@ class Scheduler:
     ) -> None:
         self._executor = check_executor(executor)
         self.journal = check_journal(journal)
+        if not isinstance(interrupt, bool):
+            raise TypeError(f"interrupt must be a bool, got {describe(interrupt)}")
         self.interrupt = interrupt
         self.name = name or f"scheduler-{next(_scheduler_ids)}"
 

@@ -105,6 +105,11 @@ class Run:
         self.max_parallel = check_max_parallel(max_parallel)
         self.scheduler = scheduler
         check_executor(executor)
+        if not isinstance(interrupt, bool):  # "no" would be taken as True
+            raise TypeError(f"interrupt must be a bool or None, got {describe(interrupt)}")
+        for name, hook in (("submit", submit), ("on_slot_wait", on_slot_wait)):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be a callable or None, got {describe(hook)}")
         self.executor = executor if executor is not None else scheduler.executor
         self.journal = check_journal(journal) if journal is not None else scheduler.journal
         self.interrupt = interrupt

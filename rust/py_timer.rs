@@ -1,8 +1,8 @@
 //! Python bindings of the timer: `_core.Deadline`, `_core.monotonic`, the
 //! Python callback thread, and the fork/exit hooks.
 //!
-//! Effects that need no GIL (flag, Rust waiters, fd writes, Rust actions) run
-//! on the timer thread. Effects that need the GIL (a Python callable, an
+//! Effects that need no GIL (flag, Rust waiters, fd writes, signals, Rust
+//! actions) run on the timer thread. Effects that need the GIL (a Python callable, an
 //! asynchronous exception) are queued to one Python `threading.Thread`,
 //! "taut-timer-callbacks", whose loop waits in Rust with the GIL released.
 //! So the timer thread never waits for the GIL: a busy Python thread can
@@ -17,7 +17,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyBool, PyDict, PyType};
 
 use crate::clamp::duration_from_secs;
 use crate::gil;
@@ -225,6 +225,21 @@ impl Deadline {
             entry: timer::arm_ns(timer::secs_to_ns(at)),
             at,
         })
+    }
+}
+
+/// Signals sent by [`Deadline::signal_thread`] that no handler has claimed
+/// yet (see `_take_sent_signals`).
+static SIGNALS_SENT: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(unix)]
+fn is_signal_number(signum: i32) -> bool {
+    // SAFETY: sigaddset only writes the local set; it rejects (EINVAL)
+    // numbers that are not signals of this platform.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        signum > 0 && libc::sigaddset(&mut set, signum) == 0
     }
 }
 
@@ -451,6 +466,60 @@ impl Deadline {
         }
     }
 
+    /// At expiry the timer thread itself sends `signum` to thread
+    /// `thread_id` with `pthread_kill`: no GIL is needed, so a thread busy in
+    /// pure Python code gets the signal at once instead of after the switch
+    /// interval the callback thread would wait for the GIL. Nothing is sent
+    /// if the deadline has already fired or is cancelled first. The thread
+    /// must outlive the deadline (taut passes the main thread only).
+    fn signal_thread(
+        &self,
+        thread_id: &Bound<'_, PyAny>,
+        signum: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        #[cfg(unix)]
+        {
+            // A bool is an int to Python, but never a thread or a signal.
+            let thread_id = match thread_id.extract::<u64>() {
+                Ok(id) if id != 0 && !thread_id.is_instance_of::<PyBool>() => id,
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "thread_id must be a thread's threading.get_ident(), got {}",
+                        describe(thread_id, 80)?
+                    )))
+                }
+            };
+            let signum = match signum.extract::<i32>() {
+                Ok(n) if is_signal_number(n) && !signum.is_instance_of::<PyBool>() => n,
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "signum must be a signal number of this platform, got {}",
+                        describe(signum, 80)?
+                    )))
+                }
+            };
+            // Already fired: the caller's own (GIL-bound) path sends it.
+            let _ = self.entry.try_add_action(Box::new(move || {
+                SIGNALS_SENT.fetch_add(1, AO::AcqRel);
+                // SAFETY: the caller promised a live thread; pthread_kill only
+                // queues a signal for it.
+                let failed =
+                    unsafe { libc::pthread_kill(thread_id as libc::pthread_t, signum) } != 0;
+                if failed {
+                    SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
+                }
+            }));
+            Ok(())
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (thread_id, signum);
+            Err(pyo3::exceptions::PyNotImplementedError::new_err(
+                "signal_thread is only available on Unix",
+            ))
+        }
+    }
+
     fn call_soon(&self, py: Python<'_>, r#fn: Bound<'_, PyAny>) -> PyResult<()> {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err(format!(
@@ -516,10 +585,20 @@ pub fn monotonic() -> f64 {
     timer::now_ns() as f64 / 1e9
 }
 
+/// How many signals `Deadline.signal_thread` sent since the last call (and
+/// back to zero): a signal handler's way to tell a signal of taut's from one
+/// the program sent. Signals of one number merge while pending, so any
+/// count means the one delivered was (at least also) taut's.
+#[pyfunction]
+pub fn _take_sent_signals() -> u64 {
+    SIGNALS_SENT.swap(0, AO::AcqRel)
+}
+
 /// Reset the timer and the callback thread in a forked child.
 #[pyfunction]
 pub fn _timer_after_fork() {
     timer::reset_after_fork();
+    SIGNALS_SENT.store(0, AO::Release);
     QUEUE.store(Box::into_raw(Box::new(Queue::new())), AO::Release);
     CALLBACK_THREAD_STARTED.store(false, AO::Release);
     // The parent's thread object: nothing runs it here. The mutex cannot be

@@ -65,6 +65,8 @@ LOOP_WAKER = "python/taut/_loop_waker.py"
 WORKER = "python/taut/_worker.py"
 ASYNC_PATH = "tests/test_asyncio_path.py"
 DELIVERY = "tests/test_asyncio_delivery.py"
+SIGNAL_INTERRUPT = "python/taut/_signal_interrupt.py"
+SCOPE_INTERRUPT = "tests/test_scope_interrupt.py"
 
 MUTATIONS = [
     Mutation(
@@ -336,6 +338,27 @@ MUTATIONS = [
         "                if _running_loop() is not None:",
         "                if False:",
         (f"{ASYNC_PATH}::test_submit_on_a_loop_thread_refuses_at_once_when_full",),
+    ),
+    Mutation(
+        "scope-signal-waits-for-the-gil",
+        SIGNAL_INTERRUPT,
+        "    deadline.signal_thread(threading.get_ident(), SIGNAL)\n",
+        "",
+        (f"{SCOPE_INTERRUPT}::test_busy_python_code_is_interrupted_without_waiting_for_the_gil",),
+    ),
+    Mutation(
+        "timer-signal-taken-for-the-programs",
+        SIGNAL_INTERRUPT,
+        "ours, _sent = _sent or sent_by_timer, False",
+        "ours, _sent = _sent, False",
+        (f"{SCOPE_INTERRUPT}::test_a_timer_signal_that_finds_nothing_due_is_not_passed_on",),
+    ),
+    Mutation(
+        "stale-timer-signal-count-kept",
+        SIGNAL_INTERRUPT,
+        "        _core._take_sent_signals()\n        _previous = signal.getsignal(SIGNAL)",
+        "        _previous = signal.getsignal(SIGNAL)",
+        (f"{SCOPE_INTERRUPT}::test_a_late_timer_signal_does_not_hide_the_programs_next_signal",),
     ),
 ]
 

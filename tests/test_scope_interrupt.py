@@ -1,7 +1,7 @@
 """``interrupt=True`` on the main thread reaches blocking C calls.
 
-The timer's callback thread sends ``SIGURG`` to the main thread; the system
-call returns with EINTR and taut's handler raises. pytest runs tests on the
+The timer thread (and the timer's callback thread) sends ``SIGURG`` to the
+main thread; the system call returns with EINTR and taut's handler raises. pytest runs tests on the
 main thread. Timings are lopsided: a 0.05 s budget against 30 s of blocking.
 """
 
@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from taut import DeadlineExpired, _signal_interrupt, fail_after, move_on_after
+from taut import DeadlineExpired, _core, _signal_interrupt, fail_after, move_on_after
 from taut.deadline import DeadlineScope
 
 LONG = 30.0
@@ -192,6 +192,84 @@ def test_handler_never_raises_inside_scope_entry_or_exit(
     with pytest.raises(DeadlineExpired, match="due"):
         _signal_interrupt._handler(signal.SIGURG, sys._getframe())
     assert due.raised
+
+
+def test_busy_python_code_is_interrupted_without_waiting_for_the_gil() -> None:
+    """Pure Python code holds the GIL until the switch interval: the timer
+    thread's own signal needs no GIL, so the interrupt does not wait for it
+    (the callback thread alone would, here for 30 s)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(LONG)
+    try:
+
+        def spin() -> None:
+            while True:
+                pass
+
+        _assert_interrupted(spin)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_late_timer_signal_does_not_hide_the_programs_next_signal() -> None:
+    """A signal the timer thread sent that arrives only after the last scope
+    closed goes to the program's handler (nothing else can take it); its
+    count must not make the program's next signal, in a later scope, look
+    like taut's."""
+    received: list[int] = []
+
+    def users_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGURG, users_handler)
+    main = threading.get_ident()
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
+        try:
+            with fail_after(LONG, interrupt=True):
+                late = _core.Deadline(_core.monotonic() + BUDGET)
+                late.signal_thread(main, signal.SIGURG)
+                assert late.wait(LONG)  # sent, held back by the mask
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
+        _wait_for(lambda: received == [signal.SIGURG])
+        with fail_after(LONG, interrupt=True):
+            # Nothing is due: the program's own signal goes to its handler.
+            signal.pthread_kill(main, signal.SIGURG)
+            _wait_for(lambda: len(received) == 2)
+        assert received == [signal.SIGURG, signal.SIGURG]
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+def test_a_timer_signal_that_finds_nothing_due_is_not_passed_on() -> None:
+    received: list[int] = []
+
+    def users_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGURG, users_handler)
+    main = threading.get_ident()
+    try:
+        with fail_after(LONG, interrupt=True):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
+            try:
+                other = _core.Deadline(_core.monotonic() + BUDGET)
+                other.signal_thread(main, signal.SIGURG)
+                assert other.wait(LONG)  # sent, held back by the mask
+            finally:
+                # Delivered here, to taut's handler: nothing is due.
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
+            time.sleep(0.1)
+        assert received == []
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    end = time.monotonic() + LONG / 3
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.001)  # signal handlers run on this (main) thread
 
 
 def test_other_threads_keep_the_asynchronous_exception() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -308,6 +309,73 @@ def test_interrupt_thread_validates_exc_type() -> None:
         d.interrupt_thread(threading.get_ident(), 5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="exception class"):
         d.interrupt_thread(threading.get_ident(), int)  # type: ignore[arg-type]
+    d.cancel()
+
+
+needs_pthread_kill = pytest.mark.skipif(
+    not hasattr(signal, "pthread_kill") or not hasattr(signal, "SIGURG"),
+    reason="needs signal.pthread_kill and SIGURG (POSIX)",
+)
+
+
+@needs_pthread_kill
+@pytest.mark.timeout(60)
+def test_signal_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
+    received: list[int] = []
+    previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
+    try:
+        _core._take_sent_signals()
+        d = Deadline(soon(0.05))
+        d.signal_thread(threading.get_ident(), signal.SIGURG)
+        assert d.wait(LONG)
+        end = time.monotonic() + LONG
+        while not received and time.monotonic() < end:
+            time.sleep(0.001)  # the handler runs on this (main) thread
+        assert received == [signal.SIGURG]
+        assert _core._take_sent_signals() == 1
+        assert _core._take_sent_signals() == 0
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+@needs_pthread_kill
+def test_signal_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
+    received: list[int] = []
+    previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
+    try:
+        _core._take_sent_signals()
+        cancelled = Deadline(soon(0.05))
+        cancelled.signal_thread(threading.get_ident(), signal.SIGURG)
+        assert cancelled.cancel()
+        fired = Deadline(soon(0.0))
+        assert fired.wait(LONG)
+        fired.signal_thread(threading.get_ident(), signal.SIGURG)
+        time.sleep(0.3)  # six times the cancelled deadline
+        assert received == []
+        assert _core._take_sent_signals() == 0
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+@needs_pthread_kill
+def test_signal_thread_validates_its_arguments() -> None:
+    d = Deadline(soon(LONG))
+    with pytest.raises(ValueError, match="signum must be a signal number of this platform, got 0"):
+        d.signal_thread(threading.get_ident(), 0)
+    with pytest.raises(ValueError, match="got 100000"):
+        d.signal_thread(threading.get_ident(), 100_000)
+    with pytest.raises(ValueError, match=r"thread_id must be .*got 0"):
+        d.signal_thread(0, signal.SIGURG)
+    with pytest.raises(ValueError, match=r"thread_id must be .*got -1"):
+        d.signal_thread(-1, signal.SIGURG)
+    with pytest.raises(ValueError, match=r"thread_id must be .*got 'main'"):
+        d.signal_thread("main", signal.SIGURG)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"signum must be .*got 1099511627776"):
+        d.signal_thread(threading.get_ident(), 2**40)
+    with pytest.raises(ValueError, match=r"signum must be .*got True"):
+        d.signal_thread(threading.get_ident(), True)
+    with pytest.raises(ValueError, match=r"signum must be .*got None"):
+        d.signal_thread(threading.get_ident(), None)  # type: ignore[arg-type]
     d.cancel()
 
 

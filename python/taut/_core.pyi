@@ -15,6 +15,7 @@ __all__ = [
     "_gil_gate_closed",
     "_seconds",
     "_set_main_thread",
+    "_take_sent_signals",
     "_timer_add_panicking_action",
     "_timer_after_fork",
     "_timer_info",
@@ -126,6 +127,12 @@ class Deadline:
         without the GIL and never blocking. ``fd`` must be a socket or a
         non-blocking pipe write end, and stay open until expiry or cancel."""
 
+    def signal_thread(self, thread_id: int, signum: int) -> None:
+        """At expiry the timer thread sends signal ``signum`` to thread
+        ``thread_id`` (its ``threading.get_ident()``) with ``pthread_kill``,
+        without the GIL. Nothing if already expired or cancelled first. The
+        thread must outlive the deadline. Unix only."""
+
     def call_soon(self, fn: Callable[[], object]) -> None:
         """At expiry run ``fn()`` on taut's Python callback thread
         (exceptions go to ``sys.unraisablehook``). Runs soon if already
@@ -136,6 +143,10 @@ class Deadline:
         ``threading.get_ident()``) at its next bytecode boundary, via the
         callback thread. Not inside a blocking C call; skipped if
         ``cancel()`` is called first."""
+
+def _take_sent_signals() -> int:
+    """How many signals ``Deadline.signal_thread`` sent since the last call
+    (the count goes back to zero)."""
 
 def _timer_next_callback() -> Callable[[], object] | None:
     """The next Python callable for taut's callback thread; None at exit.

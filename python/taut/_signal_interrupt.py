@@ -11,10 +11,13 @@ Python code only), as do platforms without ``signal.pthread_kill`` (Windows).
 
 How: while at least one ``interrupt=True`` scope is open on the main thread,
 ``SIGNAL`` (``SIGURG``) has taut's handler; the user's handler is kept and put
-back when the last such scope closes. At expiry taut's Python callback thread
-sends ``SIGNAL`` to the main thread with ``signal.pthread_kill``; the handler
-raises the scope's interrupt exception. ``SIGURG`` because its default action
-is to ignore it: a signal that arrives after the user's handler is back does
+back when the last such scope closes. At expiry the timer thread sends
+``SIGNAL`` to the main thread itself (``Deadline.signal_thread``: no GIL
+needed, so pure Python code that holds the GIL is interrupted within the
+timer's own lateness, not after the switch interval), and taut's Python
+callback thread sends it with ``signal.pthread_kill`` once it has the GIL;
+the handler raises the scope's interrupt exception. ``SIGURG`` because its
+default action is to ignore it: a signal that arrives after the user's handler is back does
 no harm, and nothing in the standard library uses it. A ``SIGURG`` that taut
 did not send is passed on to the user's handler.
 
@@ -86,11 +89,19 @@ def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
     global _previous
     assert SIGNAL is not None
     if not _active:
+        # A signal the timer thread sent for an earlier scope may have gone
+        # to the program's handler after that scope closed (it can be sent a
+        # moment after the scope's cancel() found the deadline fired): its
+        # count must not make the program's next signal look like taut's.
+        _core._take_sent_signals()
         _previous = signal.getsignal(SIGNAL)
         signal.signal(SIGNAL, _handler)
     _active.append(scope)
-    # Last: if the deadline already passed, the callback thread can send the
-    # signal only once this thread lets go of the GIL, which is in the block.
+    # At expiry the timer thread signals this thread at once, GIL or not.
+    # If the deadline already passed it sends nothing: the callback thread
+    # does, once this thread lets go of the GIL, which is in the block
+    # (hence call_soon last).
+    deadline.signal_thread(threading.get_ident(), SIGNAL)
     deadline.call_soon(lambda: _send_if_due(scope))
 
 
@@ -147,7 +158,10 @@ def _in_scope_machinery(frame: FrameType | None) -> bool:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     global _sent
-    ours, _sent = _sent, False
+    # Sent by the callback thread (_sent) or by the timer thread (counted in
+    # Rust); both are taken, as pending signals of one number merge.
+    sent_by_timer = _core._take_sent_signals() > 0
+    ours, _sent = _sent or sent_by_timer, False
     due = next((s for s in _active if s._interrupt_due()), None)
     if due is None:
         if not ours:

@@ -6,7 +6,9 @@ measured in the same run:
 (c) expiry lateness p50/p99, idle and while another thread runs a pure-Python
     loop: a GIL-free effect (a Rust action on the timer thread) vs
     ``threading.Timer``; and ``DeadlineExpired`` raised into busy Python code
-    vs a ``threading.Timer`` that sets the same asynchronous exception;
+    vs a ``threading.Timer`` that sets the same asynchronous exception, and
+    ``fail_after(interrupt=True)`` interrupting busy main-thread code (the
+    timer thread's signal) against the same baseline;
 (d) 1M pending deadlines: time to arm and memory (RSS, and tracemalloc for the
     Python heap) vs ``loop.call_later``, each in a fresh subprocess so one
     measurement's freed memory cannot hide the next one's.
@@ -26,7 +28,7 @@ import threading
 import time
 from typing import Callable
 
-from taut import _core
+from taut import _core, _signal_interrupt
 from taut._bench import (
     INFO,
     Judge,
@@ -37,7 +39,7 @@ from taut._bench import (
     per_call,
     ratios_of,
 )
-from taut.deadline import DeadlineExpired
+from taut.deadline import DeadlineExpired, fail_after
 
 _FAR = 3600.0
 
@@ -260,6 +262,20 @@ def _taut_interrupt_lateness(delay: float) -> float:
     return _spin_until_raised(_arm_taut, delay)
 
 
+def _scope_interrupt_lateness(delay: float) -> float:
+    """``fail_after(delay, interrupt=True)`` around pure Python code on the
+    main thread: the signal path (see ``taut._signal_interrupt``)."""
+    start = time.monotonic()
+    try:
+        with fail_after(delay, interrupt=True):
+            end = start + 10
+            while time.monotonic() < end:
+                pass
+    except DeadlineExpired:
+        return time.monotonic() - start - delay
+    raise RuntimeError("no DeadlineExpired within 10 s")
+
+
 def _stdlib_interrupt_lateness(delay: float) -> float:
     return _spin_until_raised(_arm_stdlib, delay)
 
@@ -319,9 +335,14 @@ def bench_lateness(quick: bool) -> list[Row]:
     n_int = 20 if quick else 100
     taut_i: list[float] = []
     std_i: list[float] = []
+    scope_i: list[float] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    with_signal = main_thread and _signal_interrupt.available()
     for _ in range(n_int):
         taut_i.append(_taut_interrupt_lateness(delay))
         std_i.append(_stdlib_interrupt_lateness(delay))
+        if with_signal:
+            scope_i.append(_scope_interrupt_lateness(delay))
     budget = sys.getswitchinterval() + 0.001
     within: tuple[str, Judge] = (
         f"<= switch interval + 1 ms ({budget * 1e3:.0f} ms)",
@@ -334,6 +355,31 @@ def bench_lateness(quick: bool) -> list[Row]:
         taut_i,
         std_i,
         {"p50": within, "p99": within},
+    )
+    if not with_signal:
+        print(
+            "deadlines (c) fail_after(interrupt=True) on the main thread skipped: "
+            "needs the main thread and signal.pthread_kill",
+            file=sys.stderr,
+        )
+        return rows
+    # The signal comes from the timer thread itself, so busy code is
+    # interrupted without anyone waiting for the GIL: well under the switch
+    # interval, which bounds the asynchronous exception above.
+    half_interval = sys.getswitchinterval() / 2
+    rows += _percentile_rows(
+        "deadlines.scope_interrupt_lateness_{}",
+        "(c) fail_after(interrupt=True) into busy main-thread code {}",
+        "threading.Timer + SetAsyncExc",
+        scope_i,
+        std_i,
+        {
+            "p50": ("<= 1 ms", lambda r: r.taut <= 0.001),
+            "p99": (
+                f"<= half the switch interval ({half_interval * 1e3:.1f} ms)",
+                lambda r: r.taut <= half_interval,
+            ),
+        },
     )
     return rows
 

@@ -65,6 +65,13 @@ def test_time_budget_rejects_junk(raw: object, match: str) -> None:
         PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("clock", [5, "monotonic", None])
+def test_start_refuses_a_clock_that_is_not_callable(clock: object) -> None:
+    # Before: TypeError: 'int' object is not callable (no parameter named).
+    with pytest.raises(TypeError, match=r"clock must be a callable returning seconds, got "):
+        PlanningConstraints(time_budget=30).start(clock=clock)  # type: ignore[arg-type]
+
+
 def test_huge_budgets_clamp_instead_of_overflowing() -> None:
     assert PlanningConstraints(time_budget=float("inf")).time_budget is None
     assert PlanningConstraints(time_budget="inf").time_budget is None

@@ -256,6 +256,16 @@ def test_tracked_call_that_starts_at_once_gets_only_start():
     assert events == ["s"]
 
 
+@pytest.mark.parametrize("name", ["on_wait", "on_start"])
+def test_tracked_call_refuses_a_callback_that_is_not_callable(name):
+    # on_wait=5 was accepted; each notice then failed, logged, on some thread.
+    ran = []
+    with taut.ThreadPoolExecutor(1) as ex:
+        with pytest.raises(TypeError, match=rf"{name} must be a callable or None, got 5 \(int\)"):
+            ex.submit_tracked(ran.append, 1, **{name: 5})
+    assert ran == []
+
+
 def test_positions_under_concurrent_submission_are_a_permutation():
     gate = Gate()
     first_position: dict[int, int] = {}
@@ -348,6 +358,30 @@ def test_bad_arguments_are_named():
         taut.ThreadPoolExecutor(1, idle_timeout=0)
     with pytest.raises(TypeError, match="initializer must be a callable"):
         taut.ThreadPoolExecutor(1, initializer=5)  # type: ignore[arg-type]
+    # "no" is truthy: it was taken as True.
+    with pytest.raises(TypeError, match=r"propagate_context must be a bool, got 'no' \(str\)"):
+        taut.ThreadPoolExecutor(1, propagate_context="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt])
+def test_a_done_callback_raising_a_base_exception_does_not_break_the_pool(exc_type, caplog):
+    # Before: the worker loop died and the pool was broken for good: the call
+    # queued behind, and every later one, failed with BrokenThreadPool (on
+    # taut.default_executor() that is every bounded run and gather).
+    gate = threading.Event()
+
+    def callback(_):
+        raise exc_type("from a done callback")
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        first = ex.submit(gate.wait, LONG)
+        first.add_done_callback(callback)  # not done yet: runs on the worker
+        queued = ex.submit(abs, -2)
+        gate.set()
+        assert first.result(LONG) is True
+        assert queued.result(LONG) == 2
+        assert ex.submit(abs, -3).result(LONG) == 3
+    assert "from a done callback" in caplog.text
 
 
 def test_huge_timeouts_never_overflow():

@@ -294,6 +294,58 @@ def test_not_a_handle_is_rejected() -> None:
         taut.gather(taut.call(_never))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"executor": 5}, r"executor must be a concurrent\.futures\.Executor or None, got 5 "),
+        ({"executor": taut.ThreadPoolExecutor}, r"executor must be .*got <class .*\(type\)"),
+        ({"journal": 5}, r"journal must have reserve\(\) and complete\(\).*got 5 \(int\)"),
+        ({"journal": "run.db"}, r"journal must .*got 'run\.db' \(str\)"),
+    ],
+)
+def test_a_wrong_executor_or_journal_is_refused_naming_it_before_anything_runs(
+    kwargs: dict[str, Any], match: str
+) -> None:
+    # Before: AttributeError: 'int' object has no attribute 'submit' / 'reserve'.
+    ran = Counter()
+    h = taut.call(ran.record, 1)
+    with pytest.raises(TypeError, match=match):
+        taut.gather([h], **kwargs)
+    with pytest.raises(TypeError, match=match):
+        asyncio.run(taut.agather([h], **kwargs))
+    with pytest.raises(TypeError, match=match):
+        Scheduler(**kwargs)
+    assert ran.runs == [] and not h.done()
+    assert taut.gather([h])[0].ok  # the handle is still cold and runs once
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        # "no" was truthy: a timed-out worker got interrupted.
+        ({"interrupt": "no"}, r"interrupt must be a bool or None, got 'no' \(str\)"),
+        # was "'int' object is not callable", from inside the run
+        ({"submit": 5}, r"submit must be a callable or None, got 5 \(int\)"),
+        ({"on_slot_wait": 5}, r"on_slot_wait must be a callable or None, got 5 \(int\)"),
+    ],
+)
+def test_hostile_gather_options_are_refused_naming_them(kwargs: dict[str, Any], match: str) -> None:
+    ran = Counter()
+    h = taut.call(ran.record, 1)
+    with pytest.raises(TypeError, match=match):
+        taut.gather([h], **kwargs)
+    assert ran.runs == [] and not h.done()
+    with pytest.raises(TypeError, match=r"interrupt must be a bool, got 'no' \(str\)"):
+        Scheduler(interrupt="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("handles", [None, 5])
+def test_handles_that_are_not_iterable_are_refused_naming_them(handles: Any) -> None:
+    # Before: TypeError: 'NoneType' object is not iterable (no parameter named).
+    with pytest.raises(TypeError, match=r"handles must be an iterable of taut\.call"):
+        taut.gather(handles)
+
+
 def test_foreign_scheduler_handle_is_rejected() -> None:
     other = Scheduler(name="other-run")
     ran = Counter()

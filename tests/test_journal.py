@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -22,6 +23,17 @@ from taut.journal import (
     JournalRecord,
     SqliteJournal,
 )
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "shown"),
+    [(None, TypeError, "None (NoneType)"), (5, TypeError, "5 (int)"), ("", ValueError, "''")],
+)
+def test_sqlite_journal_path_is_checked_naming_it(path: Any, error: type, shown: str) -> None:
+    # Before: os.fspath's "expected str, bytes or os.PathLike object, not int",
+    # and for "" a JournalError about WAL mode on SQLite's temporary database.
+    with pytest.raises(error, match=r"^path must name a file .*got " + re.escape(shown)):
+        taut.SqliteJournal(path)
 
 
 def test_protocol_and_exports(tmp_path: Path) -> None:

@@ -277,6 +277,9 @@ def test_lease_is_validated(store: Store) -> None:
             store.open(lease=bad)
     with pytest.raises(TypeError, match="lease"):
         store.open(lease=True)
+    # The message must not offer None, which is refused (it said "or None").
+    with pytest.raises(TypeError, match=r"lease must be a finite positive number of seconds, got"):
+        store.open(lease="5")
 
 
 BATCH = Path(__file__).with_name("_journal_batch.py")

@@ -549,6 +549,26 @@ def test_run_process_argument_errors() -> None:
         taut.run_process(["cat"], 1, input="text")
 
 
+@pytest.mark.parametrize("value", [5, True, 2**64, -1, [1, 2], object()])
+def test_run_process_input_that_is_not_bytes_is_refused_naming_it(value: object) -> None:
+    # bytes(5) is five NUL bytes, bytes(2**64) an OverflowError and bytes(10**12)
+    # a terabyte: only bytes-like data (or text with text=True) is input.
+    with pytest.raises(TypeError, match=r"input must be bytes.*\(" + type(value).__name__):
+        taut.run_process(["cat"], 30, input=value)
+
+
+@pytest.mark.parametrize("args", [[], (), ""])
+def test_run_process_empty_command_is_refused_naming_it(args: Any) -> None:
+    # subprocess.Popen([]) fails deep inside with IndexError: list index out of range.
+    with pytest.raises(ValueError, match=r"args must name a command, got "):
+        taut.run_process(args, 30)
+
+
+def test_run_process_bytes_like_input_still_goes_through() -> None:
+    for data in (bytearray(b"ab"), memoryview(b"ab")):
+        assert taut.run_process(["cat"], 30, input=data).stdout == b"ab"
+
+
 def test_run_process_kills_the_tree_when_the_caller_is_interrupted() -> None:
     script = (
         "import taut\n"

@@ -24,6 +24,27 @@ def test_mock_clock_moves_only_when_told() -> None:
     assert clock() == 7.5
 
 
+@pytest.mark.parametrize(
+    ("start", "error"),
+    [
+        (10**400, ValueError),  # was OverflowError: int too large to convert to float
+        (math.nan, ValueError),  # was accepted: a clock stuck at NaN
+        (math.inf, ValueError),
+        (None, ValueError),
+        ("x", TypeError),  # was ValueError: could not convert string to float: 'x'
+        (True, TypeError),
+    ],
+)
+def test_mock_clock_start_must_be_a_finite_number_named_in_the_error(
+    start: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=r"^start must be a finite number of seconds, got "):
+        MockClock(start)  # type: ignore[arg-type]
+    with pytest.raises(error, match=r"^start must be a finite number of seconds, got "):
+        with scope_clock(start):  # type: ignore[arg-type]
+            pass
+
+
 def test_scope_clock_drives_scopes_and_is_restored() -> None:
     before = set_clock(None)
     set_clock(before)

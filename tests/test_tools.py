@@ -392,6 +392,39 @@ def test_validation_messages(runners: list[ToolRunner]) -> None:
         runner.run([print])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize(
+    ("make_it", "match"),
+    [
+        # read_only="no" is truthy: the call ran in parallel with its neighbours.
+        (lambda: ToolCall("t", print, read_only="no"), r"read_only must be a bool, got 'no' "),
+        (lambda: ToolCall("t", print, read_only=None), r"read_only must be a bool, got None"),
+        # A result's call_id goes back to the model as tool_call_id.
+        (lambda: ToolCall("t", print, call_id=5), r"call_id must be a str or None, got 5 \(int\)"),
+        # These three were accepted: a notice failed later (logged each time),
+        # constraints=5 was ignored, interrupt="yes" taken as true.
+        (lambda: ToolRunner(1, on_notice=5), r"on_notice must be a callable or None, got 5 "),
+        (lambda: ToolRunner(1, constraints=5), r"constraints must .*max_agents.*got 5 \(int\)"),
+        (lambda: ToolRunner(1, interrupt="yes"), r"interrupt must be a bool, got 'yes' \(str\)"),
+    ],
+)
+def test_hostile_tool_arguments_are_refused_naming_them(make_it: Any, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        make_it()
+
+
+def test_run_refuses_a_hostile_batch_or_notice_callback(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 1)
+    ran: list[int] = []
+    call = ToolCall("t", lambda: ran.append(1))
+    with pytest.raises(TypeError, match=r"on_notice must be a callable or None, got 5 \(int\)"):
+        runner.run([call], on_notice=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"calls must be an iterable of taut\.ToolCall"):
+        runner.run(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"calls must be an iterable of taut\.ToolCall"):
+        runner.run(call)  # type: ignore[arg-type]
+    assert ran == []
+
+
 def test_public_names() -> None:
     assert taut.ToolRunner is ToolRunner and taut.ToolCall is ToolCall
 

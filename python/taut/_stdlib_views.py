@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import time
 from concurrent.futures import Future as _ConcurrentFuture
+from concurrent.futures._base import CANCELLED_AND_NOTIFIED
 from typing import Any, Callable
 
 from taut._checks import check_timeout
@@ -39,6 +40,11 @@ class WorkItem:
         self.kwargs = kwargs
 
     def run(self) -> None:
+        if self.future._state == CANCELLED_AND_NOTIFIED:
+            # cancel() of a call taken out of the pool has told its waiters
+            # already (the standard library's run() does that): skip it, as
+            # there, instead of set_running_or_notify_cancel's RuntimeError.
+            return
         if not self.future.set_running_or_notify_cancel():
             return
         try:

@@ -87,6 +87,13 @@ def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
             # its outcome; make sure wait()/as_completed() hear of it.
             if future._state == _CANCELLED:
                 future.set_running_or_notify_cancel()
+        except BaseException:
+            # A done callback raised SystemExit or KeyboardInterrupt (the
+            # standard library logs only a callback's Exception). Escaping,
+            # it would end this worker loop and break the pool for good,
+            # failing every call queued behind. The future is complete and
+            # its waiters told; the callbacks after this one do not run.
+            _base.LOGGER.critical("exception calling callback for %r", future, exc_info=True)
         return slot.done(ok)
     _, notices, call, tracker, start = step
     _deliver_notices(notices)

@@ -153,7 +153,8 @@ def run_bounded_sync(
       counts against the pool's ceiling, a replacement may start, and the thread
       exits when ``fn`` returns. With ``interrupt=True``, ``DeadlineExpired`` is
       also raised inside ``fn`` at its next bytecode boundary (not inside a
-      blocking C call).
+      blocking C call). Both need a taut executor: on another executor (the
+      standard library's) the running call keeps its worker until it returns.
     * ``timeout=None`` (or ``math.inf``) runs ``fn()`` inline, on the caller's
       thread; ``0`` or less times out at once without running it.
     * ``fn`` may be a ``concurrent.futures.Future`` (for example from

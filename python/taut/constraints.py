@@ -301,6 +301,11 @@ class Budget:
         clock: Callable[[], float] = time.monotonic,
         parent: Budget | None = None,
     ) -> None:
+        if not callable(clock):
+            raise TypeError(
+                f"clock must be a callable returning seconds, got {clock!r} "
+                f"({type(clock).__name__})"
+            )
         self._initial = constraints
         self._clock = clock
         self._parent = parent

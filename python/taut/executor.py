@@ -147,7 +147,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._max_workers = max_workers
         self._max_queue = max_queue
         self._idle_timeout = idle_timeout
-        self._propagate_context = bool(propagate_context)
+        if not isinstance(propagate_context, bool):
+            # bool() would take "no" as True.
+            raise TypeError(f"propagate_context must be a bool, got {describe(propagate_context)}")
+        self._propagate_context = propagate_context
         self._thread_name_prefix = thread_name_prefix or (
             f"ThreadPoolExecutor-{self._counter()}"
         )
@@ -295,6 +298,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         call cannot start at once and each time its 1-based position changes,
         ``on_start()`` on the worker just before the call begins. Notices
         arrive in order and none after the start; keep them quick."""
+        for name, callback in (("on_wait", on_wait), ("on_start", on_start)):
+            # Checked here: later, each notice would fail (logged) on some thread.
+            if callback is not None and not callable(callback):
+                raise TypeError(f"{name} must be a callable or None, got {describe(callback)}")
         return self._submit(fn, args, kwargs, block=True, tracker=_Tracker(on_wait, on_start))
 
     def map(

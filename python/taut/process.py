@@ -254,6 +254,9 @@ def run_process(
     killed before the exception propagates.
     """
     budget = check_timeout(timeout)
+    if isinstance(args, (str, bytes, list, tuple)) and len(args) == 0:
+        # Popen would fail deep inside: IndexError: list index out of range.
+        raise ValueError(f"args must name a command, got {_describe(args)}")
     if not isinstance(check, bool):
         raise TypeError(f"check must be a bool, got {_describe(check)}")
     for forbidden in ("capture_output", "timeout"):
@@ -278,7 +281,15 @@ def run_process(
                 encoding or locale.getpreferredencoding(False), errors or "strict"
             )
         else:
-            input_bytes = bytes(input)
+            # memoryview, not bytes(): bytes(5) would be five NUL bytes and
+            # bytes(10**12) a terabyte; only bytes-like data is input.
+            try:
+                input_bytes = bytes(memoryview(input))
+            except TypeError:
+                raise TypeError(
+                    "input must be bytes (or str with text, encoding or errors), "
+                    f"got {_describe(input)}"
+                ) from None
         popen_kwargs["stdin"] = subprocess.PIPE
     popen_kwargs.setdefault("stdout", subprocess.PIPE)
     popen_kwargs.setdefault("stderr", subprocess.PIPE)

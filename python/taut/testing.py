@@ -21,13 +21,32 @@ cancellations keep working against real time.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from taut._checks import check_duration
+from taut._checks import check_duration, describe
+from taut._core import _seconds
 from taut.deadline import set_clock
 
 __all__ = ["MockClock", "scope_clock"]
+
+
+def _check_start(start: object) -> float:
+    """A clock reading: a finite number of seconds (float() alone turned
+    10**400 into an OverflowError and let NaN stop the clock for good)."""
+    rule = f"start must be a finite number of seconds, got {describe(start)}"
+    try:
+        at: float | None = _seconds(start, name="start")
+    except TypeError:
+        raise TypeError(rule) from None
+    except ValueError:  # NaN
+        raise ValueError(rule) from None
+    # Beyond the float range _seconds saturates at +-float max.
+    if at is None or not math.isfinite(at) or abs(at) >= sys.float_info.max:
+        raise ValueError(rule)
+    return at
 
 
 class MockClock:
@@ -38,7 +57,7 @@ class MockClock:
     __slots__ = ("now",)
 
     def __init__(self, start: float = 1000.0) -> None:
-        self.now = float(start)
+        self.now = _check_start(start)
 
     def __call__(self) -> float:
         return self.now

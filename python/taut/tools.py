@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
-from taut._checks import check_count, check_timeout
+from taut._checks import check_count, check_timeout, describe
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, Outcome, Scheduler, Submission
@@ -109,6 +109,11 @@ class ToolCall:
                 f"arguments must be a mapping, got {self.arguments!r} "
                 f"({type(self.arguments).__name__})"
             )
+        # read_only="no" would be truthy and run the call beside its neighbours.
+        if not isinstance(self.read_only, bool):
+            raise TypeError(f"read_only must be a bool, got {describe(self.read_only)}")
+        if self.call_id is not None and not isinstance(self.call_id, str):
+            raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
 
 
 ToolStatus = Literal["ok", "error", "timeout"]
@@ -175,6 +180,12 @@ def _config_value(getter: Callable[[Any], Any], source: Any, default: Any) -> An
         return default
 
 
+def _check_notice_callback(on_notice: object) -> None:
+    # Checked up front: a non-callable would only fail, logged, at each notice.
+    if on_notice is not None and not callable(on_notice):
+        raise TypeError(f"on_notice must be a callable or None, got {describe(on_notice)}")
+
+
 def _check_workers(value: Any, what: str) -> int:
     """A worker ceiling (0 = no ceiling), through the one gate for sizes."""
     return check_count(value, what, minimum=0)
@@ -221,6 +232,14 @@ class ToolRunner:
                 taut_config.tool_workers, config, taut_config.TOOL_WORKERS_DEFAULT
             )
         ceiling = _check_workers(tool_workers, "tool_workers")
+        if constraints is not None and not hasattr(constraints, "max_agents"):
+            raise TypeError(
+                "constraints must be a taut.PlanningConstraints (or anything with "
+                f"max_agents) or None, got {describe(constraints)}"
+            )
+        _check_notice_callback(on_notice)
+        if not isinstance(interrupt, bool):
+            raise TypeError(f"interrupt must be a bool, got {describe(interrupt)}")
         max_agents = getattr(constraints, "max_agents", None) if constraints is not None else None
         if max_agents is not None:
             max_agents = _check_workers(max_agents, "constraints.max_agents")
@@ -305,6 +324,9 @@ class ToolRunner:
         runner's callback.
         """
         started = time.monotonic()
+        if isinstance(calls, ToolCall) or not hasattr(calls, "__iter__"):
+            raise TypeError(f"calls must be an iterable of taut.ToolCall, got {describe(calls)}")
+        _check_notice_callback(on_notice)
         batch = list(calls)
         for i, c in enumerate(batch):
             if not isinstance(c, ToolCall):

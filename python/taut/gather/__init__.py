@@ -87,6 +87,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
 
+from taut._checks import describe
 from taut.executor import default_executor
 from taut.gather.drive import run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
@@ -104,6 +105,7 @@ from taut.gather.handles import (
 )
 from taut.gather.run import Run
 from taut.gather.tasks import Submission
+from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
 __all__ = [
@@ -142,13 +144,10 @@ class Scheduler:
         interrupt: bool = False,
         name: str | None = None,
     ) -> None:
-        if executor is not None and not isinstance(executor, cf.Executor):
-            raise TypeError(
-                f"executor must be a concurrent.futures.Executor or None, got {executor!r} "
-                f"({type(executor).__name__})"
-            )
-        self._executor = executor
-        self.journal = journal
+        self._executor = check_executor(executor)
+        self.journal = check_journal(journal)
+        if not isinstance(interrupt, bool):
+            raise TypeError(f"interrupt must be a bool, got {describe(interrupt)}")
         self.interrupt = interrupt
         self.name = name or f"scheduler-{next(_scheduler_ids)}"
 

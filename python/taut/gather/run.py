@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from taut._checks import check_max_parallel, check_timeout
+from taut._checks import check_max_parallel, check_timeout, describe
 from taut.deadline import DeadlineExpired
 from taut.gather.executors import Submit, plain_submit, stop_started
 from taut.gather.handles import (
@@ -41,7 +41,7 @@ from taut.gather.tasks import (
     Returned,
     Task,
 )
-from taut.gather.validate import check_handles
+from taut.gather.validate import check_executor, check_handles, check_journal
 from taut.journal import Journal
 
 if TYPE_CHECKING:
@@ -104,14 +104,20 @@ class Run:
         self.slots = Slots(checked, on_slot_wait) if checked is not None else None
         self.max_parallel = check_max_parallel(max_parallel)
         self.scheduler = scheduler
+        check_executor(executor)
+        if not isinstance(interrupt, bool):  # "no" would be taken as True
+            raise TypeError(f"interrupt must be a bool or None, got {describe(interrupt)}")
+        for name, hook in (("submit", submit), ("on_slot_wait", on_slot_wait)):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be a callable or None, got {describe(hook)}")
         self.executor = executor if executor is not None else scheduler.executor
-        self.journal = journal if journal is not None else scheduler.journal
+        self.journal = check_journal(journal) if journal is not None else scheduler.journal
         self.interrupt = interrupt
         self.submit = submit or plain_submit
         self.what = what
-        if isinstance(handles, (str, bytes, Call)):
+        if isinstance(handles, (str, bytes, Call)) or not hasattr(handles, "__iter__"):
             raise TypeError(
-                f"handles must be an iterable of taut.call(...) handles, got {handles!r}"
+                f"handles must be an iterable of taut.call(...) handles, got {describe(handles)}"
             )
         self.handles: list[Any] = list(handles)
         check_handles(self.handles, self.scheduler, self.journal, self.what)

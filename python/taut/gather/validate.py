@@ -4,9 +4,11 @@ its arguments, and is not part of the gather this call runs in."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 from typing import TYPE_CHECKING, Any
 
+from taut._checks import describe
 from taut.gather.handles import Call, GatherRejected, default_id, nested_argument
 from taut.gather.tasks import enclosing_frames
 from taut.journal import Journal
@@ -14,7 +16,30 @@ from taut.journal import Journal
 if TYPE_CHECKING:
     from taut.gather import Scheduler
 
-__all__ = ["check_handles"]
+__all__ = ["check_executor", "check_handles", "check_journal"]
+
+
+def check_executor(executor: object) -> Any:
+    """``executor`` if it is ``None`` or a concurrent.futures.Executor, else a
+    TypeError naming it (not an AttributeError once something runs)."""
+    if executor is not None and not isinstance(executor, cf.Executor):
+        raise TypeError(
+            f"executor must be a concurrent.futures.Executor or None, got {describe(executor)}"
+        )
+    return executor
+
+
+def check_journal(journal: object) -> Any:
+    """``journal`` if it is ``None`` or has the Journal protocol's methods (a
+    duck-typed journal is fine), else a TypeError naming it."""
+    if journal is not None and not (
+        callable(getattr(journal, "reserve", None)) and callable(getattr(journal, "complete", None))
+    ):
+        raise TypeError(
+            "journal must have reserve() and complete() (taut.SqliteJournal, "
+            f"taut.PostgresJournal, taut.InMemoryJournal) or be None, got {describe(journal)}"
+        )
+    return journal
 
 
 def check_handles(

@@ -26,7 +26,6 @@ Expiry is read from the storage's clock: PostgreSQL's ``clock_timestamp()``
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import socket
 import threading
@@ -35,16 +34,15 @@ import uuid
 import weakref
 from typing import Protocol
 
-from taut._core import clamp_timeout
+from taut._checks import check_duration
 
 __all__ = ["Lease", "check_lease_seconds", "holder_died_here", "keep_renewing", "stop_renewing"]
 
 
 def check_lease_seconds(lease: object) -> float:
     """``lease`` as a positive, finite number of seconds, or a clear error."""
-    seconds = clamp_timeout(lease, name="lease")
-    if seconds is None or seconds <= 0 or not math.isfinite(seconds):
-        raise ValueError(f"lease must be a positive number of seconds, got {lease!r}")
+    seconds = check_duration(lease, "lease", none_ok=False, zero_ok=False)
+    assert seconds is not None  # refused by none_ok=False
     return seconds
 
 

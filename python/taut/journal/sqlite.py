@@ -9,7 +9,7 @@ import time
 import weakref
 from typing import Callable, TypeVar
 
-from taut._checks import int_millis
+from taut._checks import describe, int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
 from taut.journal.sql import SqlJournal, tables
@@ -94,8 +94,17 @@ class SqliteJournal(SqlJournal):
             raise ValueError(
                 f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}"
             )
+        try:
+            fs_path = os.fspath(path)
+        except TypeError:
+            raise TypeError(
+                f"path must name a file (a str or os.PathLike), got {describe(path)}"
+            ) from None
+        if not fs_path:
+            # SQLite would open a temporary database, which WAL mode refuses.
+            raise ValueError(f"path must name a file (a str or os.PathLike), got {fs_path!r}")
         super().__init__(run=run, timeout=timeout, lease=lease, codec=codec)
-        self._path = os.fspath(path)
+        self._path = fs_path
         self._where = f"journal {self._path!r}"
         self._synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None

@@ -354,6 +354,15 @@ MUTATIONS = [
         (f"{ASYNC_PATH}::test_submit_on_a_loop_thread_refuses_at_once_when_full",),
     ),
     Mutation(
+        "owed-wake-ups-without-backstop",
+        ASYNC,
+        "                timer.call_soon(self.backstop)\n",
+        "",
+        (
+            f"{ASYNC_PATH}::test_a_call_queued_beside_a_busy_worker_starts_even_while_the_loop_blocks",
+        ),
+    ),
+    Mutation(
         "scope-signal-waits-for-the-gil",
         SIGNAL_INTERRUPT,
         "    deadline.signal_thread(threading.get_ident(), SIGNAL)\n",

@@ -871,24 +871,18 @@ def test_calls_whose_wake_up_is_never_handed_out_still_run(
     assert flushed  # some wake-ups were owed, and never handed out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call queued while another worker is busy leaves its worker's wake-up "
-    "owed until the end of the loop's pass (Pool::submit_waking, wake=False): a pass "
-    "that blocks keeps it queued behind the busy call while a worker sleeps idle",
-)
 @pytest.mark.parametrize("kind", ["run_in_executor", "run"])
 def test_a_call_queued_beside_a_busy_worker_starts_even_while_the_loop_blocks(kind: str) -> None:
     # With the standard library's executor the call starts on the idle worker
     # at once. Here the pass that queued it blocks (code on the loop waiting
-    # for it, or merely a long stretch of work): the idle worker is woken only
-    # once the pass is over, and the busy worker reaches the call only once
-    # its own call returns, which here waits for the loop.
+    # for it, or merely a long stretch of work) while the other worker's call
+    # waits for the loop: the parked worker's wake-up, owed until the pass is
+    # over, must come from the backstop timer instead.
     started = threading.Event()
     in_time: list[bool] = []
 
     def blocking_code_on_the_loop() -> None:
-        in_time.append(started.wait(1.0))  # the call itself takes microseconds
+        in_time.append(started.wait(LONG / 3))  # the call itself takes microseconds
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -19,7 +19,9 @@ the woken worker needs at once. A loop pass that queues many calls (a
 gather, a semaphore letting a batch through) wakes a worker at once only
 when none is busy, and the others in one go when the pass is over
 (``_LoopLink.owe``), not one per call. A busy worker takes queued calls one
-after another, so no call depends on that later wake-up to run.
+after another, so no call depends on that later wake-up to run, unless the
+busy worker's call never ends while the pass blocks: a timer then hands the
+wake-ups out from taut's callback thread (``_LoopLink.backstop``).
 
 A bounded queue (``max_queue``) that is full makes ``run`` wait for room
 without blocking the loop, in FIFO order with the other waiting coroutines:
@@ -37,12 +39,20 @@ import weakref
 from typing import Any, Callable, TypeVar
 
 from taut._checks import describe
-from taut._core import LoopChannel, PoolCore
+from taut._core import Deadline, LoopChannel, PoolCore, monotonic
 from taut._loop_waker import Watch, waker_for
 from taut._notices import _deliver_notices
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 
 _T = TypeVar("_T")
+
+# How long owed wake-ups may wait for the end of the loop's pass before the
+# callback thread hands them out (see _LoopLink.backstop): far longer than
+# a pass that does not block (the backstop then finds nothing to do, and it
+# is armed at most once per period: its cost stays out of busy loops), and
+# no longer than CPython's switch interval, the delay a pass holding the
+# GIL imposes on every other thread anyway.
+_OWED_BACKSTOP_S = 0.005
 
 
 class _LoopLink:
@@ -58,6 +68,8 @@ class _LoopLink:
         self.channel: LoopChannel = channel
         # Executors with queued calls whose worker wake-up is owed (see owe).
         self.owed: list[ThreadPoolExecutor] = []
+        # The timer of `backstop`, while one is armed.
+        self.backstop_timer: Deadline | None = None
 
     def owe(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """A call was queued while a worker was busy (or on its way) and
@@ -69,6 +81,24 @@ class _LoopLink:
             if not owed:
                 loop.call_soon(self.flush)
             owed.append(executor)
+            # After the append: a backstop firing now either sees the
+            # executor or has already let go of its timer (see backstop).
+            if self.backstop_timer is None:
+                timer = self.backstop_timer = Deadline(monotonic() + _OWED_BACKSTOP_S)
+                timer.call_soon(self.backstop)
+
+    def backstop(self) -> None:
+        """On taut's callback thread, a moment after wake-ups became owed:
+        hand out those still owed. A pass that does not block has done so
+        already (``flush``); one that blocks, perhaps on code waiting for the
+        very call queued, would otherwise leave it behind a busy worker whose
+        call may never end, with a worker parked beside it. Armed at most
+        once per `_OWED_BACKSTOP_S`, whatever the number of passes."""
+        self.backstop_timer = None
+        for executor in tuple(self.owed):
+            spawn = executor._core.wake_owed()
+            if spawn:
+                executor._spawn(spawn)
 
     def flush(self) -> None:
         """Hand out the owed wake-ups (a loop callback, once per pass)."""

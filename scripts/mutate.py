@@ -354,6 +354,13 @@ MUTATIONS = [
         (f"{ASYNC_PATH}::test_submit_on_a_loop_thread_refuses_at_once_when_full",),
     ),
     Mutation(
+        "worker-waits-for-room-it-alone-could-make",
+        EXECUTOR,
+        "                if core.in_worker():\n",
+        "                if False:\n",
+        ("tests/test_executor.py::test_the_only_worker_submitting_into_its_full_queue_is_refused_not_stuck",),
+    ),
+    Mutation(
         "owed-wake-ups-without-backstop",
         ASYNC,
         "                timer.call_soon(self.backstop)\n",

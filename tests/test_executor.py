@@ -634,6 +634,75 @@ def test_an_orphaned_core_answers_without_touching_its_pool():
     assert core.position(seq) is None
 
 
+def test_the_only_worker_submitting_into_its_full_queue_is_refused_not_stuck():
+    # One worker, its queue full: waiting for room would wait for itself. A
+    # watchdog shuts the pool down after LONG, so a submit that waits fails
+    # this test (RuntimeError) instead of hanging it.
+    gate = Gate()
+    outcome: list[str] = []
+
+    def submits_into_its_own_pool() -> None:
+        gate()
+        try:
+            ex.submit(abs, -1)
+            outcome.append("submitted")
+        except QueueFull as exc:
+            outcome.append(str(exc))
+        except RuntimeError:
+            outcome.append("waited until shutdown")
+
+    ex = taut.ThreadPoolExecutor(1, max_queue=1)
+    watchdog = threading.Timer(LONG, lambda: ex.shutdown(wait=False, cancel_futures=True))
+    watchdog.start()
+    try:
+        first = ex.submit(submits_into_its_own_pool)
+        wait_until(lambda: gate.started == 1)
+        ex.submit(abs, -2)  # fills the queue
+        gate.open.set()
+        first.result(2 * LONG)
+        assert len(outcome) == 1
+        assert "max_queue=1" in outcome[0] and "run the call inline" in outcome[0]
+    finally:
+        watchdog.cancel()
+        ex.shutdown()
+
+
+def test_workers_submitting_into_their_full_queue_wait_only_while_another_can_make_room():
+    # Two workers, the queue full. The first to submit waits (the other can
+    # still make room); the second would be the last, so it is refused, its
+    # call returns, and its worker takes a queued call: the first one's
+    # submit then finds room. Nothing waits for good.
+    first_gate, second_gate = Gate(), Gate()
+    outcomes: dict[str, str] = {}
+
+    def submit_from_worker(name: str, gate: Gate) -> None:
+        gate()
+        try:
+            ex.submit(abs, -1)
+            outcomes[name] = "submitted"
+        except QueueFull:
+            outcomes[name] = "refused"
+
+    ex = taut.ThreadPoolExecutor(2, max_queue=1)
+    watchdog = threading.Timer(LONG, lambda: ex.shutdown(wait=False, cancel_futures=True))
+    watchdog.start()
+    try:
+        first = ex.submit(submit_from_worker, "first", first_gate)
+        second = ex.submit(submit_from_worker, "second", second_gate)
+        wait_until(lambda: first_gate.started == 1 and second_gate.started == 1)
+        ex.submit(abs, -2)  # fills the queue
+        first_gate.open.set()
+        wait_until(lambda: ex._workers_waiting_for_room == 1)
+        second_gate.open.set()
+        second.result(2 * LONG)
+        first.result(2 * LONG)
+        assert outcomes == {"first": "submitted", "second": "refused"}
+        assert ex._workers_waiting_for_room == 0
+    finally:
+        watchdog.cancel()
+        ex.shutdown()
+
+
 def test_resize_wakes_a_submitter_blocked_on_a_full_queue():
     gate = Gate()
     with taut.ThreadPoolExecutor(1, max_queue=1) as ex:

@@ -167,6 +167,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
+        # Workers of this executor waiting in submit() for room in its own
+        # full queue (see _wait_for_room_on_a_worker).
+        self._room_lock = threading.Lock()
+        self._workers_waiting_for_room = 0
         self._core = PoolCore(max_workers, max_queue, idle_timeout)
         # The standard library's privates that real clients read, as views.
         self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
@@ -220,7 +224,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                         "submit() on an event loop's thread does not wait for room: "
                         "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
                     ) from None
-                core.wait_for_room()
+                if core.in_worker():
+                    self._wait_for_room_on_a_worker()
+                else:
+                    core.wait_for_room()
             except RuntimeError:
                 self._check_open()
                 raise
@@ -229,6 +236,27 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         if tracker is not None and waiting_at is not None:
             tracker.wait(waiting_at)
         return future
+
+    def _wait_for_room_on_a_worker(self) -> None:
+        """``submit`` on one of this executor's own workers found the queue
+        full. Only a worker makes room, by taking a call: if every other
+        worker already waits for room here, this one must not wait too (the
+        pool would wait for itself for good), so it raises instead."""
+        with self._room_lock:
+            workers = self._core.stats()[1]
+            if self._workers_waiting_for_room + 1 >= workers:
+                raise QueueFull(
+                    f"the queue is full: max_queue={self._max_queue} calls waiting, and "
+                    f"the other {workers - 1} worker(s) of this executor already wait for "
+                    "room: submit() on its own worker does not wait too, as nothing would "
+                    "make room; run the call inline, or use a larger max_queue"
+                )
+            self._workers_waiting_for_room += 1
+        try:
+            self._core.wait_for_room()
+        finally:
+            with self._room_lock:
+                self._workers_waiting_for_room -= 1
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait
@@ -540,6 +568,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         the executor starts fresh workers on demand."""
         old = self._core
         self._shutdown_lock = threading.Lock()
+        self._room_lock = threading.Lock()
+        self._workers_waiting_for_room = 0
         self._threads = set()
         self._threads_lock = threading.Lock()
         self._slots = {}

@@ -210,6 +210,22 @@ def test_bad_values_are_rejected_with_exact_messages() -> None:
         move_on_after(math.nan)
     with pytest.raises(TypeError, match=r"^deadline must be a number of seconds or None, got '5'"):
         fail_at("5")
+    # bool() would take "no" as True: an interrupt nobody asked for.
+    with pytest.raises(TypeError, match=r"^interrupt must be a bool, got 'no' \(str\)$"):
+        fail_after(1, interrupt="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^interrupt must be a bool, got 1 \(int\)$"):
+        move_on_at(time.monotonic() + 1, interrupt=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^label must be a str, got 5 \(int\)$"):
+        move_on_after(1, 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^label must be a str, got None \(NoneType\)$"):
+        fail_at(time.monotonic() + 1, label=None)  # type: ignore[arg-type]
+
+    class Named(str):
+        pass
+
+    with move_on_after(1, Named("a str subclass")) as scope:
+        pass
+    assert scope.label == "a str subclass"
 
 
 def test_remaining_reaches_worker_threads_through_copied_context(clock: FakeClock) -> None:

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
+from taut._checks import describe
 from taut._core import clamp_timeout
 from taut.deadline import _clock
 from taut.deadline._context import bounding_scope, innermost, open_scope
@@ -92,6 +93,12 @@ class DeadlineScope:
         label: str,
         interrupt: bool,
     ) -> None:
+        # Identity and class tests: a scope is made per request, so the
+        # common case costs two comparisons.
+        if interrupt is not False and interrupt is not True:
+            raise TypeError(f"interrupt must be a bool, got {describe(interrupt)}")
+        if label.__class__ is not str and not isinstance(label, str):
+            raise TypeError(f"label must be a str, got {describe(label)}")
         self._relative = relative
         self._absolute = absolute
         self._raise = raise_on_expiry

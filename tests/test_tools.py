@@ -422,7 +422,18 @@ def test_run_refuses_a_hostile_batch_or_notice_callback(runners: list[ToolRunner
         runner.run(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"calls must be an iterable of taut\.ToolCall"):
         runner.run(call)  # type: ignore[arg-type]
-    assert ran == []
+    twice = [
+        ToolCall("t", lambda: ran.append(1), call_id="c1"),
+        ToolCall("t", lambda: ran.append(2), call_id="c2"),
+        ToolCall("t", lambda: ran.append(3), call_id="c1"),
+    ]
+    with pytest.raises(
+        ValueError,
+        match=r"^calls\[2\]\.call_id must be unique in the batch, got 'c1', "
+        r"the id of calls\[0\] too$",
+    ):
+        runner.run(twice)
+    assert ran == []  # refused before anything ran
 
 
 def test_public_names() -> None:

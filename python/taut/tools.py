@@ -328,11 +328,20 @@ class ToolRunner:
             raise TypeError(f"calls must be an iterable of taut.ToolCall, got {describe(calls)}")
         _check_notice_callback(on_notice)
         batch = list(calls)
+        first_with_id: dict[str, int] = {}
         for i, c in enumerate(batch):
             if not isinstance(c, ToolCall):
                 raise TypeError(
                     f"calls[{i}] must be a taut.ToolCall, got {c!r} ({type(c).__name__})"
                 )
+            if c.call_id is not None:
+                # The results carry the ids back: two alike could not be told apart.
+                first = first_with_id.setdefault(c.call_id, i)
+                if first != i:
+                    raise ValueError(
+                        f"calls[{i}].call_id must be unique in the batch, got {c.call_id!r}, "
+                        f"the id of calls[{first}] too"
+                    )
         run_limit = check_timeout(timeout)
         parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
         notify = on_notice if on_notice is not None else self._on_notice

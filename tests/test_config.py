@@ -799,6 +799,8 @@ def test_an_iso_zero_disables_like_0(rec: Recorder) -> None:
         ("-PT5M", "negative duration"),
         ("PT", "not a valid ISO-8601 duration"),
         ("PT5X", "not a valid ISO-8601 duration"),
+        ("PT99999999999999999999H", "beyond 999,999,999 days"),
+        ("P1000000000D", "beyond 999,999,999 days"),
         ("5 minutes", "got text"),
     ],
 )

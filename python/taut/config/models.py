@@ -64,6 +64,15 @@ _TEXT_RULE = f"{_RULE} or an ISO-8601 duration such as PT5M"
 _ISO_DURATION = re.compile(r"^[+-]?P", re.IGNORECASE)
 # Years and months have no fixed length; a timeout must mean one exact duration.
 _AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
+# The shape of a duration the parser takes, years and months aside: weeks,
+# days, then T and hours, minutes, seconds. Text of this shape that it still
+# refuses holds a number too large for it.
+_NUMBER = r"\d+(?:[.,]\d+)?"
+_ISO_SHAPE = re.compile(
+    rf"^[+-]?P(?=\d|T\d)(?:{_NUMBER}W)?(?:{_NUMBER}D)?"
+    rf"(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?$",
+    re.IGNORECASE,
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,6 +95,13 @@ def _iso_seconds(text: str) -> tuple[bool, float | None, str]:
     try:
         value: timedelta = _timedelta_parser().validate_python(stripped)
     except Exception:
+        if _ISO_SHAPE.match(stripped):
+            return (
+                False,
+                None,
+                f"{_TEXT_RULE}, got a duration beyond 999,999,999 days "
+                "(a number of seconds that large is clamped instead)",
+            )
         return False, None, f"{_TEXT_RULE}, got text that is not a valid ISO-8601 duration"
     if value < timedelta(0):
         return False, None, f"{_TEXT_RULE}, got a negative duration"

@@ -815,6 +815,22 @@ def test_invalid_duration_text_is_rejected_with_a_reason(
     assert problem.line == 3 and reason in problem.message
 
 
+def test_an_exponent_without_a_dot_is_a_number_in_yaml_too(tmp_path: Path) -> None:
+    # YAML 1.1 (PyYAML) alone reads 1e3 as the text "1e3"; quoted, it stays text.
+    f = write(
+        tmp_path / "c.yaml",
+        "timeouts:\n  tools:\n    concurrent_batch: 1e3\n    sequential_call: 9E+1\n",
+    )
+    assert check_config_file(f, include_warnings=True) == []
+    assert concurrent_batch_timeout(f) == 1000.0 and sequential_call_timeout(f) == 90.0
+    quoted = write(tmp_path / "q.yaml", "timeouts:\n  tools:\n    concurrent_batch: '1e3'\n")
+    [problem] = check_config_file(quoted)
+    assert problem.line == 3 and "got text" in problem.message
+    import yaml
+
+    assert yaml.safe_load("x: 1e3") == {"x": "1e3"}  # PyYAML's own table is untouched
+
+
 def test_iso_durations_in_a_file_and_in_config_check(tmp_path: Path) -> None:
     f = write(
         tmp_path / "c.yaml",

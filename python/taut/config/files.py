@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import threading
@@ -127,6 +128,9 @@ def _float_never_zeroed(text: str) -> float:
 
 
 _YAML_FLOAT = "tag:yaml.org,2002:float"
+# YAML 1.1 (PyYAML's) reads `1e3`, an exponent without a dot, as the text
+# "1e3"; YAML 1.2 and JSON read the number it looks like, and so does taut.
+_EXPONENT_WITHOUT_DOT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 
 def _yaml_float(loader: Any, node: Any) -> float:
@@ -150,8 +154,12 @@ def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
     empty; refused if it uses aliases or nests too deep. Composing never expands
     an alias, so the check is linear in the size of the text."""
     loader = _yaml_loader()(_NamedText(text, path))
-    # On this loader only (PyYAML's table is shared by every user of the class).
+    # On this loader only (PyYAML's tables are shared by every user of the class).
     loader.yaml_constructors = {**loader.yaml_constructors, _YAML_FLOAT: _yaml_float}
+    resolvers = {first: list(rules) for first, rules in loader.yaml_implicit_resolvers.items()}
+    for first in "-+0123456789":
+        resolvers.setdefault(first, []).append((_YAML_FLOAT, _EXPONENT_WITHOUT_DOT))
+    loader.yaml_implicit_resolvers = resolvers
     try:
         node = loader.get_single_node()
         if node is None:

@@ -344,13 +344,14 @@ def test_signal_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
     previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
     try:
         _core._take_sent_signals()
-        cancelled = Deadline(soon(0.05))
+        # Long enough that a stalled test thread still cancels it first.
+        cancelled = Deadline(soon(1.0))
         cancelled.signal_thread(threading.get_ident(), signal.SIGURG)
         assert cancelled.cancel()
         fired = Deadline(soon(0.0))
         assert fired.wait(LONG)
         fired.signal_thread(threading.get_ident(), signal.SIGURG)
-        time.sleep(0.3)  # six times the cancelled deadline
+        time.sleep(1.5)  # past the cancelled deadline
         assert received == []
         assert _core._take_sent_signals() == 0
     finally:

@@ -102,6 +102,12 @@ pub fn is_main_thread() -> bool {
     MAIN_THREAD.load(Ordering::Acquire) == me
 }
 
+/// The main thread's `PyThread_get_thread_ident()` (0 before `taut._timer`
+/// recorded it): a thread that lives as long as the process.
+pub fn main_thread() -> u64 {
+    MAIN_THREAD.load(Ordering::Acquire)
+}
+
 /// Record the main thread (see `MAIN_THREAD`).
 #[pyfunction]
 pub fn _set_main_thread(ident: u64) {

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering as AO};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
@@ -190,6 +190,12 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
 pub struct Deadline {
     entry: Arc<Entry>,
     at: f64,
+    /// Made by `signal_main_thread`: true once `cancel()` has run. The timer
+    /// thread sends its signal only while holding it and seeing false, so
+    /// after `cancel()` returns the signal was sent already or never will be
+    /// (the entry is settled as fired before its actions run, so `cancel()`
+    /// alone can return while the signal is still to come).
+    signal_gate: OnceLock<Arc<Mutex<bool>>>,
 }
 
 impl Deadline {
@@ -224,11 +230,19 @@ impl Deadline {
         Ok(Deadline {
             entry: timer::arm_ns(timer::secs_to_ns(at)),
             at,
+            signal_gate: OnceLock::new(),
         })
+    }
+
+    /// No signal of `signal_main_thread` after this returns (see `signal_gate`).
+    fn close_signal_gate(&self) {
+        if let Some(gate) = self.signal_gate.get() {
+            *gate.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        }
     }
 }
 
-/// Signals sent by [`Deadline::signal_thread`] that no handler has claimed
+/// Signals sent by [`Deadline::signal_main_thread`] that no handler has claimed
 /// yet (see `_take_sent_signals`).
 static SIGNALS_SENT: AtomicU64 = AtomicU64::new(0);
 
@@ -407,6 +421,7 @@ impl Deadline {
 
     fn cancel(&self) -> bool {
         let was_pending = self.entry.cancel();
+        self.close_signal_gate();
         if !was_pending {
             self.undo_delivery();
         }
@@ -418,7 +433,9 @@ impl Deadline {
     fn cancel_in_time(&self) -> bool {
         // Only a deadline that had not fired (so nothing was delivered) can
         // be in time: the undoing in `cancel` is never needed here.
-        if !self.entry.cancel() {
+        let was_pending = self.entry.cancel();
+        self.close_signal_gate();
+        if !was_pending {
             self.undo_delivery();
             return false;
         }
@@ -466,29 +483,17 @@ impl Deadline {
         }
     }
 
-    /// At expiry the timer thread itself sends `signum` to thread
-    /// `thread_id` with `pthread_kill`: no GIL is needed, so a thread busy in
-    /// pure Python code gets the signal at once instead of after the switch
+    /// At expiry the timer thread itself sends `signum` to the main thread
+    /// with `pthread_kill`: no GIL is needed, so the main thread, busy in pure
+    /// Python code, gets the signal at once instead of after the switch
     /// interval the callback thread would wait for the GIL. Nothing is sent
-    /// if the deadline has already fired or is cancelled first. The thread
-    /// must outlive the deadline (taut passes the main thread only).
-    fn signal_thread(
-        &self,
-        thread_id: &Bound<'_, PyAny>,
-        signum: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    /// if the deadline has already fired, or once `cancel()` has returned.
+    /// Only the main thread: it outlives the timer, and only it runs Python
+    /// signal handlers.
+    fn signal_main_thread(&self, signum: &Bound<'_, PyAny>) -> PyResult<()> {
         #[cfg(unix)]
         {
-            // A bool is an int to Python, but never a thread or a signal.
-            let thread_id = match thread_id.extract::<u64>() {
-                Ok(id) if id != 0 && !thread_id.is_instance_of::<PyBool>() => id,
-                _ => {
-                    return Err(PyValueError::new_err(format!(
-                        "thread_id must be a thread's threading.get_ident(), got {}",
-                        describe(thread_id, 80)?
-                    )))
-                }
-            };
+            // A bool is an int to Python, but never a signal.
             let signum = match signum.extract::<i32>() {
                 Ok(n) if is_signal_number(n) && !signum.is_instance_of::<PyBool>() => n,
                 _ => {
@@ -498,24 +503,31 @@ impl Deadline {
                     )))
                 }
             };
+            let gate = Arc::clone(self.signal_gate.get_or_init(|| Arc::new(Mutex::new(false))));
             // Already fired: the caller's own (GIL-bound) path sends it.
             let _ = self.entry.try_add_action(Box::new(move || {
+                let closed = gate.lock().unwrap_or_else(|p| p.into_inner());
+                let main = gil::main_thread();
+                if *closed || main == 0 {
+                    return;
+                }
                 SIGNALS_SENT.fetch_add(1, AO::AcqRel);
-                // SAFETY: the caller promised a live thread; pthread_kill only
-                // queues a signal for it.
-                let failed =
-                    unsafe { libc::pthread_kill(thread_id as libc::pthread_t, signum) } != 0;
+                // SAFETY: the main thread lives as long as the process;
+                // pthread_kill only queues a signal for it.
+                let failed = unsafe { libc::pthread_kill(main as libc::pthread_t, signum) } != 0;
                 if failed {
                     SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
                 }
+                // Held until sent: cancel() waits for this send to be done.
+                drop(closed);
             }));
             Ok(())
         }
         #[cfg(not(unix))]
         {
-            let _ = (thread_id, signum);
+            let _ = signum;
             Err(pyo3::exceptions::PyNotImplementedError::new_err(
-                "signal_thread is only available on Unix",
+                "signal_main_thread is only available on Unix",
             ))
         }
     }
@@ -585,7 +597,7 @@ pub fn monotonic() -> f64 {
     timer::now_ns() as f64 / 1e9
 }
 
-/// How many signals `Deadline.signal_thread` sent since the last call (and
+/// How many signals `Deadline.signal_main_thread` sent since the last call (and
 /// back to zero): a signal handler's way to tell a signal of taut's from one
 /// the program sent. Signals of one number merge while pending, so any
 /// count means the one delivered was (at least also) taut's.

@@ -372,7 +372,7 @@ MUTATIONS = [
     Mutation(
         "scope-signal-waits-for-the-gil",
         SIGNAL_INTERRUPT,
-        "    deadline.signal_thread(threading.get_ident(), SIGNAL)\n",
+        "    deadline.signal_main_thread(SIGNAL)\n",
         "",
         (f"{SCOPE_INTERRUPT}::test_busy_python_code_is_interrupted_without_waiting_for_the_gil",),
     ),

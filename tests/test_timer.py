@@ -320,13 +320,13 @@ needs_pthread_kill = pytest.mark.skipif(
 
 @needs_pthread_kill
 @pytest.mark.timeout(60)
-def test_signal_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
+def test_signal_main_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
     received: list[int] = []
     previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
     try:
         _core._take_sent_signals()
         d = Deadline(soon(0.05))
-        d.signal_thread(threading.get_ident(), signal.SIGURG)
+        d.signal_main_thread(signal.SIGURG)
         assert d.wait(LONG)
         end = time.monotonic() + LONG
         while not received and time.monotonic() < end:
@@ -339,18 +339,19 @@ def test_signal_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
 
 
 @needs_pthread_kill
-def test_signal_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
+def test_signal_main_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
     received: list[int] = []
     previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
     try:
         _core._take_sent_signals()
-        cancelled = Deadline(soon(0.05))
-        cancelled.signal_thread(threading.get_ident(), signal.SIGURG)
+        # Long enough that a stalled test thread still cancels it first.
+        cancelled = Deadline(soon(1.0))
+        cancelled.signal_main_thread(signal.SIGURG)
         assert cancelled.cancel()
         fired = Deadline(soon(0.0))
         assert fired.wait(LONG)
-        fired.signal_thread(threading.get_ident(), signal.SIGURG)
-        time.sleep(0.3)  # six times the cancelled deadline
+        fired.signal_main_thread(signal.SIGURG)
+        time.sleep(1.5)  # past the cancelled deadline
         assert received == []
         assert _core._take_sent_signals() == 0
     finally:
@@ -358,24 +359,18 @@ def test_signal_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
 
 
 @needs_pthread_kill
-def test_signal_thread_validates_its_arguments() -> None:
+def test_signal_main_thread_validates_its_arguments() -> None:
     d = Deadline(soon(LONG))
     with pytest.raises(ValueError, match="signum must be a signal number of this platform, got 0"):
-        d.signal_thread(threading.get_ident(), 0)
+        d.signal_main_thread(0)
     with pytest.raises(ValueError, match="got 100000"):
-        d.signal_thread(threading.get_ident(), 100_000)
-    with pytest.raises(ValueError, match=r"thread_id must be .*got 0"):
-        d.signal_thread(0, signal.SIGURG)
-    with pytest.raises(ValueError, match=r"thread_id must be .*got -1"):
-        d.signal_thread(-1, signal.SIGURG)
-    with pytest.raises(ValueError, match=r"thread_id must be .*got 'main'"):
-        d.signal_thread("main", signal.SIGURG)  # type: ignore[arg-type]
+        d.signal_main_thread(100_000)
     with pytest.raises(ValueError, match=r"signum must be .*got 1099511627776"):
-        d.signal_thread(threading.get_ident(), 2**40)
+        d.signal_main_thread(2**40)
     with pytest.raises(ValueError, match=r"signum must be .*got True"):
-        d.signal_thread(threading.get_ident(), True)
+        d.signal_main_thread(True)
     with pytest.raises(ValueError, match=r"signum must be .*got None"):
-        d.signal_thread(threading.get_ident(), None)  # type: ignore[arg-type]
+        d.signal_main_thread(None)  # type: ignore[arg-type]
     d.cancel()
 
 

@@ -127,11 +127,10 @@ class Deadline:
         without the GIL and never blocking. ``fd`` must be a socket or a
         non-blocking pipe write end, and stay open until expiry or cancel."""
 
-    def signal_thread(self, thread_id: int, signum: int) -> None:
-        """At expiry the timer thread sends signal ``signum`` to thread
-        ``thread_id`` (its ``threading.get_ident()``) with ``pthread_kill``,
-        without the GIL. Nothing if already expired or cancelled first. The
-        thread must outlive the deadline. Unix only."""
+    def signal_main_thread(self, signum: int) -> None:
+        """At expiry the timer thread sends signal ``signum`` to the main
+        thread with ``pthread_kill``, without the GIL. Nothing if already
+        expired, or once ``cancel()`` has returned. Unix only."""
 
     def call_soon(self, fn: Callable[[], object]) -> None:
         """At expiry run ``fn()`` on taut's Python callback thread
@@ -145,7 +144,7 @@ class Deadline:
         ``cancel()`` is called first."""
 
 def _take_sent_signals() -> int:
-    """How many signals ``Deadline.signal_thread`` sent since the last call
+    """How many signals ``Deadline.signal_main_thread`` sent since the last call
     (the count goes back to zero)."""
 
 def _timer_next_callback() -> Callable[[], object] | None:

@@ -12,7 +12,7 @@ Python code only), as do platforms without ``signal.pthread_kill`` (Windows).
 How: while at least one ``interrupt=True`` scope is open on the main thread,
 ``SIGNAL`` (``SIGURG``) has taut's handler; the user's handler is kept and put
 back when the last such scope closes. At expiry the timer thread sends
-``SIGNAL`` to the main thread itself (``Deadline.signal_thread``: no GIL
+``SIGNAL`` to the main thread itself (``Deadline.signal_main_thread``: no GIL
 needed, so pure Python code that holds the GIL is interrupted within the
 timer's own lateness, not after the switch interval), and taut's Python
 callback thread sends it with ``signal.pthread_kill`` once it has the GIL;
@@ -101,7 +101,7 @@ def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
     # If the deadline already passed it sends nothing: the callback thread
     # does, once this thread lets go of the GIL, which is in the block
     # (hence call_soon last).
-    deadline.signal_thread(threading.get_ident(), SIGNAL)
+    deadline.signal_main_thread(SIGNAL)
     deadline.call_soon(lambda: _send_if_due(scope))
 
 
@@ -118,8 +118,13 @@ def disarm(scope: _Interruptible) -> None:
         previous, _previous = _previous, None
         if signal.getsignal(SIGNAL) is not _handler:
             return  # replaced meanwhile by the program: its handler stays
-        # signal.signal first runs pending handlers: a signal of ours still
-        # pending is consumed by _handler here (and ignored, nothing is due).
+        # The scope's cancel() returned, so the timer thread's signal was
+        # sent already (it is pending on this thread) or never will be. A
+        # system call's return delivers a pending signal to the C handler,
+        # and signal.signal first runs pending handlers: a signal of ours is
+        # consumed by _handler here (and ignored, nothing is due), never by
+        # the program's handler once it is back.
+        signal.pthread_sigmask(signal.SIG_BLOCK, ())
         signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)
 
 

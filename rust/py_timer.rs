@@ -190,12 +190,14 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
 pub struct Deadline {
     entry: Arc<Entry>,
     at: f64,
-    /// Made by `signal_main_thread`: true once `cancel()` has run. The timer
-    /// thread sends its signal only while holding it and seeing false, so
-    /// after `cancel()` returns the signal was sent already or never will be
-    /// (the entry is settled as fired before its actions run, so `cancel()`
-    /// alone can return while the signal is still to come).
-    signal_gate: OnceLock<Arc<Mutex<bool>>>,
+    /// Made by `notify_fd` and `signal_main_thread`: true once `cancel()` has
+    /// run. The timer thread writes the byte or sends the signal only while
+    /// holding it and seeing false, so once `cancel()` returns it was done
+    /// already or never will be: the owner may close its fd (whose number
+    /// the next open would reuse) or put the program's signal handler back.
+    /// (The entry is settled as fired before its actions run, so the entry's
+    /// own `cancel()` can return while they are still to come.)
+    effects_gate: OnceLock<Arc<Mutex<bool>>>,
 }
 
 impl Deadline {
@@ -230,13 +232,22 @@ impl Deadline {
         Ok(Deadline {
             entry: timer::arm_ns(timer::secs_to_ns(at)),
             at,
-            signal_gate: OnceLock::new(),
+            effects_gate: OnceLock::new(),
         })
     }
 
-    /// No signal of `signal_main_thread` after this returns (see `signal_gate`).
-    fn close_signal_gate(&self) {
-        if let Some(gate) = self.signal_gate.get() {
+    /// The gate of the effects that must not outlast `cancel()` (see
+    /// `effects_gate`), made on first use.
+    fn effects_gate(&self) -> Arc<Mutex<bool>> {
+        Arc::clone(
+            self.effects_gate
+                .get_or_init(|| Arc::new(Mutex::new(false))),
+        )
+    }
+
+    /// No fd write or signal after this returns (see `effects_gate`).
+    fn close_effects_gate(&self) {
+        if let Some(gate) = self.effects_gate.get() {
             *gate.lock().unwrap_or_else(|p| p.into_inner()) = true;
         }
     }
@@ -421,7 +432,7 @@ impl Deadline {
 
     fn cancel(&self) -> bool {
         let was_pending = self.entry.cancel();
-        self.close_signal_gate();
+        self.close_effects_gate();
         if !was_pending {
             self.undo_delivery();
         }
@@ -434,7 +445,7 @@ impl Deadline {
         // Only a deadline that had not fired (so nothing was delivered) can
         // be in time: the undoing in `cancel` is never needed here.
         let was_pending = self.entry.cancel();
-        self.close_signal_gate();
+        self.close_effects_gate();
         if !was_pending {
             self.undo_delivery();
             return false;
@@ -471,7 +482,19 @@ impl Deadline {
         #[cfg(unix)]
         {
             let kind = fd_kind(fd)?;
-            add_or_run_detached(py, &self.entry, Box::new(move || write_byte(fd, kind)));
+            let gate = self.effects_gate();
+            add_or_run_detached(
+                py,
+                &self.entry,
+                Box::new(move || {
+                    let closed = gate.lock().unwrap_or_else(|p| p.into_inner());
+                    if !*closed {
+                        write_byte(fd, kind);
+                    }
+                    // Held until written: cancel() waits for this write.
+                    drop(closed);
+                }),
+            );
             Ok(())
         }
         #[cfg(not(unix))]
@@ -503,7 +526,7 @@ impl Deadline {
                     )))
                 }
             };
-            let gate = Arc::clone(self.signal_gate.get_or_init(|| Arc::new(Mutex::new(false))));
+            let gate = self.effects_gate();
             // Already fired: the caller's own (GIL-bound) path sends it.
             let _ = self.entry.try_add_action(Box::new(move || {
                 let closed = gate.lock().unwrap_or_else(|p| p.into_inner());

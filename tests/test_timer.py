@@ -231,6 +231,49 @@ def test_notify_fd_with_nonblocking_pipe() -> None:
         os.close(w)
 
 
+def _full_pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 65536)
+    except BlockingIOError:
+        return r, w
+
+
+def test_notify_fd_writes_nothing_once_cancel_returned_even_after_expiry() -> None:
+    """The timer settles a deadline as fired, then runs its actions; the
+    owner sees it expired, cancels and closes its fd (whose number the next
+    open reuses). No byte may come after cancel() returned. 50,000 writes to
+    a full pipe (each failing at once), run first, widen the gap between
+    settling and the watched write to tens of milliseconds."""
+    full_r, full_w = _full_pipe()
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    try:
+        d = Deadline(soon(1.0))
+        for _ in range(50_000):
+            d.notify_fd(full_w)
+        d.notify_fd(w)
+        # Not wait(): its waiter is woken after the actions registered first.
+        end = time.monotonic() + LONG
+        while not d.expired and time.monotonic() < end:
+            pass
+        assert d.expired
+        d.cancel()
+        try:
+            os.read(r, 16)  # written before cancel() returned, or never
+        except BlockingIOError:
+            pass
+        time.sleep(0.3)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 16)
+    finally:
+        for fd in (full_r, full_w, r, w):
+            os.close(fd)
+
+
 def test_notify_fd_refuses_blocking_pipe_and_bad_fd() -> None:
     r, w = os.pipe()
     try:

@@ -125,7 +125,9 @@ class Deadline:
     def notify_fd(self, fd: int) -> None:
         """At expiry the timer thread writes one byte ``b"\\x01"`` to ``fd``,
         without the GIL and never blocking. ``fd`` must be a socket or a
-        non-blocking pipe write end, and stay open until expiry or cancel."""
+        non-blocking pipe write end, and stay open until the byte arrived or
+        ``cancel()`` returned (after that nothing is written, even if the
+        deadline had fired)."""
 
     def signal_main_thread(self, signum: int) -> None:
         """At expiry the timer thread sends signal ``signum`` to the main

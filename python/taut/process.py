@@ -459,6 +459,13 @@ def _communicate(
                     elif key.fd == wake_r:
                         _drain(wake_r)
     finally:
+        if deadline is not None:
+            # Before wake_w closes: once cancel() returns the timer thread
+            # writes to it no more, even if the deadline has just fired (a
+            # late byte would land in whatever reuses the fd number next).
+            # The kill it owns is unaffected: a fired deadline has run it,
+            # and the caller cancels a deadline that has not anyway.
+            deadline.cancel()
         sel.close()
         for fd in (wake_r, wake_w, pidfd):
             if fd is not None and fd >= 0:

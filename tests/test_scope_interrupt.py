@@ -7,6 +7,7 @@ main thread. Timings are lopsided: a 0.05 s budget against 30 s of blocking.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Callable
 
@@ -220,59 +222,25 @@ def test_a_late_timer_signal_does_not_hide_the_programs_next_signal() -> None:
     closed goes to the program's handler (nothing else can take it); its
     count must not make the program's next signal, in a later scope, look
     like taut's."""
-    received: list[int] = []
-
-    def users_handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous = signal.signal(signal.SIGURG, users_handler)
-    main = threading.get_ident()
-    try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
-        try:
+    with _programs_handler() as received:
+        with _held_back():  # delivered as it ends, after the scope closed
             with fail_after(LONG, interrupt=True):
-                late = _core.Deadline(_core.monotonic() + BUDGET)
-                late.signal_main_thread(signal.SIGURG)
-                assert late.wait(LONG)
-                # wait() can return between the timer's settling and its send
-                _wait_for(lambda: signal.SIGURG in signal.sigpending())
-                assert signal.SIGURG in signal.sigpending()  # held back by the mask
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
+                _timer_signal_sent()
         _wait_for(lambda: received == [signal.SIGURG])
         with fail_after(LONG, interrupt=True):
             # Nothing is due: the program's own signal goes to its handler.
-            signal.pthread_kill(main, signal.SIGURG)
+            signal.pthread_kill(threading.get_ident(), signal.SIGURG)
             _wait_for(lambda: len(received) == 2)
         assert received == [signal.SIGURG, signal.SIGURG]
-    finally:
-        signal.signal(signal.SIGURG, previous)
 
 
 def test_a_timer_signal_that_finds_nothing_due_is_not_passed_on() -> None:
-    received: list[int] = []
-
-    def users_handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous = signal.signal(signal.SIGURG, users_handler)
-    try:
+    with _programs_handler() as received:
         with fail_after(LONG, interrupt=True):
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
-            try:
-                other = _core.Deadline(_core.monotonic() + BUDGET)
-                other.signal_main_thread(signal.SIGURG)
-                assert other.wait(LONG)
-                # wait() can return between the timer's settling and its send
-                _wait_for(lambda: signal.SIGURG in signal.sigpending())
-                assert signal.SIGURG in signal.sigpending()  # held back by the mask
-            finally:
-                # Delivered here, to taut's handler: nothing is due.
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
+            with _held_back():  # delivered as it ends, to taut's handler
+                _timer_signal_sent()
             time.sleep(0.1)
         assert received == []
-    finally:
-        signal.signal(signal.SIGURG, previous)
 
 
 def test_a_scope_that_closes_just_after_expiry_sends_nothing_to_the_programs_handler(
@@ -286,11 +254,6 @@ def test_a_scope_that_closes_just_after_expiry_sends_nothing_to_the_programs_han
     the timer thread; other actions run first on the entry widen it here to
     tens of milliseconds (against a block that leaves at once: lopsided).
     Without widening, a loop of such scopes sent ~60% of its signals there."""
-    received: list[int] = []
-
-    def users_handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
     r, w = os.pipe()
     os.set_blocking(w, False)
     try:
@@ -308,20 +271,56 @@ def test_a_scope_that_closes_just_after_expiry_sends_nothing_to_the_programs_han
         armed_before_expiry.append(not deadline.expired)
 
     monkeypatch.setattr(_signal_interrupt, "arm", arm_behind_slow_actions)
-    previous = signal.signal(signal.SIGURG, users_handler)
     try:
-        with move_on_after(1.0, interrupt=True) as scope:
-            deadline = scope._deadline
-            assert deadline is not None
-            while not deadline.expired:
-                pass  # leave as soon as the timer has settled the deadline
-        time.sleep(0.5)  # a late signal lands at the program's handler here
-        assert armed_before_expiry == [True]  # the timer's signal was registered
-        assert received == []
+        with _programs_handler() as received:
+            with move_on_after(1.0, interrupt=True) as scope:
+                deadline = scope._deadline
+                assert deadline is not None
+                while not deadline.expired:
+                    pass  # leave as soon as the timer has settled the deadline
+            time.sleep(0.5)  # a late signal lands at the program's handler here
+            assert armed_before_expiry == [True]  # the timer's signal was registered
+            assert received == []
     finally:
-        signal.signal(signal.SIGURG, previous)
         os.close(r)
         os.close(w)
+
+
+@contextlib.contextmanager
+def _programs_handler() -> Iterator[list[int]]:
+    """The program's own SIGURG handler for the block: what reaches it."""
+    received: list[int] = []
+
+    def programs_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGURG, programs_handler)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+@contextlib.contextmanager
+def _held_back() -> Iterator[None]:
+    """SIGURG blocked on this thread for the block: signals sent meanwhile are
+    delivered as it ends."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
+
+
+def _timer_signal_sent() -> None:
+    """A deadline of its own has the timer thread send SIGURG to this (main)
+    thread, which holds it back: wait until it is pending."""
+    d = _core.Deadline(_core.monotonic() + BUDGET)
+    d.signal_main_thread(signal.SIGURG)
+    assert d.wait(LONG)
+    # wait() can return between the timer's settling and its send.
+    _wait_for(lambda: signal.SIGURG in signal.sigpending())
+    assert signal.SIGURG in signal.sigpending()
 
 
 def _wait_for(condition: Callable[[], bool]) -> None:

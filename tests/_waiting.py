@@ -39,3 +39,17 @@ async def running_call(executor: Any, fn: Callable[..., object], *args: Any) -> 
             raise AssertionError("the call never started")
         await asyncio.sleep(0.001)
     return task
+
+
+async def no_line_left(executor: Any) -> None:
+    """Every coroutine that waited for room in the executor's bounded queue
+    came back or gave its turn up: with room in the queue, a new call goes
+    straight in, in one pass (not through the line and the loop's channel)."""
+    gate = threading.Event()
+    blocker = await running_call(executor, gate.wait, LONG)
+    late = asyncio.ensure_future(executor.run(abs, -1))
+    await asyncio.sleep(0)
+    assert executor.stats().queued == 1
+    gate.set()
+    assert await asyncio.wait_for(late, LONG) == 1
+    await blocker

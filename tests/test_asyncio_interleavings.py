@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from _waiting import LONG, running_call, wait_until
+from _waiting import LONG, no_line_left, wait_until
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -143,16 +143,7 @@ async def _interleave(ops: list[tuple[Any, ...]], max_queue: int) -> None:
                 assert task.cancelled()
         in_line_order = [n for n in calls.started if tasks[n][0] != "run_in_executor"]
         assert in_line_order == sorted(in_line_order), calls.started
-        # No line left: with the worker held, a new call goes straight into
-        # the queue in one pass (not through the line and the loop's channel).
-        gate = threading.Event()
-        blocker = await running_call(ex, gate.wait, LONG)
-        late = asyncio.ensure_future(ex.run(abs, -1))
-        await asyncio.sleep(0)
-        assert ex.stats().queued == 1
-        gate.set()
-        assert await asyncio.wait_for(late, LONG) == 1
-        await blocker
+        await no_line_left(ex)
 
 
 @settings(

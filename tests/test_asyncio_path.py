@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 import pytest
-from _waiting import running_call, wait_until
+from _waiting import no_line_left, running_call, wait_until
 
 import taut
 import taut._loop_waker
@@ -309,20 +309,6 @@ async def _line_told(
     return waiters, queued
 
 
-async def _no_line_left(ex: taut.ThreadPoolExecutor) -> None:
-    """Every coroutine that waited for room came back or gave its turn up:
-    with room in the queue, a new call goes straight in, in one pass (not
-    through the line and the loop's channel)."""
-    gate = threading.Event()
-    blocker = await running_call(ex, gate.wait, LONG)
-    late = asyncio.ensure_future(ex.run(abs, -1))
-    await asyncio.sleep(0)
-    assert ex.stats().queued == 1
-    gate.set()
-    assert await asyncio.wait_for(late, LONG) == 1
-    await blocker
-
-
 def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
     # Between the notice and the retry, a thread's plain submit takes the
     # room. The coroutine told first must stay first in line.
@@ -337,7 +323,7 @@ def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
             await asyncio.sleep(0.01)  # "first" retries, finds no room, waits again
             queued.set()
             await asyncio.wait_for(asyncio.gather(first, second), LONG)
-            await _no_line_left(ex)
+            await no_line_left(ex)
 
     asyncio.run(main())
     assert order == ["thread", "first", "second"]
@@ -364,7 +350,7 @@ def test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them(wait
                 await asyncio.sleep(0.001)
             queued.set()
             await asyncio.wait_for(asyncio.gather(*waiters, *newcomers), LONG)
-            await _no_line_left(ex)
+            await no_line_left(ex)
 
     asyncio.run(main())
     assert order == [*range(waiting), "run", "to_thread"]
@@ -422,7 +408,7 @@ def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) ->
             assert ex.stats().queued == 1  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
-            await _no_line_left(ex)
+            await no_line_left(ex)
 
     asyncio.run(main())
     assert ran == ["second"]
@@ -541,7 +527,7 @@ def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next
             running.set()
             # (Without another loop this fails, slowly: a shorter bound.)
             await asyncio.wait_for(second, LONG if another_loop_started else 2.0)
-            await _no_line_left(ex)
+            await no_line_left(ex)
 
     asyncio.run(main())
     assert ran == ["second"]

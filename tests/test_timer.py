@@ -4,6 +4,7 @@ lopsided timings (budgets of 0.05-0.3 s against work or limits of 5-30 s)."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import random
 import signal
@@ -361,13 +362,22 @@ needs_pthread_kill = pytest.mark.skipif(
 )
 
 
-@needs_pthread_kill
-@pytest.mark.timeout(60)
-def test_signal_main_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
+@contextlib.contextmanager
+def _sigurg_received() -> Iterator[list[int]]:
+    """A SIGURG handler recording what reaches it, the timer's count zeroed."""
     received: list[int] = []
     previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
     try:
         _core._take_sent_signals()
+        yield received
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+@needs_pthread_kill
+@pytest.mark.timeout(60)
+def test_signal_main_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
+    with _sigurg_received() as received:
         d = Deadline(soon(0.05))
         d.signal_main_thread(signal.SIGURG)
         assert d.wait(LONG)
@@ -377,16 +387,11 @@ def test_signal_main_thread_sends_the_signal_at_expiry_and_counts_it() -> None:
         assert received == [signal.SIGURG]
         assert _core._take_sent_signals() == 1
         assert _core._take_sent_signals() == 0
-    finally:
-        signal.signal(signal.SIGURG, previous)
 
 
 @needs_pthread_kill
 def test_signal_main_thread_sends_nothing_if_cancelled_or_already_fired() -> None:
-    received: list[int] = []
-    previous = signal.signal(signal.SIGURG, lambda signum, frame: received.append(signum))
-    try:
-        _core._take_sent_signals()
+    with _sigurg_received() as received:
         # Long enough that a stalled test thread still cancels it first.
         cancelled = Deadline(soon(1.0))
         cancelled.signal_main_thread(signal.SIGURG)
@@ -397,8 +402,6 @@ def test_signal_main_thread_sends_nothing_if_cancelled_or_already_fired() -> Non
         time.sleep(1.5)  # past the cancelled deadline
         assert received == []
         assert _core._take_sent_signals() == 0
-    finally:
-        signal.signal(signal.SIGURG, previous)
 
 
 @needs_pthread_kill

@@ -17,9 +17,11 @@ needed, so pure Python code that holds the GIL is interrupted within the
 timer's own lateness, not after the switch interval), and taut's Python
 callback thread sends it with ``signal.pthread_kill`` once it has the GIL;
 the handler raises the scope's interrupt exception. ``SIGURG`` because its
-default action is to ignore it: a signal that arrives after the user's handler is back does
-no harm, and nothing in the standard library uses it. A ``SIGURG`` that taut
-did not send is passed on to the user's handler.
+default action is to ignore it: a signal that arrives after the user's
+handler is back does no harm, and nothing in the standard library uses it. A
+``SIGURG`` that taut did not send is passed on to the user's handler; one
+the timer thread sent is sent or dropped by the time the scope's
+``cancel()`` returns, and taken by taut's handler before the user's is back.
 
 The signal is sent again (after 1 ms, backing off to 50 ms) until the
 interrupt has been raised or the scope closed: a signal that lands between
@@ -90,9 +92,9 @@ def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
     assert SIGNAL is not None
     if not _active:
         # A signal the timer thread sent for an earlier scope may have gone
-        # to the program's handler after that scope closed (it can be sent a
-        # moment after the scope's cancel() found the deadline fired): its
-        # count must not make the program's next signal look like taut's.
+        # to the program's handler after all (held back by a signal mask
+        # until that scope had closed): its count must not make the
+        # program's next signal look like taut's.
         _core._take_sent_signals()
         _previous = signal.getsignal(SIGNAL)
         signal.signal(SIGNAL, _handler)

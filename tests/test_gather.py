@@ -1111,3 +1111,23 @@ def test_a_submit_hook_sees_each_call_and_its_real_start(pool: Any) -> None:
     assert seen == [(0, "blocker")]  # the second call was never handed over
     assert started == [0]
     assert [o.status for o in outcomes] == ["timeout", "not_started"]
+
+
+@pytest.mark.parametrize("factory", [taut.ThreadPoolExecutor, cf.ThreadPoolExecutor])
+def test_a_local_call_sees_the_batch_deadline_through_remaining(factory: Any) -> None:
+    # As a call on a Dask worker does (test_gather_remote): taut.remaining()
+    # inside the call, and a gather nested in it ends by the outer deadline.
+    def nested_timeout() -> float | None:
+        [inner] = taut.gather([taut.call(taut.remaining)])
+        assert inner.status == "ok"
+        return inner.value  # type: ignore[no-any-return]
+
+    with factory(2) as ex:
+        bounded = taut.gather(
+            [taut.call(taut.remaining), taut.call(nested_timeout)], executor=ex, timeout=60
+        )
+        [unbounded] = taut.gather([taut.call(taut.remaining)], executor=ex)
+    for outcome in bounded:
+        assert outcome.status == "ok"
+        assert 0 < outcome.value <= 60
+    assert unbounded.status == "ok" and unbounded.value is None

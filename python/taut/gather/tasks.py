@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
+from taut.deadline import move_on_after
 from taut.gather.handles import Call
 from taut.gather.remote import DaskStarts, Terms, run_remote
 
@@ -249,12 +250,17 @@ class Task:
             return FENCED
         token = _frames.set((*_frames.get(), Frame(self.batch, self.handle, threading.get_ident())))
         try:
-            h = self.handle
-            if h._is_coroutine:
-                # A coroutine gathered by the sync gather runs on its own loop
-                # on the worker thread.
-                return Returned(asyncio.run(h._fn(*h._args, **h._kwargs)))
-            return Returned(h._fn(*h._args, **h._kwargs))
+            deadline = self.batch.deadline
+            if deadline is None:
+                return self._call()
+            # As on a remote worker (taut.gather.remote): the call sees the
+            # batch's deadline through taut.remaining(), and scopes and
+            # gathers nested in it end by it. A scope that never raises: the
+            # batch decides what a call that outlives it counts as. Relative,
+            # so that a scope clock (taut.testing) measures it as it does.
+            with move_on_after(deadline - time.monotonic(), self.entry.call_id):
+                captured = self._call()
+            return captured
         except Exception as exc:
             return Raised(exc)
         except BaseException as exc:  # cancellation and the like: propagate via the gather
@@ -262,6 +268,14 @@ class Task:
         finally:
             self.finished_at = time.monotonic()
             _frames.reset(token)
+
+    def _call(self) -> Captured:
+        h = self.handle
+        if h._is_coroutine:
+            # A coroutine gathered by the sync gather runs on its own loop on
+            # the worker thread.
+            return Returned(asyncio.run(h._fn(*h._args, **h._kwargs)))
+        return Returned(h._fn(*h._args, **h._kwargs))
 
     async def arun(self) -> Captured:
         if not self.begin():

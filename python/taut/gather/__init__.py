@@ -45,8 +45,8 @@ functions in the same order, independent of object identities, process ids or
 timing. A handle's id is fixed the first time it is gathered (or awaited, which
 uses index 0); pass ``call_id=`` for ids that must survive reordering.
 
-A call on a local executor runs inside a scope ending at the batch's
-deadline: ``taut.remaining()`` tells its time left, and scopes and gathers
+A call on a local executor (not a coroutine awaited by ``agather``) runs
+inside a scope ending at the batch's deadline: ``taut.remaining()`` tells its time left, and scopes and gathers
 nested in it end by it. With an executor whose workers live in other
 processes, a call carries the batch's remaining time (never a clock reading)
 and runs there inside a deadline scope (``taut.remaining()`` works,

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering as AO};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
@@ -190,14 +190,6 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
 pub struct Deadline {
     entry: Arc<Entry>,
     at: f64,
-    /// Made by `notify_fd` and `signal_main_thread`: true once `cancel()` has
-    /// run. The timer thread writes the byte or sends the signal only while
-    /// holding it and seeing false, so once `cancel()` returns it was done
-    /// already or never will be: the owner may close its fd (whose number
-    /// the next open would reuse) or put the program's signal handler back.
-    /// (The entry is settled as fired before its actions run, so the entry's
-    /// own `cancel()` can return while they are still to come.)
-    effects_gate: OnceLock<Arc<Mutex<bool>>>,
 }
 
 impl Deadline {
@@ -232,24 +224,7 @@ impl Deadline {
         Ok(Deadline {
             entry: timer::arm_ns(timer::secs_to_ns(at)),
             at,
-            effects_gate: OnceLock::new(),
         })
-    }
-
-    /// The gate of the effects that must not outlast `cancel()` (see
-    /// `effects_gate`), made on first use.
-    fn effects_gate(&self) -> Arc<Mutex<bool>> {
-        Arc::clone(
-            self.effects_gate
-                .get_or_init(|| Arc::new(Mutex::new(false))),
-        )
-    }
-
-    /// No fd write or signal after this returns (see `effects_gate`).
-    fn close_effects_gate(&self) {
-        if let Some(gate) = self.effects_gate.get() {
-            *gate.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        }
     }
 }
 
@@ -432,7 +407,6 @@ impl Deadline {
 
     fn cancel(&self) -> bool {
         let was_pending = self.entry.cancel();
-        self.close_effects_gate();
         if !was_pending {
             self.undo_delivery();
         }
@@ -444,9 +418,7 @@ impl Deadline {
     fn cancel_in_time(&self) -> bool {
         // Only a deadline that had not fired (so nothing was delivered) can
         // be in time: the undoing in `cancel` is never needed here.
-        let was_pending = self.entry.cancel();
-        self.close_effects_gate();
-        if !was_pending {
+        if !self.entry.cancel() {
             self.undo_delivery();
             return false;
         }
@@ -482,17 +454,15 @@ impl Deadline {
         #[cfg(unix)]
         {
             let kind = fd_kind(fd)?;
-            let gate = self.effects_gate();
+            // Not after cancel() returned: the owner may close the fd then.
+            let entry = Arc::downgrade(&self.entry);
             add_or_run_detached(
                 py,
                 &self.entry,
                 Box::new(move || {
-                    let closed = gate.lock().unwrap_or_else(|p| p.into_inner());
-                    if !*closed {
-                        write_byte(fd, kind);
+                    if let Some(entry) = entry.upgrade() {
+                        entry.run_unless_closed(|| write_byte(fd, kind));
                     }
-                    // Held until written: cancel() waits for this write.
-                    drop(closed);
                 }),
             );
             Ok(())
@@ -526,23 +496,25 @@ impl Deadline {
                     )))
                 }
             };
-            let gate = self.effects_gate();
-            // Already fired: the caller's own (GIL-bound) path sends it.
+            // Already fired: the caller's own (GIL-bound) path sends it. Not
+            // after cancel() returned: the program's handler may be back.
+            let entry = Arc::downgrade(&self.entry);
             let _ = self.entry.try_add_action(Box::new(move || {
-                let closed = gate.lock().unwrap_or_else(|p| p.into_inner());
                 let main = gil::main_thread();
-                if *closed || main == 0 {
+                let Some(entry) = entry.upgrade() else { return };
+                if main == 0 {
                     return;
                 }
-                SIGNALS_SENT.fetch_add(1, AO::AcqRel);
-                // SAFETY: the main thread lives as long as the process;
-                // pthread_kill only queues a signal for it.
-                let failed = unsafe { libc::pthread_kill(main as libc::pthread_t, signum) } != 0;
-                if failed {
-                    SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
-                }
-                // Held until sent: cancel() waits for this send to be done.
-                drop(closed);
+                entry.run_unless_closed(|| {
+                    SIGNALS_SENT.fetch_add(1, AO::AcqRel);
+                    // SAFETY: the main thread lives as long as the process;
+                    // pthread_kill only queues a signal for it.
+                    let failed =
+                        unsafe { libc::pthread_kill(main as libc::pthread_t, signum) } != 0;
+                    if failed {
+                        SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
+                    }
+                });
             }));
             Ok(())
         }

@@ -140,6 +140,10 @@ const CLOSED: usize = 4;
 const DELIVERED: usize = 8;
 const FATE: usize = EXPIRED | CANCELLED;
 const FLAGS: usize = 0xF;
+/// Once the entry is settled its word holds no action stack: the bits above
+/// the flags then count the effects in progress that `cancel()` waits for
+/// (see [`Entry::run_unless_closed`]).
+const EFFECT: usize = FLAGS + 1;
 
 enum Item {
     Action(Action),
@@ -247,10 +251,49 @@ impl Entry {
             None => {
                 if self.is_expired() {
                     self.word.fetch_or(CLOSED, AO::AcqRel);
+                    // An effect begun before CLOSED was set (see
+                    // run_unless_closed) finishes first: a system call, so
+                    // this waits microseconds, and never for the GIL.
+                    while self.word.load(AO::Acquire) & !FLAGS != 0 {
+                        std::thread::yield_now();
+                    }
                 }
                 false
             }
         }
+    }
+
+    /// Run `effect` now unless `cancel()` was called after expiry, and make a
+    /// `cancel()` racing with it wait until it is done: once `cancel()` has
+    /// returned, such an effect has happened already or never will. For
+    /// effects the owner must rule out before it lets go of what they touch
+    /// (a byte written to an fd it then closes, whose number the next open
+    /// reuses; a signal that would reach the handler it puts back). Only for
+    /// an entry that has fired (from its actions, or after expiry).
+    pub fn run_unless_closed(&self, effect: impl FnOnce()) {
+        struct InProgress<'a>(&'a AtomicUsize);
+        impl Drop for InProgress<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(EFFECT, AO::AcqRel);
+            }
+        }
+        let mut word = self.word.load(AO::Acquire);
+        loop {
+            if word & CLOSED != 0 || word & EXPIRED == 0 {
+                return;
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, word + EFFECT, AO::AcqRel, AO::Acquire)
+            {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
+        }
+        // Counted down even if the effect panics: cancel() must never wait
+        // for good.
+        let _in_progress = InProgress(&self.word);
+        effect();
     }
 
     /// Run `action` on the timer thread at expiry, or at once on the calling
@@ -382,7 +425,11 @@ fn run_list(mut head: *mut Node, fire: bool) {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let mut head = head_of(*self.word.get_mut());
+        let word = *self.word.get_mut();
+        if word & FATE != 0 {
+            return; // settled: its actions were taken then (see EFFECT)
+        }
+        let mut head = head_of(word);
         while !head.is_null() {
             // SAFETY: &mut self means no one else can reach the list.
             let node = unsafe { Box::from_raw(head) };
@@ -737,6 +784,63 @@ mod tests {
         assert!(!e.is_expired());
         assert!(e.is_cancelled());
         assert!(!ran.load(AO::SeqCst));
+    }
+
+    #[test]
+    fn effects_run_until_cancel_and_cancel_waits_for_one_in_progress() {
+        let e = arm(in_ms(0));
+        assert!(e.wait(Some(Duration::from_secs(30))));
+        let mut ran = false;
+        e.run_unless_closed(|| ran = true);
+        assert!(ran, "fired, not cancelled: the effect runs");
+
+        // An effect in progress on another thread when cancel() comes.
+        let (started_tx, started_rx) = mpsc::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let effect = {
+            let (e, finished) = (Arc::clone(&e), Arc::clone(&finished));
+            std::thread::spawn(move || {
+                e.run_unless_closed(|| {
+                    started_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(200));
+                    finished.store(true, AO::Release);
+                })
+            })
+        };
+        started_rx.recv().unwrap();
+        assert!(!e.cancel(), "it had fired");
+        assert!(
+            finished.load(AO::Acquire),
+            "cancel() returned while the effect was still running"
+        );
+        effect.join().unwrap();
+
+        let mut late = false;
+        e.run_unless_closed(|| late = true);
+        assert!(!late, "after cancel() returned no effect runs");
+        assert!(!e.is_cancelled() && e.is_closed());
+    }
+
+    #[test]
+    fn an_effect_that_panics_does_not_leave_cancel_waiting() {
+        let e = arm(in_ms(0));
+        assert!(e.wait(Some(Duration::from_secs(30))));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            e.run_unless_closed(|| panic!("taut test: a panicking effect"))
+        }));
+        assert!(panicked.is_err());
+        assert!(!e.cancel()); // returns: the effect was counted down
+    }
+
+    #[test]
+    fn effects_never_run_on_a_pending_or_cancelled_entry() {
+        let e = arm(in_ms(60_000));
+        let mut ran = false;
+        e.run_unless_closed(|| ran = true);
+        assert!(!ran, "not fired yet");
+        assert!(e.cancel());
+        e.run_unless_closed(|| ran = true);
+        assert!(!ran, "cancelled before expiry");
     }
 
     #[test]

@@ -144,6 +144,10 @@ const FLAGS: usize = 0xF;
 /// the flags then count the effects in progress that `cancel()` waits for
 /// (see [`Entry::run_unless_closed`]).
 const EFFECT: usize = FLAGS + 1;
+/// How long `cancel()` waits for effects in progress, at most: far beyond a
+/// system call even on a stalled machine, and a bound on the one wait that
+/// can never end (an effect cut off by `fork()`).
+const EFFECT_WAIT: Duration = Duration::from_secs(1);
 
 enum Item {
     Action(Action),
@@ -253,8 +257,13 @@ impl Entry {
                     self.word.fetch_or(CLOSED, AO::AcqRel);
                     // An effect begun before CLOSED was set (see
                     // run_unless_closed) finishes first: a system call, so
-                    // this waits microseconds, and never for the GIL.
-                    while self.word.load(AO::Acquire) & !FLAGS != 0 {
+                    // this waits microseconds, and never for the GIL. Not
+                    // past EFFECT_WAIT: in a forked child the thread that
+                    // was running it does not exist, and it never ends.
+                    let started = Instant::now();
+                    while self.word.load(AO::Acquire) & !FLAGS != 0
+                        && started.elapsed() < EFFECT_WAIT
+                    {
                         std::thread::yield_now();
                     }
                 }
@@ -819,6 +828,35 @@ mod tests {
         e.run_unless_closed(|| late = true);
         assert!(!late, "after cancel() returned no effect runs");
         assert!(!e.is_cancelled() && e.is_closed());
+    }
+
+    #[test]
+    fn cancel_stops_waiting_for_an_effect_that_never_ends() {
+        // As in a forked child, where the thread running the effect is gone.
+        let e = arm(in_ms(0));
+        assert!(e.wait(Some(Duration::from_secs(30))));
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let effect = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                e.run_unless_closed(|| {
+                    started_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+            })
+        };
+        started_rx.recv().unwrap();
+        let (done_tx, done_rx) = mpsc::channel();
+        let canceller = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || done_tx.send(e.cancel()).unwrap())
+        };
+        let cancelled = done_rx.recv_timeout(Duration::from_secs(30));
+        release_tx.send(()).unwrap();
+        effect.join().unwrap();
+        canceller.join().unwrap();
+        assert_eq!(cancelled, Ok(false), "cancel() waited for good");
     }
 
     #[test]

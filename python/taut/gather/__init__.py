@@ -46,18 +46,18 @@ timing. A handle's id is fixed the first time it is gathered (or awaited, which
 uses index 0); pass ``call_id=`` for ids that must survive reordering.
 
 A call on a local executor (not a coroutine awaited by ``agather``) runs
-inside a scope ending at the batch's deadline: ``taut.remaining()`` tells its time left, and scopes and gathers
-nested in it end by it. With an executor whose workers live in other
-processes, a call carries the batch's remaining time (never a clock reading)
-and runs there inside a deadline scope (``taut.remaining()`` works,
-``interrupt=True`` interrupts it); it never begins after its deadline. On Dask each call announces its start
-before it checks the batch's fence, so at the deadline a call is
-``not_started`` only when it provably never began and never will; every other
-submitted, unfinished call is ``timeout`` (so a journaled call is not run
-twice) and its remote future is cancelled. Other multi-process executors count
-every submitted, unfinished call as started. In-process executors (thread
-pools, an in-process Dask cluster) report starts exactly. See
-:mod:`taut.gather.remote`.
+inside a scope ending at the batch's deadline: ``taut.remaining()`` tells its
+time left, and scopes and gathers nested in it end by it. With an executor
+whose workers live in other processes, a call carries the batch's remaining
+time (never a clock reading) and runs there inside a deadline scope
+(``taut.remaining()`` works, ``interrupt=True`` interrupts it); it never
+begins after its deadline. On Dask each call announces its start before it
+checks the batch's fence, so at the deadline a call is ``not_started`` only
+when it provably never began and never will; every other submitted, unfinished
+call is ``timeout`` (so a journaled call is not run twice) and its remote
+future is cancelled. Other multi-process executors count every submitted,
+unfinished call as started. In-process executors (thread pools, an in-process
+Dask cluster) report starts exactly. See :mod:`taut.gather.remote`.
 
 ``limiter=`` puts a ceiling shared beyond one pool in front of the calls (a
 ``threading.BoundedSemaphore``, a fleet's ``distributed.Semaphore``): a call

@@ -228,6 +228,19 @@ impl Deadline {
     }
 }
 
+/// An action for `entry` that runs `effect` through
+/// [`Entry::run_unless_closed`]: never once the owner's `cancel()` returned.
+/// Holds the entry weakly (the entry holds the action).
+#[cfg(unix)]
+fn unless_closed(entry: &Arc<Entry>, effect: impl FnOnce() + Send + 'static) -> Action {
+    let entry = Arc::downgrade(entry);
+    Box::new(move || {
+        if let Some(entry) = entry.upgrade() {
+            entry.run_unless_closed(effect);
+        }
+    })
+}
+
 /// Signals sent by [`Deadline::signal_main_thread`] that no handler has claimed
 /// yet (see `_take_sent_signals`).
 static SIGNALS_SENT: AtomicU64 = AtomicU64::new(0);
@@ -455,16 +468,8 @@ impl Deadline {
         {
             let kind = fd_kind(fd)?;
             // Not after cancel() returned: the owner may close the fd then.
-            let entry = Arc::downgrade(&self.entry);
-            add_or_run_detached(
-                py,
-                &self.entry,
-                Box::new(move || {
-                    if let Some(entry) = entry.upgrade() {
-                        entry.run_unless_closed(|| write_byte(fd, kind));
-                    }
-                }),
-            );
+            let write = unless_closed(&self.entry, move || write_byte(fd, kind));
+            add_or_run_detached(py, &self.entry, write);
             Ok(())
         }
         #[cfg(not(unix))]
@@ -498,24 +503,20 @@ impl Deadline {
             };
             // Already fired: the caller's own (GIL-bound) path sends it. Not
             // after cancel() returned: the program's handler may be back.
-            let entry = Arc::downgrade(&self.entry);
-            let _ = self.entry.try_add_action(Box::new(move || {
+            let send = unless_closed(&self.entry, move || {
                 let main = gil::main_thread();
-                let Some(entry) = entry.upgrade() else { return };
                 if main == 0 {
                     return;
                 }
-                entry.run_unless_closed(|| {
-                    SIGNALS_SENT.fetch_add(1, AO::AcqRel);
-                    // SAFETY: the main thread lives as long as the process;
-                    // pthread_kill only queues a signal for it.
-                    let failed =
-                        unsafe { libc::pthread_kill(main as libc::pthread_t, signum) } != 0;
-                    if failed {
-                        SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
-                    }
-                });
-            }));
+                SIGNALS_SENT.fetch_add(1, AO::AcqRel);
+                // SAFETY: the main thread lives as long as the process;
+                // pthread_kill only queues a signal for it.
+                let failed = unsafe { libc::pthread_kill(main as libc::pthread_t, signum) } != 0;
+                if failed {
+                    SIGNALS_SENT.fetch_sub(1, AO::AcqRel);
+                }
+            });
+            let _ = self.entry.try_add_action(send);
             Ok(())
         }
         #[cfg(not(unix))]

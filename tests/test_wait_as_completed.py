@@ -174,12 +174,8 @@ def test_a_waited_future_also_wakes_threads_parked_in_result(outcome: str) -> No
         waited = threading.Thread(target=cf.wait, args=([queued],))
         waited.start()
         wait_until(lambda: bool(queued._waiters))
-        got: list[object] = []
-        # No timeout: only the completion ends this wait (a daemon, in case
-        # it never comes).
-        parked = threading.Thread(target=lambda: got.append(queued.exception()), daemon=True)
-        parked.start()
-        wait_until(lambda: queued._result_gates is not None)
+        # No timeout: only the completion ends this wait.
+        parked, got = _parked_in(queued, queued.exception)
         gate.set()
         for thread in (waited, parked):
             thread.join(LONG)
@@ -215,6 +211,20 @@ def _queued_behind_a_gate(
     blocker = ex.submit(gate.wait, LONG)
     quick = [ex.submit(_fail, str(i)) if i % 3 == 0 else ex.submit(abs, -i) for i in range(count)]
     return gate, blocker, quick
+
+
+def _parked_in(
+    future: cf.Future[Any], wait: Callable[[], object]
+) -> tuple[threading.Thread, list[object]]:
+    """A thread parked in ``wait()`` (the future's ``result`` or
+    ``exception``, no timeout), returned once it waits on the future's gate,
+    with the list that receives what ``wait`` returns. A daemon, in case the
+    completion never comes."""
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append(wait()), daemon=True)
+    thread.start()
+    wait_until(lambda: future._result_gates is not None)  # type: ignore[attr-defined]
+    return thread, got
 
 
 def _collecting(
@@ -284,10 +294,7 @@ def test_a_future_told_quietly_to_a_wait_still_wakes_threads_parked_in_result() 
         waiting = threading.Thread(target=cf.wait, args=([first, last], LONG))
         waiting.start()
         wait_until(lambda: bool(first._waiters))
-        got: list[object] = []
-        parked = threading.Thread(target=lambda: got.append(first.result()), daemon=True)
-        parked.start()
-        wait_until(lambda: first._result_gates is not None)
+        parked, got = _parked_in(first, first.result)
         gate.set()
         parked.join(LONG)
         assert got == [16], "the thread parked in result() was never woken"

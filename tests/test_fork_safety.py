@@ -80,3 +80,63 @@ def test_no_lazy_once_cells_in_the_rust_bindings() -> None:
                     if any(word in code for word in ("PyOnceLock", "intern!", "GILOnceCell")):
                         offenders.append(f"{name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+_FORK_DURING_A_LAZY_IMPORT = textwrap.dedent(
+    """
+    import importlib.abc, os, signal, sys, threading, time, warnings
+    warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+    import taut
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Stall(importlib.abc.MetaPathFinder):
+        # Holds the import of taut's deadline scopes mid-flight (its module
+        # locks taken) until `release`, as a slow disk or a busy CPU would.
+        def find_spec(self, name, path, target=None):
+            if name == "taut.deadline._scope":
+                entered.set()
+                release.wait()
+            return None
+
+    sys.meta_path.insert(0, Stall())
+    # Another thread uses taut's deadline scopes for the first time ...
+    threading.Thread(target=lambda: taut.move_on_after, daemon=True).start()
+    assert entered.wait(30)
+    # ... and the import would finish 2 s from now, long after this fork.
+    threading.Timer(2.0, release.set).start()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # the child would otherwise hang for good
+        with taut.move_on_after(5):
+            pass
+        os._exit(0)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print(os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("child hung")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_child_forked_while_another_thread_loads_taut_lazily_can_use_it() -> None:
+    # `import taut` loads the deadline scopes, gathers, tool runner, ... on
+    # first use. A fork (multiprocessing's default start method on Linux)
+    # while another thread is in the middle of such a load used to leave the
+    # modules' import locks held in the child by a thread it does not have:
+    # the child's first `taut.move_on_after` then waited for ever.
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORK_DURING_A_LAZY_IMPORT],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0", f"child: {proc.stdout.strip()}"

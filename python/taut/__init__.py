@@ -14,12 +14,14 @@ and psutil are imported only by the code that needs them.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from taut import _timer  # noqa: F401  (fork and exit hooks of the timer thread)
+from taut import (
+    _lazy_import,
+    _timer,  # noqa: F401  (fork and exit hooks of the timer thread)
+)
 from taut._core import __version__
 from taut.executor import (
     Future,
@@ -135,7 +137,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_lazy_import.load(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

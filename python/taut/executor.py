@@ -28,7 +28,7 @@ from concurrent.futures.thread import BrokenThreadPool
 from sys import _getframe
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
-from taut import _future, _worker
+from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
@@ -89,9 +89,8 @@ def _submit_for_loop(
         base_events = sys.modules.get("asyncio.base_events")
         if base_events is None:
             return None
-        from taut._asyncio import submit_for_run_in_executor
-
-        _submit_for_run_in_executor = submit_for_run_in_executor
+        # Through taut's counted lazy load (see taut._lazy_import): fork-safe.
+        _submit_for_run_in_executor = _lazy_import.load("taut._asyncio").submit_for_run_in_executor
         _run_in_executor_code = base_events.BaseEventLoop.run_in_executor.__code__
         if caller is not _run_in_executor_code:
             return None
@@ -302,9 +301,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # At once, not from a worker once the call got there (after
             # waiting for room, perhaps for good).
             raise TypeError(f"fn must be a callable, got {describe(fn)}")
-        from taut._asyncio import run_in  # asyncio loads on first use only
-
-        return run_in(self, fn, args, kwargs)
+        # asyncio loads on first use only (counted: see taut._lazy_import).
+        run_in = _lazy_import.load("taut._asyncio").run_in
+        return run_in(self, fn, args, kwargs)  # type: ignore[no-any-return]
 
     def try_submit(
         self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs

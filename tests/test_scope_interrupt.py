@@ -366,3 +366,52 @@ def test_a_handler_installed_inside_the_scope_is_left_alone() -> None:
         assert signal.getsignal(signal.SIGURG) is programs_handler
     finally:
         signal.signal(signal.SIGURG, before)
+
+
+_NO_CALLBACK_THREAD = """
+import signal, threading, time
+import taut, taut._timer
+
+def refuse():
+    # What CPython 3.12.0-3.12.1 says in an atexit hook (and any CPython when
+    # the process is out of threads): taut's callback thread cannot start.
+    raise RuntimeError("can't create new thread at interpreter shutdown")
+
+taut._timer._start_callback_thread = refuse
+program_handler = signal.getsignal(signal.SIGURG)
+outcomes = []
+
+def enter_and_wait():
+    try:
+        with taut.fail_after(0.05, interrupt=True):
+            outcomes.append("entered")
+    except RuntimeError:
+        outcomes.append("refused")
+    # Nothing of the refused scope may stay behind: no deadline around the
+    # code that follows, and no interrupt raised into it later.
+    outcomes.append(taut.remaining())
+    try:
+        time.sleep(0.5)
+    except BaseException as exc:
+        outcomes.append(type(exc).__name__)
+
+enter_and_wait()  # main thread: the signal interrupt
+print(outcomes, signal.getsignal(signal.SIGURG) is program_handler)
+outcomes.clear()
+worker = threading.Thread(target=enter_and_wait)  # asynchronous exception
+worker.start()
+worker.join()
+print(outcomes)
+"""
+
+
+def test_a_scope_that_cannot_arm_its_interrupt_leaves_nothing_armed() -> None:
+    # Arming an interrupt needs taut's callback thread. When it cannot start,
+    # entering fails; the scope used to stay half-entered: its deadline kept
+    # bounding the code after the `with` (taut.remaining()), and at expiry a
+    # ScopeInterrupt was raised into that code, outside any scope.
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_CALLBACK_THREAD], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["['refused', None] True", "['refused', None]"], proc.stdout

@@ -228,12 +228,22 @@ class DeadlineScope:
             return self
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
-            if _signal_interrupt.available():
-                self._signal_armed = True
-                self._interrupt_raised = False
-                _signal_interrupt.arm(self, self._deadline)
-            else:
-                self._deadline.interrupt_thread(get_ident(), ScopeInterrupt)
+            try:
+                if _signal_interrupt.available():
+                    self._signal_armed = True
+                    self._interrupt_raised = False
+                    _signal_interrupt.arm(self, self._deadline)
+                else:
+                    self._deadline.interrupt_thread(get_ident(), ScopeInterrupt)
+            except BaseException:
+                # Arming failed (taut's callback thread could not start: no
+                # new threads in an atexit hook on CPython 3.12.0-3.12.1, or
+                # none left): the `with` body never runs, so undo the entry,
+                # or the deadline would outlive the scope and interrupt
+                # whatever code runs at its expiry.
+                self._close()
+                self._restore()
+                raise
         return self
 
     async def __aenter__(self) -> DeadlineScope:

@@ -406,6 +406,14 @@ impl WorkerSlot {
     /// The step that follows a finished call. `lock`: the state lock, if
     /// finishing the call took it (the next call may start under it).
     fn after(&self, py: Python<'_>, ok: bool, lock: &mut StateLock<'_>) -> PyResult<Py<PyAny>> {
+        if self.shared.orphaned.load(Ordering::Acquire) {
+            // A forked child, where this thread forked inside the call it
+            // just finished: the parent's pool is never touched again (a
+            // thread the child does not have may hold its lock, and no
+            // worker will ever make work for it). Leave the loop, as a
+            // plain thread that forked would when its function returns.
+            return Ok(self.exit(py));
+        }
         let pool = &self.shared.pool;
         if self.abandoned.load(Ordering::Acquire) {
             // Replaced while it ran: leave without taking more work.
@@ -546,7 +554,10 @@ impl WorkerSlot {
         let mut lock = StateLock::new(py, names);
         let future = match target {
             Target::Loop { channel, waiter } => {
-                channel.get().push(py, (waiter, Some(ok), value.unbind()));
+                // In a forked child the channel is the parent's loop's.
+                if !self.shared.orphaned.load(Ordering::Acquire) {
+                    channel.get().push(py, (waiter, Some(ok), value.unbind()));
+                }
                 return self.after(py, ok, &mut lock);
             }
             Target::Future(future) => future,

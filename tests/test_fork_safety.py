@@ -140,3 +140,51 @@ def test_child_forked_while_another_thread_loads_taut_lazily_can_use_it() -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0", f"child: {proc.stdout.strip()}"
+
+
+_FORK_INSIDE_A_CALL = textwrap.dedent(
+    """
+    import os, signal, time, warnings
+    warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+    import taut
+
+    ex = taut.ThreadPoolExecutor(2)
+
+    def forks():
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # the child would otherwise hang for good
+            # The call returns in the child too, on its only thread.
+            return "returned in the child"
+        for _ in range(300):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "child hung"
+
+    print(ex.submit(forks).result(timeout=60))
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["returns", "raises"])
+def test_child_forked_inside_a_call_ends_when_the_call_does(how: str) -> None:
+    # A call that forks, where the child returns from (or raises out of) the
+    # call: the child's only thread is the worker loop of the parent's pool.
+    # It used to park there for good, waiting for work from a pool that no
+    # longer exists; like a plain thread that forked, it now ends (and the
+    # child with it, having no other thread) once the call does.
+    script = _FORK_INSIDE_A_CALL
+    if how == "raises":
+        script = script.replace(
+            'return "returned in the child"', 'raise ValueError("raised in the child")'
+        )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0", f"child: {proc.stdout.strip()}"

@@ -102,6 +102,17 @@ def _submit_for_loop(
     return _submit_for_run_in_executor(executor, loop, fn, args)
 
 
+# taut._asyncio's run_in, once loaded: asyncio loads on first use only.
+_run_in: Any = None
+
+
+def _load_run_in() -> Any:
+    global _run_in
+    # Through taut's counted lazy load (see taut._lazy_import): fork-safe.
+    _run_in = _lazy_import.load("taut._asyncio").run_in
+    return _run_in
+
+
 def _running_loop() -> Any:
     """The event loop running on this thread, if any (without importing
     asyncio: if nothing imported it, no loop can be running)."""
@@ -301,8 +312,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # At once, not from a worker once the call got there (after
             # waiting for room, perhaps for good).
             raise TypeError(f"fn must be a callable, got {describe(fn)}")
-        # asyncio loads on first use only (counted: see taut._lazy_import).
-        run_in = _lazy_import.load("taut._asyncio").run_in
+        run_in = _run_in
+        if run_in is None:
+            run_in = _load_run_in()
         return run_in(self, fn, args, kwargs)  # type: ignore[no-any-return]
 
     def try_submit(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering as AO};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyType};
@@ -46,6 +46,8 @@ enum Job {
 struct Queue {
     state: Mutex<(VecDeque<Job>, bool)>,
     ready: Condvar,
+    /// The state's flag, readable without the lock.
+    closed: AtomicBool,
 }
 
 impl Queue {
@@ -53,6 +55,7 @@ impl Queue {
         Queue {
             state: Mutex::new((VecDeque::new(), false)),
             ready: Condvar::new(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -87,7 +90,12 @@ impl Queue {
 
     fn close(&self) {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.closed.store(true, AO::Release);
         self.ready.notify_all();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(AO::Acquire)
     }
 }
 
@@ -119,6 +127,15 @@ static CALLBACK_THREAD_STARTED: AtomicBool = AtomicBool::new(false);
 static CALLBACK_THREAD: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
 fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
+    if queue().is_closed() {
+        // An atexit hook that runs after taut's own (registered before
+        // taut was imported): the callback would be dropped unrun, and an
+        // interrupt never raised. Say so instead.
+        return Err(PyRuntimeError::new_err(
+            "taut's deadline callbacks and interrupts have stopped: the interpreter is \
+             exiting (taut's atexit hooks ran)",
+        ));
+    }
     if CALLBACK_THREAD_STARTED.load(AO::Acquire) {
         return Ok(());
     }

@@ -54,3 +54,54 @@ def test_bounded_wait_on_a_future_in_a_non_daemon_thread_returns_at_exit() -> No
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
+
+
+@pytest.mark.timeout(60)
+def test_an_atexit_hook_that_runs_after_tauts_own_is_told_interrupts_have_stopped() -> None:
+    # A hook registered before `import taut` runs after taut's exit hooks
+    # stopped its callback thread. An interrupt=True scope on another thread
+    # (delivered by that thread) used to be armed and never fire: the busy
+    # loop below ran for good, and a hook that joined it hung the exit. A
+    # deadline's Python callback was dropped unrun. Both now say so at once.
+    script = textwrap.dedent(
+        """
+        import atexit, threading, time
+
+        def hook():
+            import taut
+            outcomes = []
+            def busy():
+                try:
+                    with taut.fail_after(0.05, interrupt=True):
+                        end = time.monotonic() + 5
+                        while time.monotonic() < end:
+                            pass
+                        outcomes.append("ran 5 s, never interrupted")
+                except taut.DeadlineExpired:
+                    outcomes.append("expired")
+                except RuntimeError as exc:
+                    outcomes.append(f"refused: {exc}")
+            worker = threading.Thread(target=busy)
+            worker.start()
+            worker.join()
+            try:
+                taut._core.Deadline(time.monotonic()).call_soon(lambda: None)
+                outcomes.append("callback accepted")
+            except RuntimeError:
+                outcomes.append("callback refused")
+            print(outcomes, flush=True)
+
+        atexit.register(hook)
+        import taut
+        with taut.fail_after(5, interrupt=True):  # taut's callback thread runs
+            pass
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "[\"refused: taut's deadline callbacks and interrupts have stopped: the interpreter"
+        " is exiting (taut's atexit hooks ran)\", 'callback refused']"
+    ), proc.stdout

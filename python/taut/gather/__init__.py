@@ -90,7 +90,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, cast
 
 from taut._checks import describe
-from taut.executor import default_executor
+from taut.executor import QueueFull, default_executor
 from taut.gather.drive import run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
 from taut.gather.handles import (
@@ -106,7 +106,7 @@ from taut.gather.handles import (
     nested_argument,
 )
 from taut.gather.run import Run
-from taut.gather.tasks import Submission
+from taut.gather.tasks import Submission, Task
 from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
@@ -325,7 +325,7 @@ class Scheduler:
                 elif in_worker_of(got.executor):
                     captured = task.run()
                 else:
-                    future = got.executor.submit(task.ref())
+                    future = await _submit_when_room(got.executor, task)
                     e.future = future
                     captured = await asyncio.wrap_future(future)
                 outcome = got.outcome_from(e, captured, None)
@@ -339,6 +339,22 @@ class Scheduler:
                 raise
             got.finish(e, outcome)
             return outcome.unwrap()
+
+
+# How often a single await on an event loop asks a full bounded queue again.
+_ROOM_POLL = 0.02
+
+
+async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]:
+    """Submit ``task``; a taut pool's full bounded queue refuses at once on an
+    event loop's thread (its submit never blocks the loop), so ask again
+    soon, without blocking the loop, as a plain ``result()`` would wait."""
+    while True:
+        try:
+            return executor.submit(task.ref())
+        except QueueFull:
+            task.forget()
+            await asyncio.sleep(_ROOM_POLL)
 
 
 class _Busy(Exception):

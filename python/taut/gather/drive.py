@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from taut.deadline import move_on_at
+from taut.executor import QueueFull
 from taut.gather.executors import in_worker_of
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
@@ -28,7 +29,8 @@ __all__ = ["run_async", "run_inline", "run_sync", "steps"]
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
-# How often a batch short of limiter slots asks again while calls are in flight.
+# How often a batch short of limiter slots (or of room in a bounded queue, on an
+# event loop) asks again while calls are in flight.
 _SLOT_POLL = 0.02
 
 
@@ -78,6 +80,20 @@ def steps(
                 queue.popleft()
                 try:
                     key = start(e)
+                except QueueFull:
+                    if slots is not None:
+                        slots.release()
+                    queue.appendleft(e)
+                    if wait is not None:
+                        raise  # aborted with the rest: a sync submit waits for room itself
+                    # A taut pool's bounded queue is full, and its submit never
+                    # waits on an event loop's thread: try again soon, as for a
+                    # limiter slot (the call never reached the pool: not started).
+                    if e.task is not None:
+                        e.task.forget()
+                        e.task = None
+                    short_of_slots = True
+                    break
                 except BaseException:
                     if slots is not None:
                         slots.release()

@@ -1,0 +1,84 @@
+"""Gathers when things go wrong at the same time: a full bounded queue seen
+from an event loop, a limiter whose slots the enclosing calls hold."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import taut
+
+
+@pytest.fixture
+def narrow() -> Iterator[taut.ThreadPoolExecutor]:
+    """One worker and room for one waiting call."""
+    with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+        yield ex
+
+
+def _square(i: int) -> int:
+    time.sleep(0.01)
+    return i * i
+
+
+# --------------------------------------------------------------------------
+# A full bounded queue, seen from an event loop: taut's submit refuses there at
+# once (it must not block the loop), so agather must wait for room itself.
+
+
+def test_agather_on_a_bounded_queue_runs_a_batch_larger_than_the_queue(narrow: Any) -> None:
+    async def main() -> list[taut.Outcome]:
+        return await taut.agather([taut.call(_square, i) for i in range(6)], executor=narrow)
+
+    outs = asyncio.run(asyncio.wait_for(main(), 60))
+    assert [o.status for o in outs] == ["ok"] * 6
+    assert [o.value for o in outs] == [i * i for i in range(6)]
+
+
+def test_agather_calls_without_room_at_the_deadline_are_not_started(narrow: Any) -> None:
+    gate, ran = threading.Event(), []
+
+    def blocked(i: int) -> int:
+        ran.append(i)
+        gate.wait(30)
+        return i
+
+    async def main() -> list[taut.Outcome]:
+        return await taut.agather(
+            [taut.call(blocked, i) for i in range(4)], executor=narrow, timeout=0.2
+        )
+
+    try:
+        outs = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        gate.set()
+    assert [o.status for o in outs] == ["timeout", "not_started", "not_started", "not_started"]
+    narrow.submit(int).result(timeout=30)  # the queue behind the abandoned call drained
+    assert ran == [0]  # the calls that never got room never ran afterwards
+
+
+def test_a_single_await_on_a_full_bounded_queue_waits_for_room(narrow: Any) -> None:
+    gate = threading.Event()
+    holding = [narrow.submit(gate.wait, 30), narrow.submit(gate.wait, 30)]  # worker + queue
+
+    scheduler = taut.Scheduler(executor=narrow)
+
+    async def via_scheduler() -> int:
+        handle = scheduler.call(_square, 7)
+        waiter = asyncio.ensure_future(handle)
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        assert not waiter.done()
+        gate.set()
+        return await waiter
+
+    try:
+        assert asyncio.run(asyncio.wait_for(via_scheduler(), 60)) == 49
+    finally:
+        gate.set()
+    assert all(f.result(timeout=30) for f in holding)

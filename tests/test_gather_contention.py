@@ -82,3 +82,62 @@ def test_a_single_await_on_a_full_bounded_queue_waits_for_room(narrow: Any) -> N
     finally:
         gate.set()
     assert all(f.result(timeout=30) for f in holding)
+
+
+# --------------------------------------------------------------------------
+# A batch nested in a call (a tool starting a sub-agent) runs its calls inline
+# on the call's thread; with a limiter, that call already holds a slot. If the
+# enclosing calls hold every slot, waiting for another one would wait until the
+# deadline: the nested calls run under the slot held instead.
+
+
+def _leaf() -> str:
+    return "leaf"
+
+
+def test_a_sub_agent_batch_runs_under_its_tools_limiter_slot() -> None:
+    limiter = threading.BoundedSemaphore(1)
+    with taut.ToolRunner(
+        2, limiter=limiter, concurrent_batch_timeout=30, sequential_call_timeout=30
+    ) as runner:
+
+        def sub_agent() -> str:
+            inner = runner.run([taut.ToolCall("leaf", _leaf, read_only=True)], timeout=5)
+            return f"{inner[0].status}:{inner[0].text}"
+
+        [result] = runner.run([taut.ToolCall("sub", sub_agent)])
+    assert (result.status, result.text) == ("ok", "ok:leaf")
+    assert limiter.acquire(timeout=0)  # the one slot came back
+
+
+def test_a_nested_gather_with_the_same_limiter_runs_under_the_held_slot() -> None:
+    limiter = threading.BoundedSemaphore(1)
+
+    def inner_sync() -> list[str]:
+        outs = taut.gather([taut.call(_leaf) for _ in range(3)], limiter=limiter, timeout=5)
+        return [o.status for o in outs]
+
+    def inner_async() -> list[str]:
+        async def main() -> list[taut.Outcome]:
+            return await taut.agather([taut.call(_leaf)], limiter=limiter, timeout=5)
+
+        return [o.status for o in asyncio.run(main())]
+
+    outs = taut.gather([taut.call(inner_sync), taut.call(inner_async)], limiter=limiter, timeout=30)
+    assert [o.value for o in outs] == [["ok"] * 3, ["ok"]]
+    assert limiter.acquire(timeout=0)
+
+
+def test_a_nested_gather_still_waits_for_a_different_limiter() -> None:
+    other = threading.BoundedSemaphore(1)
+    other.acquire()  # held elsewhere: the nested calls cannot get a slot
+
+    def inner() -> list[str]:
+        outs = taut.gather([taut.call(_leaf)], limiter=other, timeout=0.2)
+        return [o.status for o in outs]
+
+    try:
+        [out] = taut.gather([taut.call(inner)], limiter=threading.BoundedSemaphore(1))
+    finally:
+        other.release()
+    assert out.value == ["not_started"]

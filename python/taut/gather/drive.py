@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import threading
 import time
 from collections import deque
 from collections.abc import Generator, Hashable
@@ -22,7 +23,7 @@ from taut.executor import QueueFull
 from taut.gather.executors import in_worker_of
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
-from taut.gather.tasks import Captured, Escaped, Task
+from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
 
 __all__ = ["run_async", "run_inline", "run_sync", "steps"]
 
@@ -57,21 +58,28 @@ def _past_deadline(run: Run) -> bool:
 
 
 def steps(
-    run: Run, todo: list[Entry], start: _Start, wait: _WaitHere | None = None
+    run: Run,
+    todo: list[Entry],
+    start: _Start,
+    wait: _WaitHere | None = None,
+    under_held_slot: Callable[[Entry], bool] | None = None,
 ) -> Generator[_Wait, set[Any], None]:
     """Fill free slots, wait, settle what finished; at the deadline fence
     the batch and expire the rest. With ``wait`` this waits itself and
     never yields (the sync driver); otherwise it yields what to wait for and
-    its driver sends back the done keys, or throws what interrupted it."""
+    its driver sends back the done keys, or throws what interrupted it.
+    A call for which ``under_held_slot`` is true takes no limiter slot."""
     queue = deque(todo)
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
-    slots = run.slots
     try:
         while queue or in_flight:
             short_of_slots = False
             while queue and len(in_flight) < limit and not _past_deadline(run):
                 e = queue[0]
+                slots = run.slots
+                if slots is not None and under_held_slot is not None and under_held_slot(e):
+                    slots = None
                 if slots is not None and not slots.take(
                     e.index, run.deadline, may_block=wait is not None and not in_flight
                 ):
@@ -138,6 +146,19 @@ def steps(
         raise
 
 
+def _slot_held_here(run: Run) -> bool:
+    """Whether this thread runs a call of an enclosing batch with the same
+    limiter, and so holds one of its slots: a nested batch that runs its calls
+    inline here must not wait for another slot (when the enclosing calls hold
+    them all, none would ever come: a sub-agent's batch would wait until its
+    deadline). Its calls run under the slot held, one at a time on this
+    thread, so the calls running at once stay within the limit."""
+    if run.slots is None:
+        return False
+    limiter, here = run.slots.limiter, threading.get_ident()
+    return any(f.thread == here and f.batch.limiter is limiter for f in enclosing_frames())
+
+
 def run_inline(run: Run, e: Entry, task: Task) -> Outcome:
     """Run one call on this thread. Nothing else can watch the deadline
     meanwhile, so a call still running at the deadline becomes a timeout
@@ -181,8 +202,9 @@ def run_sync(run: Run) -> list[Outcome]:
         def start(e: Entry) -> cf.Future[Any] | None:
             return _start_sync_call(run, e, run.new_task(e), inline)
 
+        held = inline and _slot_held_here(run)
         try:
-            next(steps(run, todo, start, _wait_for_futures), None)
+            next(steps(run, todo, start, _wait_for_futures, lambda _e: held), None)
         finally:
             if run.batch.dask is not None:
                 run.batch.dask.cleanup()
@@ -206,7 +228,12 @@ async def run_async(run: Run) -> list[Outcome]:
                 e.afuture = asyncio.wrap_future(future)
             return e.afuture
 
-        stepper = steps(run, todo, start)
+        held = inline_sync and _slot_held_here(run)
+
+        def under_held_slot(e: Entry) -> bool:
+            return held and not e.handle._is_coroutine  # coroutines run on the loop, at once
+
+        stepper = steps(run, todo, start, None, under_held_slot)
         try:
             wait = next(stepper)
             while True:

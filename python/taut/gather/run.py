@@ -123,6 +123,7 @@ class Run:
         check_handles(self.handles, self.scheduler, self.journal, self.what)
         self.batch = Batch(self.executor, self.journal, self.handles)
         self.batch.interrupt = interrupt
+        self.batch.limiter = checked
         self.entries = [
             Entry(i, h, h._call_id or f"{default_id(h._fn)}#{i}")
             for i, h in enumerate(self.handles)

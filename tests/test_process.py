@@ -508,8 +508,9 @@ def test_run_process_returns_on_time_when_an_escaped_grandchild_holds_the_pipes(
     strays: list[int],
 ) -> None:
     # The grandchild starts its own session and its parent exits: no parent
-    # link, group or session leads to it, so no kill can find it, and it keeps
-    # stdout open. The call must still return promptly instead of waiting for EOF.
+    # link, group or session leads to it, and it keeps stdout open. The call
+    # must still return promptly instead of waiting for EOF, and the daemon
+    # dies too: holding the command's pipes, it is found through /proc.
     script = f"setsid sleep {WORK} & echo $!"
     started = time.monotonic()
     result = taut.run_process(["sh", "-c", script], 0.2)
@@ -518,6 +519,28 @@ def test_run_process_returns_on_time_when_an_escaped_grandchild_holds_the_pipes(
     strays.append(grandchild)
     assert result.timed_out is True
     assert elapsed < PROMPT_S
+    assert wait_gone([grandchild]) == []
+
+
+def test_run_process_kills_a_double_forked_daemon_holding_the_pipes(strays: list[int]) -> None:
+    # The classic daemon: fork, setsid, fork again, the middle process exits
+    # before the root does. Only the pipe it still holds links it to the command.
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        print(os.getpid(), flush=True)\n"
+        f"        time.sleep({WORK})\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    result = taut.run_process([sys.executable, "-c", code], 1.0)
+    daemon = int(result.stdout)
+    strays.append(daemon)
+    assert result.timed_out is True
+    assert result.returncode == 0  # the command itself had finished
+    assert wait_gone([daemon]) == []
 
 
 def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: list[int]) -> None:

@@ -1,17 +1,21 @@
 """Gathers when things go wrong at the same time: a full bounded queue seen
-from an event loop, a limiter whose slots the enclosing calls hold."""
+from an event loop, a limiter whose slots the enclosing calls hold, a
+cancellation arriving as calls finish."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import taut
+from taut.gather import default_scheduler
 
 
 @pytest.fixture
@@ -141,3 +145,66 @@ def test_a_nested_gather_still_waits_for_a_different_limiter() -> None:
     finally:
         other.release()
     assert out.value == ["not_started"]
+
+
+# --------------------------------------------------------------------------
+# Cancellation (or Ctrl-C) arriving when some calls have finished but the batch
+# has not settled them yet: their outcomes are kept, on the handle and in the
+# journal, so a resumed run replays them instead of running them twice.
+
+
+def test_a_coroutine_finished_when_the_agather_is_cancelled_keeps_its_outcome(
+    tmp_path: Path,
+) -> None:
+    journal = taut.SqliteJournal(tmp_path / "j.db", run="cancel")
+    runs: list[str] = []
+
+    async def main() -> list[taut.Call[Any]]:
+        gatherer = asyncio.current_task()
+        assert gatherer is not None
+
+        async def send_email() -> str:
+            runs.append("sent")
+            gatherer.cancel()  # the caller gives up just as this call finishes
+            return "sent"
+
+        async def slow() -> None:
+            await asyncio.sleep(30)
+
+        handles = [taut.call(send_email), taut.call(slow)]
+        with pytest.raises(asyncio.CancelledError):
+            await taut.agather(handles, journal=journal)
+        return handles
+
+    sent, slow = asyncio.run(asyncio.wait_for(main(), 60))
+    assert sent.done() and sent.outcome() is not None and sent.outcome().value == "sent"
+    assert not slow.done()  # cancelled: not cached, may run again
+    assert [status for _, _, status in journal.records()] == ["ok", "pending"]
+    journal.close()
+    rerun = taut.SqliteJournal(tmp_path / "j.db", run="cancel")
+    [record, pending] = rerun.reserve([sent.call_id or "", slow.call_id or ""])
+    assert record is not None and record.value == "sent" and pending is None
+    assert runs == ["sent"]
+    rerun.close()
+
+
+def test_calls_finished_when_one_raises_keyboardinterrupt_are_journaled(tmp_path: Path) -> None:
+    journal = taut.SqliteJournal(tmp_path / "j.db", run="ki")
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    def run_now(_executor: Any, job: Any) -> cf.Future[Any]:
+        # Every call is done before the batch looks: the batch settles them in
+        # whatever order the done set gives, the interrupt often first.
+        future: cf.Future[Any] = cf.Future()
+        future.set_result(job.runnable()())
+        return future
+
+    handles = [taut.call(interrupted)] + [taut.call(_square, i) for i in range(30)]
+    with pytest.raises(KeyboardInterrupt):
+        default_scheduler().gather(handles, journal=journal, submit=run_now)
+    statuses = [status for _, _, status in journal.records()]
+    assert statuses == ["pending"] + ["ok"] * 30
+    assert all(h.done() for h in handles[1:])
+    journal.close()

@@ -25,7 +25,8 @@ Semantics, in the order a gather applies them:
 * **Outcomes come back in input order.** Ordinary exceptions become ``error``
   outcomes. ``BaseException``\\ s that are not ``Exception``\\ s (cancellation,
   ``KeyboardInterrupt``, ``SystemExit``) propagate out of the gather, after the
-  rest of the batch has been fenced and cancelled, and are never cached.
+  rest of the batch has been fenced and cancelled, and are never cached; calls
+  that had already finished keep their outcome, on the handle and in the journal.
 * **At the deadline** calls that finished keep their outcome, calls that
   started become ``timeout`` (cancelled where the executor can: a taut
   executor abandons the worker, so a replacement may start, and with

@@ -322,15 +322,26 @@ class Run:
             self.batch.dask.raise_fence()
 
     def abort(self, unfinished: Iterable[Entry]) -> None:
-        """A BaseException is propagating: fence, cancel, keep finished work."""
+        """A BaseException is propagating: fence, cancel, keep finished work.
+
+        A call that finished before the batch could settle it (on the
+        executor, or a coroutine on the loop) keeps its outcome on its handle
+        and in the journal, as if the batch had settled it a moment earlier:
+        a durable call that ran must never run again on resume."""
         self.batch.raise_fence()
         for e in unfinished:
             f = e.future
-            if f is not None and f.done() and not f.cancelled() and f.exception() is None:
-                captured = f.result()
+            done: Any = f if f is not None else e.afuture
+            if (
+                done is not None
+                and done.done()
+                and not done.cancelled()
+                and done.exception() is None
+            ):
+                captured = done.result()
                 if isinstance(captured, (Returned, Raised)):
                     try:
-                        self.finish(e, self.outcome_from(e, captured, None), journal=False)
+                        self.finish(e, self.outcome_from(e, captured, None))
                     except BaseException:
                         pass  # the propagating exception matters more
                     continue

@@ -628,3 +628,56 @@ def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[
     ]
     assert namespace["notes"] == ["deadlines fire"]
     assert [m["tool_call_id"] for m in namespace["messages"]] == ["c1", "c2", "c3"]
+
+
+def _echo(x: Any) -> Any:
+    return x
+
+
+def test_default_result_ids_never_repeat_an_id_the_model_gave(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 2)
+    calls = [
+        ToolCall("a", _echo, {"x": "1"}, call_id="call_1"),  # the model's own id
+        ToolCall("b", _echo, {"x": "2"}),  # position 1: "call_1" is taken
+        ToolCall("c", _echo, {"x": "3"}, call_id="call_1_1"),
+        ToolCall("d", _echo, {"x": "4"}),
+    ]
+    ids = [r.call_id for r in runner.run(calls)]
+    assert len(set(ids)) == 4, ids
+    assert ids[0] == "call_1" and ids[2] == "call_1_1" and ids[3] == "call_3"
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_one_unprintable_value_or_error_does_not_lose_the_batch(
+    runners: list[ToolRunner],
+) -> None:
+    runner = make(runners, 2)
+    value = _Unprintable()
+
+    def fails() -> None:
+        raise _UnprintableError
+
+    results = runner.run(
+        [
+            ToolCall("odd", lambda: value, read_only=True),
+            ToolCall("raises", fails, read_only=True),
+            ToolCall("fine", _echo, {"x": "7"}, read_only=True),
+        ]
+    )
+    odd, raised, fine = results
+    assert (odd.status, odd.value) == ("error", value)
+    assert odd.text.startswith("Error executing tool 'odd': its result (_Unprintable)")
+    assert (raised.status, raised.text) == (
+        "error",
+        "Error executing tool 'raises': _UnprintableError",
+    )
+    assert (fine.status, fine.value) == ("ok", "7")

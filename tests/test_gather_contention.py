@@ -208,3 +208,57 @@ def test_calls_finished_when_one_raises_keyboardinterrupt_are_journaled(tmp_path
     assert statuses == ["pending"] + ["ok"] * 30
     assert all(h.done() for h in handles[1:])
     journal.close()
+
+
+# --------------------------------------------------------------------------
+# A call cut loose at the deadline may run on (an abandoned thread, a standard
+# pool's thread): its limiter slot is free from the deadline on, exactly once.
+
+
+class CountingLimiter:
+    """A one-slot limiter that records every acquire and release."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = 0
+        self.errors: list[str] = []
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self.lock:
+            if self.held:
+                return False
+            self.held = 1
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            if not self.held:
+                self.errors.append("released a slot nobody held")
+            self.held = 0
+
+
+@pytest.mark.parametrize("kind", ["taut", "stdlib", "async"])
+def test_a_call_cut_loose_at_the_deadline_gives_its_slot_back_once(kind: str) -> None:
+    limiter, gate = CountingLimiter(), threading.Event()
+    handles = [taut.call(gate.wait, 30)]
+    executor: cf.Executor = (
+        cf.ThreadPoolExecutor(2) if kind == "stdlib" else taut.ThreadPoolExecutor(2)
+    )
+    try:
+        if kind == "async":
+
+            async def main() -> list[taut.Outcome]:
+                return await taut.agather(handles, executor=executor, limiter=limiter, timeout=0.1)
+
+            [out] = asyncio.run(asyncio.wait_for(main(), 60))
+        else:
+            [out] = taut.gather(handles, executor=executor, limiter=limiter, timeout=0.1)
+        assert out.status == "timeout"
+        assert limiter.held == 0  # free while the call still hangs
+        # The next batch gets the slot at once.
+        [again] = taut.gather([taut.call(_square, 3)], executor=executor, limiter=limiter)
+        assert again.value == 9
+    finally:
+        gate.set()
+        executor.shutdown(wait=True)
+    assert limiter.errors == []  # the hung call's end gave nothing back twice

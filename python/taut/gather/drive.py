@@ -110,7 +110,8 @@ def steps(
                 if key is not None:
                     in_flight[key] = e
                     if slots is not None:
-                        slots.release_when_done(e.future if e.future is not None else key)
+                        done_with = e.future if e.future is not None else key
+                        e.give_back_slot = slots.release_when_done(done_with)
                 elif slots is not None:
                     slots.release()  # it ran inline and is done
             wait_for: float | None = None

@@ -79,6 +79,8 @@ class Entry:
     future: cf.Future[Any] | None = None  # on the executor
     afuture: asyncio.Future[Any] | None = None  # what an async gather awaits
     claimed: bool = False
+    # Gives the call's limiter slot back (once), when the batch is done with it.
+    give_back_slot: Callable[[], None] | None = None
 
 
 class Run:
@@ -228,6 +230,8 @@ class Run:
 
     def finish(self, e: Entry, outcome: Outcome, *, journal: bool = True) -> None:
         e.outcome = outcome
+        if e.give_back_slot is not None:
+            e.give_back_slot()  # a call cut loose at the deadline may still run
         if e.task is not None:
             e.task.forget()
         if e.claimed:
@@ -356,4 +360,6 @@ class Run:
                     e.afuture.cancel()
             if e.task is not None:
                 e.task.forget()
+            if e.give_back_slot is not None:
+                e.give_back_slot()
         self.release_all()

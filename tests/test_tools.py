@@ -681,3 +681,34 @@ def test_one_unprintable_value_or_error_does_not_lose_the_batch(
         "Error executing tool 'raises': _UnprintableError",
     )
     assert (fine.status, fine.value) == ("ok", "7")
+
+
+def test_waiting_notices_are_cleared_when_a_tool_interrupts_the_batch(
+    runners: list[ToolRunner],
+) -> None:
+    notices: list[QueueNotice] = []
+    both_waiting, gate = threading.Event(), threading.Event()
+
+    def note(n: QueueNotice) -> None:
+        notices.append(n)
+        if {x.call_id for x in notices if x.kind == "waiting"} == {"c1", "c2"}:
+            both_waiting.set()
+
+    def interrupts() -> None:
+        assert both_waiting.wait(LONG)
+        raise KeyboardInterrupt
+
+    runner = make(runners, 1, on_notice=note)  # one worker: c1 and c2 must wait
+    calls = [
+        ToolCall("ki", interrupts, read_only=True, call_id="c0"),
+        ToolCall("hang", gate.wait, {"timeout": LONG}, read_only=True, call_id="c1"),
+        ToolCall("never", gate.wait, {"timeout": LONG}, read_only=True, call_id="c2"),
+    ]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(calls)
+        cleared = {n.call_id for n in notices if n.clears}
+    finally:
+        gate.set()
+    assert cleared == {"c1", "c2"}  # c2 never starts: only "dropped" clears it
+    assert ("dropped", "c2") in [(n.kind, n.call_id) for n in notices]

@@ -155,7 +155,8 @@ class QueueNotice:
 
     ``kind`` is ``'waiting'`` (the call could not start at once), ``'position'``
     (its place in the queue changed), ``'started'`` (it got a worker: clear the
-    notice) or ``'dropped'`` (the batch deadline came first: clear the notice).
+    notice) or ``'dropped'`` (the batch deadline came first, or the batch was
+    cancelled or interrupted: clear the notice).
     ``text`` is the line to show, ``''`` for the clearing kinds.
     """
 
@@ -371,6 +372,7 @@ class ToolRunner:
             self._scheduler.call(batch[i].fn, **dict(batch[i].arguments)) for i in group
         ]
         waited: set[int] = set()
+        began: set[int] = set()
         lock = threading.Lock()
 
         def emit(kind: str, pos: int, position: int | None, text: str = "") -> None:
@@ -395,6 +397,7 @@ class ToolRunner:
 
             def on_start() -> None:
                 with lock:
+                    began.add(pos)
                     had_notice = pos in waited
                 if had_notice:
                     emit("started", pos, None)
@@ -409,14 +412,24 @@ class ToolRunner:
             if first:
                 emit("waiting", pos, None, _SLOT_TEXTS[self._language])
 
-        outcomes = self._scheduler.gather(
-            handles,
-            timeout=timeout,
-            interrupt=self._interrupt,
-            submit=submit,
-            limiter=self._limiter,
-            on_slot_wait=on_slot_wait,
-        )
+        try:
+            outcomes = self._scheduler.gather(
+                handles,
+                timeout=timeout,
+                interrupt=self._interrupt,
+                submit=submit,
+                limiter=self._limiter,
+                on_slot_wait=on_slot_wait,
+            )
+        except BaseException:
+            # Cancelled, or a tool raised KeyboardInterrupt/SystemExit: the
+            # batch is fenced and its waiting calls never start. Clear their
+            # notices, or "Waiting for a free worker" would stay up for good.
+            with lock:
+                stale = sorted(waited - began)
+            for pos in stale:
+                emit("dropped", pos, None)
+            raise
         for pos, outcome in enumerate(outcomes):
             if outcome.status == "not_started" and pos in waited:
                 emit("dropped", pos, None)

@@ -262,3 +262,42 @@ def test_a_call_cut_loose_at_the_deadline_gives_its_slot_back_once(kind: str) ->
         gate.set()
         executor.shutdown(wait=True)
     assert limiter.errors == []  # the hung call's end gave nothing back twice
+
+
+# --------------------------------------------------------------------------
+# Awaiting a handle that another run holds: the await waits on its own loop,
+# not on a thread of the loop's default executor (each waiter would take one,
+# and with them asyncio.to_thread and run_in_executor(None, ...) of the app).
+
+
+def test_awaits_of_a_running_handle_take_no_default_executor_thread() -> None:
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait(30)
+
+    handle = taut.call(hold)
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(cf.ThreadPoolExecutor(1))
+        holder = asyncio.ensure_future(taut.agather([handle]))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        waiters = [asyncio.ensure_future(handle) for _ in range(3)]
+        await asyncio.sleep(0.05)  # the waiters are parked by now
+        waiters[0].cancel()  # one gives up: the rest still get the value
+        # The default executor's one thread is free for the app.
+        assert await asyncio.wait_for(loop.run_in_executor(None, int, "7"), 5) == 7
+        assert not any(w.done() for w in waiters[1:])
+        gate.set()
+        await holder
+        return await asyncio.gather(*waiters, return_exceptions=True)
+
+    try:
+        got = asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        gate.set()
+    assert isinstance(got[0], asyncio.CancelledError)
+    assert got[1:] == [True, True]

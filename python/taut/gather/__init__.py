@@ -312,8 +312,10 @@ class Scheduler:
             try:
                 got = self._single(handle)
             except _Busy as busy:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, busy.event.wait)
+                # Wait on this loop, not on a thread of its default executor:
+                # many awaits of a handle that runs long would take every such
+                # thread (and asyncio.to_thread with them).
+                await _released(handle, busy.event)
                 continue
             if isinstance(got, Outcome):
                 return got.unwrap()
@@ -356,6 +358,29 @@ async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]
         except QueueFull:
             task.forget()
             await asyncio.sleep(_ROOM_POLL)
+
+
+async def _released(handle: Call[Any], event: threading.Event) -> None:
+    """Until the run holding ``handle`` (the one that set ``event``) lets go."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake_on_loop() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def wake() -> None:  # on whichever thread lets go of the handle
+        try:
+            loop.call_soon_threadsafe(wake_on_loop)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    if not handle._when_released(event, wake):
+        return
+    try:
+        await woken
+    finally:
+        handle._forget_hook(wake)
 
 
 class _Busy(Exception):

@@ -8,6 +8,12 @@ is handed to the executor and gives it back when its future completes. A call
 waits for its slot *within the batch deadline*: one that has no slot when the
 deadline comes is ``not_started`` and never runs.
 
+A batch nested in a call and run inline on the call's thread (a sub-agent's
+tool batch on the same pool) runs under the slot that call holds: waiting for
+another one could wait for itself. A nested batch whose calls go to another
+pool takes slots of its own; when the enclosing calls hold every slot while
+they wait for it, it gets none before its deadline.
+
 A slot is given back when the call's future completes, or when the batch
 gives up on the call, whichever comes first. A call cut loose at the deadline
 (``timeout``) may still be running (a Dask task whose future was cancelled, an

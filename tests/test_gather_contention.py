@@ -301,3 +301,30 @@ def test_awaits_of_a_running_handle_take_no_default_executor_thread() -> None:
         gate.set()
     assert isinstance(got[0], asyncio.CancelledError)
     assert got[1:] == [True, True]
+
+
+# --------------------------------------------------------------------------
+# A pool shut down while a batch runs (a gateway stopping): the calls it
+# refuses from then on are cancelled, like the queued calls the shutdown
+# cancels, and the batch still returns every outcome.
+
+
+@pytest.mark.parametrize("kind", ["taut", "stdlib"])
+def test_a_pool_shut_down_mid_batch_cancels_the_calls_it_refuses(kind: str) -> None:
+    pool: cf.ThreadPoolExecutor = (
+        taut.ThreadPoolExecutor(1) if kind == "taut" else cf.ThreadPoolExecutor(1)
+    )
+
+    def stops_the_pool() -> str:
+        pool.shutdown(wait=False, cancel_futures=True)
+        return "stopped"
+
+    handles = [taut.call(stops_the_pool)] + [taut.call(_square, i) for i in range(3)]
+    outs = taut.gather(handles, executor=pool, max_parallel=1)
+    assert [o.status for o in outs] == ["ok", "cancelled", "cancelled", "cancelled"]
+    assert not any(o.started for o in outs[1:])
+    assert handles[0].done() and not handles[1].done()  # cancelled: may run again elsewhere
+    pool.shutdown(wait=True)
+    # Shut down before the batch began: the caller's mistake, said at once.
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        taut.gather([taut.call(_square, 1)], executor=pool)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from taut.deadline import move_on_at
 from taut.executor import QueueFull
-from taut.gather.executors import in_worker_of
+from taut.gather.executors import in_worker_of, is_shut_down
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
 from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
@@ -102,6 +102,20 @@ def steps(
                         e.task = None
                     short_of_slots = True
                     break
+                except RuntimeError:
+                    if slots is not None:
+                        slots.release()
+                    if not (run.executor_was_open and is_shut_down(run.executor)):
+                        queue.appendleft(e)  # aborted with the rest
+                        raise
+                    # The pool was shut down while the batch ran: this call is
+                    # cancelled, like the queued calls a shutdown cancels, and
+                    # the calls already running are still settled.
+                    if e.task is not None:
+                        e.task.forget()
+                        e.task = None
+                    run.finish(e, Outcome(e.call_id, "cancelled"))
+                    continue
                 except BaseException:
                     if slots is not None:
                         slots.release()

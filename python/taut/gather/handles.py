@@ -45,7 +45,8 @@ class Outcome:
     the exception), ``'timeout'`` (the call started but did not finish by the
     deadline; ``error`` is a :class:`TimeoutError`), ``'not_started'`` (the
     deadline came first; the call never ran) or ``'cancelled'`` (the executor
-    cancelled the call's future, e.g. on shutdown)."""
+    cancelled the call's future, e.g. on shutdown, or refused the call because
+    it was shut down while the batch ran)."""
     value: Any = None
     error: BaseException | None = None
     started: bool = False

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 from taut._checks import check_max_parallel, check_timeout, describe
 from taut.deadline import DeadlineExpired
-from taut.gather.executors import Submit, plain_submit, stop_started
+from taut.gather.executors import Submit, is_shut_down, plain_submit, stop_started
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -131,6 +131,7 @@ class Run:
             for i, h in enumerate(self.handles)
         ]
         self.deadline: float | None = None
+        self.executor_was_open = True
 
     # -- claim / reserve -------------------------------------------------
 
@@ -209,6 +210,10 @@ class Run:
     def begin(self) -> list[Entry]:
         """Claim the handles, reserve journal slots, start the clock: the
         calls still to run (replayed ones already have their outcome)."""
+        # A pool shut down before the batch began is the caller's mistake (the
+        # first submit says so); one shut down while the batch runs cancels
+        # the calls it refuses from then on (drive.steps).
+        self.executor_was_open = not is_shut_down(self.executor)
         self.claim()
         self.reserve_or_release()
         if self.timeout is not None:

@@ -555,6 +555,34 @@ def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: 
     assert wait_gone([grandchild]) == []
 
 
+def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reading thread does not run between the deadline and the end of the
+    # tree (another thread holds the GIL): when it looks, the wake-up byte, the
+    # pipes' EOF and the root's exit are all there at once. The deadline still
+    # decided the outcome.
+    import selectors
+
+    from taut import process
+
+    class LateSelector(selectors.DefaultSelector):
+        first = True
+
+        def select(self, timeout: float | None = None) -> Any:
+            if LateSelector.first:
+                LateSelector.first = False
+                time.sleep(1.0)  # the 0.1 s deadline fires and kills meanwhile
+            return super().select(timeout)
+
+    monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+    result = taut.run_process(["sh", "-c", f"sleep {WORK}"], 0.1)
+    assert result.returncode == -signal.SIGKILL
+    assert result.timed_out is True
+    with pytest.raises(DeadlineExpired):
+        result.check_returncode()
+
+
 def test_run_process_zero_timeout_starts_nothing() -> None:
     result = taut.run_process(["sh", "-c", "exit 1"], 0)
     assert result.timed_out is True

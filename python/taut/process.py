@@ -447,6 +447,11 @@ def _communicate(
                 elif _read_into(fd, chunks):
                     sel.unregister(fd)
                     reading.discard(fd)
+        if deadline is not None and deadline.expired:
+            # Also when the loop ended by itself: the timer thread's kill may
+            # have closed the pipes and ended the root before this thread ran
+            # again (busy GIL), all seen in one wake-up; the deadline decided.
+            timed_out = True
         if timed_out:
             # The timer thread's kill is under way; make sure it is complete before
             # reading what is left, and never wait on EOF for longer than a moment.

@@ -39,4 +39,13 @@ for version in 3.9 3.13; do
     TAUT_EXIT_RUNS="${TAUT_EXIT_RUNS:-3}" "$env_dir/bin/python" -m pytest -p no:cacheprovider -q tests \
         --deselect tests/test_cpython_suite.py::test_cpython_threadpool_suite_passes_with_taut \
         --deselect tests/test_cpython_suite.py::test_cpython_asyncio_suite_passes_with_taut_as_the_default_executor
+    # This interpreter's own asyncio tests, where it ships them (pyenv builds
+    # do), with taut as asyncio's default executor.
+    own_tests="$("$env_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')/test"
+    if [ -d "$own_tests/test_asyncio" ]; then
+        echo "--- CPython's own asyncio tests on $("$env_dir/bin/python" --version), taut as the default executor"
+        TAUT_CPYTHON_TEST_DIR="$own_tests" "$env_dir/bin/python" tests/cpython_suite/run_asyncio_suite.py
+    else
+        echo "no asyncio tests shipped with $("$env_dir/bin/python" --version): not run"
+    fi
 done

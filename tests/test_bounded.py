@@ -229,6 +229,37 @@ def test_sync_no_thread_leaked_after_a_thousand_calls(pool: Any) -> None:
     assert threading.active_count() <= baseline + 2 + (os.cpu_count() or 1) + 4
 
 
+def test_sync_keyboard_interrupt_gives_up_a_future_as_a_timeout_does() -> None:
+    # The future of a coroutine on another loop (run_coroutine_threadsafe):
+    # cancelled at a timeout, and so also when Ctrl-C ends the wait.
+    script = textwrap.dedent(
+        """
+        import concurrent.futures, os
+        import taut
+        future = concurrent.futures.Future()
+        print("ready", flush=True)
+        try:
+            taut.run_bounded_sync(future, 60)
+        except KeyboardInterrupt:
+            print("cancelled" if future.cancelled() else "left running", flush=True)
+            os._exit(0)
+        os._exit(1)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(0.3)  # let it block in the wait
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=20) == 0
+        assert child.stdout.read() == b"cancelled\n"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_sync_keyboard_interrupt_lands_at_once() -> None:
     script = textwrap.dedent(
         """

@@ -105,6 +105,38 @@ def test_write_failure_reaches_the_caller(tmp_path: Path) -> None:
     journal.complete(0, "a", "ok", 1, None)
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_file_deleted_or_replaced_mid_run_refuses_writes(tmp_path: Path, how: str) -> None:
+    # SQLite keeps writing into an unlinked (or replaced) file: every outcome
+    # would be lost without a word, and a resumed run would run them all again.
+    path = tmp_path / "j.db"
+    journal = SqliteJournal(path, run="r")
+    journal.reserve(["a", "b"])
+    journal.complete(0, "a", "ok", 1, None)
+    for leftover in tmp_path.iterdir():
+        leftover.unlink()  # the file and its -wal/-shm companions
+    if how == "replaced":
+        SqliteJournal(path, run="other").close()
+    with pytest.raises(JournalError, match=re.escape(f"journal {str(path)!r} was deleted or")):
+        journal.complete(1, "b", "ok", 2, None)
+    with pytest.raises(JournalError, match="deleted or replaced while it was open"):
+        journal.reserve(["c"])
+    journal.close()
+
+
+def test_a_relative_path_survives_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    journal = SqliteJournal("j.db", run="r")
+    journal.reserve(["a"])
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # a tool changed the working directory
+    journal.complete(0, "a", "ok", 1, None)
+    assert journal.records() == [(0, "a", "ok")]
+    journal.close()
+
+
 def test_a_write_waits_out_a_short_lock_within_the_timeout(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     journal = SqliteJournal(path, timeout=30.0)

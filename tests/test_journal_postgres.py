@@ -89,29 +89,89 @@ def test_timeout_is_validated_and_bounds_a_lock_wait() -> None:
         drop_run(dsn, run)
 
 
-def test_a_dropped_connection_fails_one_write_and_the_next_reconnects() -> None:
-    dsn, run = postgres_dsn(), f"drop-{uuid.uuid4().hex[:8]}"
+def _terminate_session(dsn: str, journal: PostgresJournal) -> None:
     import psycopg
 
+    pid = journal._conn.info.backend_pid
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_until(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+                == (0,)
+            )
+        )
+
+
+def test_a_dropped_connection_is_retried_once_on_a_new_session() -> None:
+    dsn, run = postgres_dsn(), f"drop-{uuid.uuid4().hex[:8]}"
     journal = PostgresJournal(dsn, run=run)
     try:
-        journal.reserve(["a", "b"])
-        pid = journal._conn.info.backend_pid
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            wait_until(
-                lambda: (
-                    admin.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
-                    ).fetchone()
-                    == (0,)
-                )
-            )
-        with pytest.raises(JournalError, match="cannot record an outcome"):
-            journal.complete(0, "a", "ok", 1, None)  # the failure reaches the caller
+        journal.reserve(["a", "b", "c"])
+        _terminate_session(dsn, journal)
         journal.complete(0, "a", "ok", 1, None)  # a new session, the same runner
+        _terminate_session(dsn, journal)
+        # The server is gone for good: the retry fails too, and that reaches the caller.
+        journal._dsn = "host=/nonexistent-taut-test user=x connect_timeout=2"
+        with pytest.raises(JournalError, match="cannot open"):
+            journal.complete(1, "b", "ok", 2, None)
+        journal._dsn = dsn  # back: the next write reconnects
         journal.complete(1, "b", "ok", 2, None)
-        assert journal.records() == [(0, "a", "ok"), (1, "b", "ok")]
+        assert journal.records() == [(0, "a", "ok"), (1, "b", "ok"), (2, "c", "pending")]
+    finally:
+        journal.close()
+        drop_run(dsn, run)
+
+
+def test_a_write_that_committed_before_the_connection_broke_is_not_refused() -> None:
+    # The outcome committed, then the session ended before its answer came:
+    # the retry finds it written, by this runner (the lease fences any other).
+    dsn, run = postgres_dsn(), f"lost-{uuid.uuid4().hex[:8]}"
+    journal = PostgresJournal(dsn, run=run)
+    real = journal._write_at_once
+
+    def commits_then_breaks(outcome: dict[str, object]) -> bool:
+        assert real(outcome)
+        _terminate_session(dsn, journal)
+        journal._conn = None
+        journal._retrying = True  # what _write_at_once does when its answer is lost
+        return False
+
+    try:
+        journal.reserve(["a", "b"])
+        journal._write_at_once = commits_then_breaks  # type: ignore[method-assign]
+        journal.complete(0, "a", "ok", 1, None)
+        journal._write_at_once = real  # type: ignore[method-assign]
+        assert not journal._retrying
+        with pytest.raises(JournalError, match="already has outcome 'ok'"):
+            journal.complete(0, "a", "ok", 1, None)  # a real second write is still refused
+        assert journal.records() == [(0, "a", "ok"), (1, "b", "pending")]
+    finally:
+        journal.close()
+        drop_run(dsn, run)
+
+
+@pytest.mark.timeout(60)
+def test_a_gather_survives_its_journal_session_being_dropped_mid_batch() -> None:
+    import taut
+
+    dsn, run = postgres_dsn(), f"gather-{uuid.uuid4().hex[:8]}"
+    journal = PostgresJournal(dsn, run=run)
+    runs: list[int] = []
+
+    def call(i: int) -> int:
+        runs.append(i)
+        if i == 0:
+            _terminate_session(dsn, journal)  # while the batch runs
+        return i
+
+    try:
+        outs = taut.gather([taut.call(call, i) for i in range(3)], journal=journal)
+        assert [o.status for o in outs] == ["ok"] * 3
+        assert [status for _, _, status in journal.records()] == ["ok"] * 3
+        assert sorted(runs) == [0, 1, 2]
     finally:
         journal.close()
         drop_run(dsn, run)

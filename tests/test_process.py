@@ -508,8 +508,9 @@ def test_run_process_returns_on_time_when_an_escaped_grandchild_holds_the_pipes(
     strays: list[int],
 ) -> None:
     # The grandchild starts its own session and its parent exits: no parent
-    # link, group or session leads to it, so no kill can find it, and it keeps
-    # stdout open. The call must still return promptly instead of waiting for EOF.
+    # link, group or session leads to it, and it keeps stdout open. The call
+    # must still return promptly instead of waiting for EOF, and the daemon
+    # dies too: holding the command's pipes, it is found through /proc.
     script = f"setsid sleep {WORK} & echo $!"
     started = time.monotonic()
     result = taut.run_process(["sh", "-c", script], 0.2)
@@ -518,6 +519,28 @@ def test_run_process_returns_on_time_when_an_escaped_grandchild_holds_the_pipes(
     strays.append(grandchild)
     assert result.timed_out is True
     assert elapsed < PROMPT_S
+    assert wait_gone([grandchild]) == []
+
+
+def test_run_process_kills_a_double_forked_daemon_holding_the_pipes(strays: list[int]) -> None:
+    # The classic daemon: fork, setsid, fork again, the middle process exits
+    # before the root does. Only the pipe it still holds links it to the command.
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        print(os.getpid(), flush=True)\n"
+        f"        time.sleep({WORK})\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    result = taut.run_process([sys.executable, "-c", code], 1.0)
+    daemon = int(result.stdout)
+    strays.append(daemon)
+    assert result.timed_out is True
+    assert result.returncode == 0  # the command itself had finished
+    assert wait_gone([daemon]) == []
 
 
 def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: list[int]) -> None:
@@ -530,6 +553,34 @@ def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: 
     grandchild = int(result.stdout)
     strays.append(grandchild)
     assert wait_gone([grandchild]) == []
+
+
+def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reading thread does not run between the deadline and the end of the
+    # tree (another thread holds the GIL): when it looks, the wake-up byte, the
+    # pipes' EOF and the root's exit are all there at once. The deadline still
+    # decided the outcome.
+    import selectors
+
+    from taut import process
+
+    class LateSelector(selectors.DefaultSelector):
+        first = True
+
+        def select(self, timeout: float | None = None) -> Any:
+            if LateSelector.first:
+                LateSelector.first = False
+                time.sleep(1.0)  # the 0.1 s deadline fires and kills meanwhile
+            return super().select(timeout)
+
+    monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+    result = taut.run_process(["sh", "-c", f"sleep {WORK}"], 0.1)
+    assert result.returncode == -signal.SIGKILL
+    assert result.timed_out is True
+    with pytest.raises(DeadlineExpired):
+        result.check_returncode()
 
 
 def test_run_process_zero_timeout_starts_nothing() -> None:

@@ -628,3 +628,87 @@ def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[
     ]
     assert namespace["notes"] == ["deadlines fire"]
     assert [m["tool_call_id"] for m in namespace["messages"]] == ["c1", "c2", "c3"]
+
+
+def _echo(x: Any) -> Any:
+    return x
+
+
+def test_default_result_ids_never_repeat_an_id_the_model_gave(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 2)
+    calls = [
+        ToolCall("a", _echo, {"x": "1"}, call_id="call_1"),  # the model's own id
+        ToolCall("b", _echo, {"x": "2"}),  # position 1: "call_1" is taken
+        ToolCall("c", _echo, {"x": "3"}, call_id="call_1_1"),
+        ToolCall("d", _echo, {"x": "4"}),
+    ]
+    ids = [r.call_id for r in runner.run(calls)]
+    assert len(set(ids)) == 4, ids
+    assert ids[0] == "call_1" and ids[2] == "call_1_1" and ids[3] == "call_3"
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_one_unprintable_value_or_error_does_not_lose_the_batch(
+    runners: list[ToolRunner],
+) -> None:
+    runner = make(runners, 2)
+    value = _Unprintable()
+
+    def fails() -> None:
+        raise _UnprintableError
+
+    results = runner.run(
+        [
+            ToolCall("odd", lambda: value, read_only=True),
+            ToolCall("raises", fails, read_only=True),
+            ToolCall("fine", _echo, {"x": "7"}, read_only=True),
+        ]
+    )
+    odd, raised, fine = results
+    assert (odd.status, odd.value) == ("error", value)
+    assert odd.text.startswith("Error executing tool 'odd': its result (_Unprintable)")
+    assert (raised.status, raised.text) == (
+        "error",
+        "Error executing tool 'raises': _UnprintableError",
+    )
+    assert (fine.status, fine.value) == ("ok", "7")
+
+
+def test_waiting_notices_are_cleared_when_a_tool_interrupts_the_batch(
+    runners: list[ToolRunner],
+) -> None:
+    notices: list[QueueNotice] = []
+    both_waiting, gate = threading.Event(), threading.Event()
+
+    def note(n: QueueNotice) -> None:
+        notices.append(n)
+        if {x.call_id for x in notices if x.kind == "waiting"} == {"c1", "c2"}:
+            both_waiting.set()
+
+    def interrupts() -> None:
+        assert both_waiting.wait(LONG)
+        raise KeyboardInterrupt
+
+    runner = make(runners, 1, on_notice=note)  # one worker: c1 and c2 must wait
+    calls = [
+        ToolCall("ki", interrupts, read_only=True, call_id="c0"),
+        ToolCall("hang", gate.wait, {"timeout": LONG}, read_only=True, call_id="c1"),
+        ToolCall("never", gate.wait, {"timeout": LONG}, read_only=True, call_id="c2"),
+    ]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(calls)
+        cleared = {n.call_id for n in notices if n.clears}
+    finally:
+        gate.set()
+    assert cleared == {"c1", "c2"}  # c2 never starts: only "dropped" clears it
+    assert ("dropped", "c2") in [(n.kind, n.call_id) for n in notices]

@@ -230,7 +230,9 @@ def run_bounded_sync(
             _acquire_until(latch, deadline.at)
     except BaseException:
         deadline.cancel()
-        if pool is not None:
+        if pool is None:
+            future.cancel()  # as at a timeout: the caller's future is given up on
+        else:
             _release_late_worker(pool, future, interrupt)
         raise
     if future.done():

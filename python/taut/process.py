@@ -42,9 +42,10 @@ from taut.deadline import DeadlineExpired
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
 
-# After the deadline has killed the tree, how long to keep reading output that is
-# already in the pipes. A holder the kill could not reach (an orphan that left the
-# session before the kill) keeps the write end open; past this we close our end.
+# After the deadline has killed the tree (and whoever else held our pipes' write
+# ends), how long to keep reading output that is already in the pipes. A holder
+# neither kill could reach (another user's process) keeps the write end open;
+# past this we close our end.
 _DRAIN_AFTER_KILL_S = 0.2
 # How long to wait for the killed root to be reaped before returning without it.
 _REAP_AFTER_KILL_S = 1.0
@@ -239,7 +240,10 @@ def run_process(
     At the deadline the Rust timer thread kills the command's whole process tree
     (``SIGKILL``, see ``kill_process_tree``) without needing the GIL, and the call
     returns promptly with ``timed_out=True``, even if orphaned grandchildren hold
-    the output pipes. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
+    the output pipes; whoever still holds them then (a double-forked daemon that
+    no parent link, group or session leads back to) is killed with its tree too.
+    A daemon that closed the pipes cannot be told from an unrelated process and
+    survives. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
     forever, ``0`` or less returns timed out without starting anything.
 
     The child starts in a new session (``start_new_session=True``) unless
@@ -443,10 +447,22 @@ def _communicate(
                 elif _read_into(fd, chunks):
                     sel.unregister(fd)
                     reading.discard(fd)
+        if deadline is not None and deadline.expired:
+            # Also when the loop ended by itself: the timer thread's kill may
+            # have closed the pipes and ended the root before this thread ran
+            # again (busy GIL), all seen in one wake-up; the deadline decided.
+            timed_out = True
         if timed_out:
             # The timer thread's kill is under way; make sure it is complete before
             # reading what is left, and never wait on EOF for longer than a moment.
             _core.signal_process_tree(proc.pid, signal.SIGKILL, start_time)
+            if reading:
+                # Still open: a daemon that left the tree (forked twice, the
+                # middle process gone, then setsid: no parent link, group or
+                # session leads to it) holds a write end of our pipes. Holding
+                # them makes it part of this command's output: kill it, and
+                # its own tree, too.
+                _core.signal_process_trees(_pipe_writers(reading), signal.SIGKILL)
             until = time.monotonic() + _DRAIN_AFTER_KILL_S
             while reading:
                 left = until - time.monotonic()
@@ -474,6 +490,40 @@ def _communicate(
     out = None if out_fd is None else b"".join(chunks[out_fd])
     err = None if err_fd is None else b"".join(chunks[err_fd])
     return (out, err), timed_out
+
+
+def _pipe_writers(read_fds: set[int]) -> list[tuple[int, int]]:
+    """The other processes holding a write end of the pipes whose read ends
+    are ``read_fds``, as ``(pid, start_time)``, found through ``/proc``. Only
+    called at a deadline whose tree kill left a pipe open; processes whose
+    ``/proc`` entries we may not read are missed (they are not ours to kill)."""
+    links = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in read_fds}
+    me = os.getpid()
+    found: list[tuple[int, int]] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") not in links:
+                    continue
+                with open(f"/proc/{name}/fdinfo/{fd}", "rb") as info:
+                    flags = next(
+                        (int(line.split()[1], 8) for line in info if line.startswith(b"flags:")),
+                        None,
+                    )
+            except (OSError, ValueError, IndexError):
+                continue
+            if flags is not None and flags & os.O_ACCMODE != os.O_RDONLY:
+                start = _core.process_start_time(int(name))
+                if start is not None:
+                    found.append((int(name), start))
+                break
+    return found
 
 
 def _read_into(fd: int, chunks: dict[int, list[bytes]]) -> bool:

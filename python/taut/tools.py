@@ -124,7 +124,8 @@ ToolStatus = Literal["ok", "error", "timeout"]
 class ToolResult:
     """The result of one tool call, in the shape a model consumes.
 
-    ``status`` is ``'ok'``, ``'error'`` (the tool raised, or was cancelled) or
+    ``status`` is ``'ok'``, ``'error'`` (the tool raised, was cancelled, or
+    returned a value whose ``str()`` raised: ``value`` still holds it) or
     ``'timeout'`` (ran past its deadline, or never got a worker before the
     batch deadline: ``started`` tells which). ``text`` is what goes back to the
     model: the value as text, or "Error executing tool 'NAME': ...".
@@ -154,7 +155,8 @@ class QueueNotice:
 
     ``kind`` is ``'waiting'`` (the call could not start at once), ``'position'``
     (its place in the queue changed), ``'started'`` (it got a worker: clear the
-    notice) or ``'dropped'`` (the batch deadline came first: clear the notice).
+    notice) or ``'dropped'`` (the batch deadline came first, or the batch was
+    cancelled or interrupted: clear the notice).
     ``text`` is the line to show, ``''`` for the clearing kinds.
     """
 
@@ -345,12 +347,16 @@ class ToolRunner:
         run_limit = check_timeout(timeout)
         parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
         notify = on_notice if on_notice is not None else self._on_notice
+        ids = _result_ids(batch)
         results: list[ToolResult | None] = [None] * len(batch)
         for group in _groups(batch):
             configured = parallel_timeout if batch[group[0]].read_only else alone_timeout
             left = None if run_limit is None else run_limit - (time.monotonic() - started)
             limit = _earliest(configured, left, scope_remaining())
-            for index, result in zip(group, self._run_group(batch, group, limit, notify)):
+            group_ids = [ids[i] for i in group]
+            for index, result in zip(
+                group, self._run_group(batch, group, group_ids, limit, notify)
+            ):
                 results[index] = result
         return [r for r in results if r is not None]
 
@@ -358,14 +364,15 @@ class ToolRunner:
         self,
         batch: Sequence[ToolCall],
         group: Sequence[int],
+        ids: Sequence[str],
         timeout: float | None,
         notify: Callable[[QueueNotice], object] | None,
     ) -> list[ToolResult]:
-        ids = [batch[i].call_id or f"call_{i}" for i in group]
         handles: list[Call[Any]] = [
             self._scheduler.call(batch[i].fn, **dict(batch[i].arguments)) for i in group
         ]
         waited: set[int] = set()
+        began: set[int] = set()
         lock = threading.Lock()
 
         def emit(kind: str, pos: int, position: int | None, text: str = "") -> None:
@@ -390,6 +397,7 @@ class ToolRunner:
 
             def on_start() -> None:
                 with lock:
+                    began.add(pos)
                     had_notice = pos in waited
                 if had_notice:
                     emit("started", pos, None)
@@ -404,14 +412,24 @@ class ToolRunner:
             if first:
                 emit("waiting", pos, None, _SLOT_TEXTS[self._language])
 
-        outcomes = self._scheduler.gather(
-            handles,
-            timeout=timeout,
-            interrupt=self._interrupt,
-            submit=submit,
-            limiter=self._limiter,
-            on_slot_wait=on_slot_wait,
-        )
+        try:
+            outcomes = self._scheduler.gather(
+                handles,
+                timeout=timeout,
+                interrupt=self._interrupt,
+                submit=submit,
+                limiter=self._limiter,
+                on_slot_wait=on_slot_wait,
+            )
+        except BaseException:
+            # Cancelled, or a tool raised KeyboardInterrupt/SystemExit: the
+            # batch is fenced and its waiting calls never start. Clear their
+            # notices, or "Waiting for a free worker" would stay up for good.
+            with lock:
+                stale = sorted(waited - began)
+            for pos in stale:
+                emit("dropped", pos, None)
+            raise
         for pos, outcome in enumerate(outcomes):
             if outcome.status == "not_started" and pos in waited:
                 emit("dropped", pos, None)
@@ -435,6 +453,24 @@ class ToolRunner:
     def __repr__(self) -> str:
         ceiling = self._ceiling or "no ceiling"
         return f"<taut.ToolRunner tool_workers={ceiling}>"
+
+
+def _result_ids(batch: Sequence[ToolCall]) -> list[str]:
+    """The id each result carries: the call's own, else ``call_N`` (its
+    position), made unique against the ids the model gave (a model may well
+    name a call ``call_1``): results must be told apart by their ids."""
+    taken = {c.call_id for c in batch if c.call_id}
+    ids: list[str] = []
+    for i, c in enumerate(batch):
+        if c.call_id:
+            ids.append(c.call_id)
+            continue
+        cid, n = f"call_{i}", 1
+        while cid in taken:
+            cid, n = f"call_{i}_{n}", n + 1
+        taken.add(cid)
+        ids.append(cid)
+    return ids
 
 
 def _groups(batch: Sequence[ToolCall]) -> list[list[int]]:
@@ -472,9 +508,17 @@ def _value_text(value: Any) -> str:
 def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> ToolResult:
     prefix = f"Error executing tool '{name}': "
     if o.status == "ok":
-        return ToolResult(
-            call_id, name, "ok", _value_text(o.value), o.value, None, True, o.elapsed_s
-        )
+        try:
+            text = _value_text(o.value)
+        except Exception as exc:
+            # One tool's unprintable value must not lose the whole batch's
+            # results (the other tools have run): this result alone says so.
+            text = (
+                f"{prefix}its result ({type(o.value).__name__}) cannot be shown as "
+                f"text: str() raised {type(exc).__name__}"
+            )
+            return ToolResult(call_id, name, "error", text, o.value, exc, True, o.elapsed_s)
+        return ToolResult(call_id, name, "ok", text, o.value, None, True, o.elapsed_s)
     if o.status in ("timeout", "not_started"):
         after = f"timed out after {_seconds_text(timeout)}" if timeout is not None else "timed out"
         if not o.started:
@@ -489,5 +533,8 @@ def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> To
     if o.status == "cancelled":
         return ToolResult(call_id, name, "error", prefix + "cancelled", None, o.error, o.started)
     err = o.error
-    message = str(err) or type(err).__name__
+    try:
+        message = str(err) or type(err).__name__
+    except Exception:  # an exception whose __str__ raises: its type still says something
+        message = type(err).__name__
     return ToolResult(call_id, name, "error", prefix + message, None, err, o.started, o.elapsed_s)

@@ -27,6 +27,12 @@ def suite_dir() -> str:
     return f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/test"
 
 
+def is_debians() -> bool:
+    """True unless ``$TAUT_CPYTHON_TEST_DIR`` points at another suite (say,
+    a pyenv interpreter's own, whose tests may differ from Debian's)."""
+    return not os.environ.get(SUITE_DIR_ENV)
+
+
 def require(suite: str, entry: str) -> None:
     """Exit with ``MISSING_EXIT``, saying how to install it, unless ``entry``
     (a module file or package directory of the suite) is there."""

@@ -111,7 +111,8 @@ def _select(module: Any, patterns: list[str] | None) -> unittest.TestSuite:
             selected.addTest(test)
 
     add(loader.loadTestsFromModule(module))
-    if not patterns and excluded_seen != set(EXCLUDED):
+    # Another CPython's suite (TAUT_CPYTHON_TEST_DIR) may lack some of them.
+    if not patterns and debian_suite.is_debians() and excluded_seen != set(EXCLUDED):
         raise RuntimeError(f"exclusions name no test: {sorted(set(EXCLUDED) - excluded_seen)}")
     return selected
 

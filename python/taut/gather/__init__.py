@@ -25,7 +25,8 @@ Semantics, in the order a gather applies them:
 * **Outcomes come back in input order.** Ordinary exceptions become ``error``
   outcomes. ``BaseException``\\ s that are not ``Exception``\\ s (cancellation,
   ``KeyboardInterrupt``, ``SystemExit``) propagate out of the gather, after the
-  rest of the batch has been fenced and cancelled, and are never cached.
+  rest of the batch has been fenced and cancelled, and are never cached; calls
+  that had already finished keep their outcome, on the handle and in the journal.
 * **At the deadline** calls that finished keep their outcome, calls that
   started become ``timeout`` (cancelled where the executor can: a taut
   executor abandons the worker, so a replacement may start, and with
@@ -90,7 +91,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, cast
 
 from taut._checks import describe
-from taut.executor import default_executor
+from taut.executor import QueueFull, default_executor
 from taut.gather.drive import run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
 from taut.gather.handles import (
@@ -106,7 +107,7 @@ from taut.gather.handles import (
     nested_argument,
 )
 from taut.gather.run import Run
-from taut.gather.tasks import Submission
+from taut.gather.tasks import Submission, Task
 from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
@@ -311,8 +312,10 @@ class Scheduler:
             try:
                 got = self._single(handle)
             except _Busy as busy:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, busy.event.wait)
+                # Wait on this loop, not on a thread of its default executor:
+                # many awaits of a handle that runs long would take every such
+                # thread (and asyncio.to_thread with them).
+                await _released(handle, busy.event)
                 continue
             if isinstance(got, Outcome):
                 return got.unwrap()
@@ -325,7 +328,7 @@ class Scheduler:
                 elif in_worker_of(got.executor):
                     captured = task.run()
                 else:
-                    future = got.executor.submit(task.ref())
+                    future = await _submit_when_room(got.executor, task)
                     e.future = future
                     captured = await asyncio.wrap_future(future)
                 outcome = got.outcome_from(e, captured, None)
@@ -339,6 +342,45 @@ class Scheduler:
                 raise
             got.finish(e, outcome)
             return outcome.unwrap()
+
+
+# How often a single await on an event loop asks a full bounded queue again.
+_ROOM_POLL = 0.02
+
+
+async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]:
+    """Submit ``task``; a taut pool's full bounded queue refuses at once on an
+    event loop's thread (its submit never blocks the loop), so ask again
+    soon, without blocking the loop, as a plain ``result()`` would wait."""
+    while True:
+        try:
+            return executor.submit(task.ref())
+        except QueueFull:
+            task.forget()
+            await asyncio.sleep(_ROOM_POLL)
+
+
+async def _released(handle: Call[Any], event: threading.Event) -> None:
+    """Until the run holding ``handle`` (the one that set ``event``) lets go."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake_on_loop() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def wake() -> None:  # on whichever thread lets go of the handle
+        try:
+            loop.call_soon_threadsafe(wake_on_loop)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    if not handle._when_released(event, wake):
+        return
+    try:
+        await woken
+    finally:
+        handle._forget_hook(wake)
 
 
 class _Busy(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import threading
 import time
 from collections import deque
 from collections.abc import Generator, Hashable
@@ -18,17 +19,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from taut.deadline import move_on_at
-from taut.gather.executors import in_worker_of
+from taut.executor import QueueFull
+from taut.gather.executors import in_worker_of, is_shut_down
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
-from taut.gather.tasks import Captured, Escaped, Task
+from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
 
 __all__ = ["run_async", "run_inline", "run_sync", "steps"]
 
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
-# How often a batch short of limiter slots asks again while calls are in flight.
+# How often a batch short of limiter slots (or of room in a bounded queue, on an
+# event loop) asks again while calls are in flight.
 _SLOT_POLL = 0.02
 
 
@@ -55,21 +58,28 @@ def _past_deadline(run: Run) -> bool:
 
 
 def steps(
-    run: Run, todo: list[Entry], start: _Start, wait: _WaitHere | None = None
+    run: Run,
+    todo: list[Entry],
+    start: _Start,
+    wait: _WaitHere | None = None,
+    under_held_slot: Callable[[Entry], bool] | None = None,
 ) -> Generator[_Wait, set[Any], None]:
     """Fill free slots, wait, settle what finished; at the deadline fence
     the batch and expire the rest. With ``wait`` this waits itself and
     never yields (the sync driver); otherwise it yields what to wait for and
-    its driver sends back the done keys, or throws what interrupted it."""
+    its driver sends back the done keys, or throws what interrupted it.
+    A call for which ``under_held_slot`` is true takes no limiter slot."""
     queue = deque(todo)
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
-    slots = run.slots
     try:
         while queue or in_flight:
             short_of_slots = False
             while queue and len(in_flight) < limit and not _past_deadline(run):
                 e = queue[0]
+                slots = run.slots
+                if slots is not None and under_held_slot is not None and under_held_slot(e):
+                    slots = None
                 if slots is not None and not slots.take(
                     e.index, run.deadline, may_block=wait is not None and not in_flight
                 ):
@@ -78,6 +88,34 @@ def steps(
                 queue.popleft()
                 try:
                     key = start(e)
+                except QueueFull:
+                    if slots is not None:
+                        slots.release()
+                    queue.appendleft(e)
+                    if wait is not None:
+                        raise  # aborted with the rest: a sync submit waits for room itself
+                    # A taut pool's bounded queue is full, and its submit never
+                    # waits on an event loop's thread: try again soon, as for a
+                    # limiter slot (the call never reached the pool: not started).
+                    if e.task is not None:
+                        e.task.forget()
+                        e.task = None
+                    short_of_slots = True
+                    break
+                except RuntimeError:
+                    if slots is not None:
+                        slots.release()
+                    if not (run.executor_was_open and is_shut_down(run.executor)):
+                        queue.appendleft(e)  # aborted with the rest
+                        raise
+                    # The pool was shut down while the batch ran: this call is
+                    # cancelled, like the queued calls a shutdown cancels, and
+                    # the calls already running are still settled.
+                    if e.task is not None:
+                        e.task.forget()
+                        e.task = None
+                    run.finish(e, Outcome(e.call_id, "cancelled"))
+                    continue
                 except BaseException:
                     if slots is not None:
                         slots.release()
@@ -86,7 +124,8 @@ def steps(
                 if key is not None:
                     in_flight[key] = e
                     if slots is not None:
-                        slots.release_when_done(e.future if e.future is not None else key)
+                        done_with = e.future if e.future is not None else key
+                        e.give_back_slot = slots.release_when_done(done_with)
                 elif slots is not None:
                     slots.release()  # it ran inline and is done
             wait_for: float | None = None
@@ -120,6 +159,19 @@ def steps(
     except BaseException:
         run.abort([*in_flight.values(), *queue])
         raise
+
+
+def _slot_held_here(run: Run) -> bool:
+    """Whether this thread runs a call of an enclosing batch with the same
+    limiter, and so holds one of its slots: a nested batch that runs its calls
+    inline here must not wait for another slot (when the enclosing calls hold
+    them all, none would ever come: a sub-agent's batch would wait until its
+    deadline). Its calls run under the slot held, one at a time on this
+    thread, so the calls running at once stay within the limit."""
+    if run.slots is None:
+        return False
+    limiter, here = run.slots.limiter, threading.get_ident()
+    return any(f.thread == here and f.batch.limiter is limiter for f in enclosing_frames())
 
 
 def run_inline(run: Run, e: Entry, task: Task) -> Outcome:
@@ -165,8 +217,9 @@ def run_sync(run: Run) -> list[Outcome]:
         def start(e: Entry) -> cf.Future[Any] | None:
             return _start_sync_call(run, e, run.new_task(e), inline)
 
+        held = inline and _slot_held_here(run)
         try:
-            next(steps(run, todo, start, _wait_for_futures), None)
+            next(steps(run, todo, start, _wait_for_futures, lambda _e: held), None)
         finally:
             if run.batch.dask is not None:
                 run.batch.dask.cleanup()
@@ -190,7 +243,12 @@ async def run_async(run: Run) -> list[Outcome]:
                 e.afuture = asyncio.wrap_future(future)
             return e.afuture
 
-        stepper = steps(run, todo, start)
+        held = inline_sync and _slot_held_here(run)
+
+        def under_held_slot(e: Entry) -> bool:
+            return held and not e.handle._is_coroutine  # coroutines run on the loop, at once
+
+        stepper = steps(run, todo, start, None, under_held_slot)
         try:
             wait = next(stepper)
             while True:

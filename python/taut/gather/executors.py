@@ -11,7 +11,7 @@ from typing import Any, Callable, cast
 from taut.deadline import DeadlineExpired
 from taut.gather.tasks import Submission, enclosing_frames
 
-__all__ = ["Submit", "in_worker_of", "plain_submit", "stop_started"]
+__all__ = ["Submit", "in_worker_of", "is_shut_down", "plain_submit", "stop_started"]
 
 # How a batch hands one call to its executor; the default submits the task's
 # runnable, a tool batch also tracks queue positions.
@@ -20,6 +20,12 @@ Submit = Callable[[Any, Submission], "cf.Future[Any]"]
 
 def plain_submit(executor: Any, job: Submission) -> cf.Future[Any]:
     return cast("cf.Future[Any]", executor.submit(job.runnable()))
+
+
+def is_shut_down(executor: Any) -> bool:
+    """Whether ``executor`` has been shut down (the standard library's, taut's
+    and Dask's executors keep it in ``_shutdown``)."""
+    return getattr(executor, "_shutdown", False) is True
 
 
 def in_worker_of(executor: Any) -> bool:

@@ -45,7 +45,8 @@ class Outcome:
     the exception), ``'timeout'`` (the call started but did not finish by the
     deadline; ``error`` is a :class:`TimeoutError`), ``'not_started'`` (the
     deadline came first; the call never ran) or ``'cancelled'`` (the executor
-    cancelled the call's future, e.g. on shutdown)."""
+    cancelled the call's future, e.g. on shutdown, or refused the call because
+    it was shut down while the batch ran)."""
     value: Any = None
     error: BaseException | None = None
     started: bool = False
@@ -132,6 +133,7 @@ class Call(Generic[T]):
         "_args",
         "_call_id",
         "_event",
+        "_event_hooks",
         "_explicit_id",
         "_fn",
         "_is_coroutine",
@@ -165,6 +167,9 @@ class Call(Generic[T]):
         self._outcome: Outcome | None = None
         self._owner: object | None = None
         self._event: threading.Event | None = None
+        # Called (besides setting _event) when the run holding the handle lets
+        # go of it: how an async await waits without parking a thread.
+        self._event_hooks: list[Callable[[], None]] = []
 
     # -- public surface ---------------------------------------------------
 
@@ -233,5 +238,22 @@ class Call(Generic[T]):
                 self._state = COLD
             self._owner = None
             event, self._event = self._event, None
+            hooks, self._event_hooks = self._event_hooks, []
         if event is not None:
             event.set()
+        for hook in hooks:
+            hook()
+
+    def _when_released(self, event: threading.Event, hook: Callable[[], None]) -> bool:
+        """Call ``hook`` once the run that set ``event`` lets go of this handle;
+        False (and no call) if it already has."""
+        with STATE_LOCK:
+            if self._event is not event:
+                return False
+            self._event_hooks.append(hook)
+            return True
+
+    def _forget_hook(self, hook: Callable[[], None]) -> None:
+        with STATE_LOCK:
+            if hook in self._event_hooks:
+                self._event_hooks.remove(hook)

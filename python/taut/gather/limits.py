@@ -8,12 +8,21 @@ is handed to the executor and gives it back when its future completes. A call
 waits for its slot *within the batch deadline*: one that has no slot when the
 deadline comes is ``not_started`` and never runs.
 
-A slot is given back when the call's future completes. A call cut loose at the
-deadline (``timeout``) may still be running where its future was cancelled (a
-Dask task, an abandoned thread); its slot is free from then on, so for a
-moment more than N calls may run. A Dask limiter is released from a small
-thread of its own: a future's callbacks may run on the Dask client's event
-loop, where its blocking ``release()`` must not run.
+A batch nested in a call and run inline on the call's thread (a sub-agent's
+tool batch on the same pool) runs under the slot that call holds: waiting for
+another one could wait for itself. A nested batch whose calls go to another
+pool takes slots of its own; when the enclosing calls hold every slot while
+they wait for it, it gets none before its deadline.
+
+A slot is given back when the call's future completes, or when the batch
+gives up on the call, whichever comes first. A call cut loose at the deadline
+(``timeout``) may still be running (a Dask task whose future was cancelled, an
+abandoned thread of a taut pool, a thread of a standard pool that cannot be
+stopped); its slot is free from then on, so more than N calls may run for as
+long as it does: a hung tool must not take a fleet's slot for good. A Dask
+limiter is released from a small thread of its own: a future's callbacks may
+run on the Dask client's event loop, where its blocking ``release()`` must not
+run.
 """
 
 from __future__ import annotations
@@ -67,8 +76,22 @@ class Slots:
                 self._on_wait(index)
         return False
 
-    def release_when_done(self, future: Any) -> None:
-        future.add_done_callback(lambda _f: self.release())
+    def release_when_done(self, future: Any) -> Callable[[], None]:
+        """Give the slot back when ``future`` completes; the function returned
+        gives it back now, for a call the batch gives up on before that (cut
+        loose at the deadline, still running on an abandoned thread). Once
+        either way."""
+        held = [True]
+
+        def give_back(_future: object = None) -> None:
+            try:
+                held.pop()  # atomic: only the first caller gets past it
+            except IndexError:
+                return
+            self.release()
+
+        future.add_done_callback(give_back)
+        return give_back
 
     def release(self) -> None:
         if type(self.limiter).__module__.startswith("distributed"):

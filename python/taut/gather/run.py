@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 from taut._checks import check_max_parallel, check_timeout, describe
 from taut.deadline import DeadlineExpired
-from taut.gather.executors import Submit, plain_submit, stop_started
+from taut.gather.executors import Submit, is_shut_down, plain_submit, stop_started
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -79,6 +79,8 @@ class Entry:
     future: cf.Future[Any] | None = None  # on the executor
     afuture: asyncio.Future[Any] | None = None  # what an async gather awaits
     claimed: bool = False
+    # Gives the call's limiter slot back (once), when the batch is done with it.
+    give_back_slot: Callable[[], None] | None = None
 
 
 class Run:
@@ -123,11 +125,13 @@ class Run:
         check_handles(self.handles, self.scheduler, self.journal, self.what)
         self.batch = Batch(self.executor, self.journal, self.handles)
         self.batch.interrupt = interrupt
+        self.batch.limiter = checked
         self.entries = [
             Entry(i, h, h._call_id or f"{default_id(h._fn)}#{i}")
             for i, h in enumerate(self.handles)
         ]
         self.deadline: float | None = None
+        self.executor_was_open = True
 
     # -- claim / reserve -------------------------------------------------
 
@@ -206,6 +210,10 @@ class Run:
     def begin(self) -> list[Entry]:
         """Claim the handles, reserve journal slots, start the clock: the
         calls still to run (replayed ones already have their outcome)."""
+        # A pool shut down before the batch began is the caller's mistake (the
+        # first submit says so); one shut down while the batch runs cancels
+        # the calls it refuses from then on (drive.steps).
+        self.executor_was_open = not is_shut_down(self.executor)
         self.claim()
         self.reserve_or_release()
         if self.timeout is not None:
@@ -227,6 +235,8 @@ class Run:
 
     def finish(self, e: Entry, outcome: Outcome, *, journal: bool = True) -> None:
         e.outcome = outcome
+        if e.give_back_slot is not None:
+            e.give_back_slot()  # a call cut loose at the deadline may still run
         if e.task is not None:
             e.task.forget()
         if e.claimed:
@@ -321,15 +331,26 @@ class Run:
             self.batch.dask.raise_fence()
 
     def abort(self, unfinished: Iterable[Entry]) -> None:
-        """A BaseException is propagating: fence, cancel, keep finished work."""
+        """A BaseException is propagating: fence, cancel, keep finished work.
+
+        A call that finished before the batch could settle it (on the
+        executor, or a coroutine on the loop) keeps its outcome on its handle
+        and in the journal, as if the batch had settled it a moment earlier:
+        a durable call that ran must never run again on resume."""
         self.batch.raise_fence()
         for e in unfinished:
             f = e.future
-            if f is not None and f.done() and not f.cancelled() and f.exception() is None:
-                captured = f.result()
+            done: Any = f if f is not None else e.afuture
+            if (
+                done is not None
+                and done.done()
+                and not done.cancelled()
+                and done.exception() is None
+            ):
+                captured = done.result()
                 if isinstance(captured, (Returned, Raised)):
                     try:
-                        self.finish(e, self.outcome_from(e, captured, None), journal=False)
+                        self.finish(e, self.outcome_from(e, captured, None))
                     except BaseException:
                         pass  # the propagating exception matters more
                     continue
@@ -344,4 +365,6 @@ class Run:
                     e.afuture.cancel()
             if e.task is not None:
                 e.task.forget()
+            if e.give_back_slot is not None:
+                e.give_back_slot()
         self.release_all()

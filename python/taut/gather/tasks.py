@@ -121,6 +121,7 @@ class Batch:
         "handles",
         "interrupt",
         "journal",
+        "limiter",
         "local",
     )
 
@@ -140,6 +141,9 @@ class Batch:
         self.interrupt = False  # interrupt calls in other processes at the deadline
         # On a Dask executor with a deadline: the start announcements (remote.py).
         self.dask: DaskStarts | None = None
+        # The batch's limiter, if any: a batch nested in one of its calls on the
+        # same thread runs under the slot that call holds (taut.gather.drive).
+        self.limiter: Any = None
 
     def raise_fence(self) -> None:
         with self.fence:

@@ -80,6 +80,10 @@ class PostgresJournal(SqlJournal):
 
     One connection per journal object, shared by its threads behind a lock;
     a forked child opens its own connection and writes as the same runner.
+    When the server ends the session (a restart, a proxy cutting an idle
+    connection), the operation is run once more on a new connection: a batch
+    does not fail for it. Only when that fails too does the caller get the
+    :class:`JournalError`.
     """
 
     def __init__(
@@ -179,20 +183,33 @@ class PostgresJournal(SqlJournal):
     def _execute(self, action: str, body: Callable[[Any], T], *, fenced: bool) -> T:
         psycopg = self._psycopg
         with self._lock:
-            conn = self._connection()
-
-            def transaction() -> T:
-                with conn.transaction():
-                    if fenced:
-                        self._fence(conn)
-                    return body(conn)
-
             try:
-                return self._lease_kept(transaction) if fenced else transaction()
-            except psycopg.Error as exc:
-                if conn.broken:
-                    self._conn = None  # the next call reconnects
-                raise JournalError(f"cannot {action} {self._where}: {exc}") from exc
+                for attempt in (1, 2):
+                    conn = self._connection()
+
+                    def transaction(conn: Any = conn) -> T:
+                        with conn.transaction():
+                            if fenced:
+                                self._fence(conn)
+                            return body(conn)
+
+                    try:
+                        return self._lease_kept(transaction) if fenced else transaction()
+                    except psycopg.Error as exc:
+                        if not conn.broken:
+                            raise JournalError(f"cannot {action} {self._where}: {exc}") from exc
+                        self._conn = None  # the next attempt (or call) reconnects
+                        if attempt == 2:
+                            raise JournalError(f"cannot {action} {self._where}: {exc}") from exc
+                        # The server ended the session (a restart, an idle
+                        # connection cut by a proxy, pg_terminate_backend): the
+                        # transaction was rolled back, or committed just before
+                        # the break; run it once more on a new connection
+                        # rather than fail the batch.
+                        self._retrying = True
+                raise AssertionError("unreachable")  # the loop returns or raises
+            finally:
+                self._retrying = False
 
     # -- the PostgreSQL dialect ------------------------------------------
     # Lease expiry is read from the server's clock, so hosts' clocks never matter.
@@ -258,7 +275,11 @@ class PostgresJournal(SqlJournal):
                 cur = conn.execute(_FENCED_OUTCOME, {**outcome, **self._lease_params()})
             except psycopg.Error as exc:
                 if conn.broken:
-                    self._conn = None  # the next call reconnects
+                    # The session ended: _transaction retries on a new
+                    # connection (and knows the write may have committed).
+                    self._conn = None
+                    self._retrying = True
+                    return False
                 raise JournalError(f"cannot record an outcome in {self._where}: {exc}") from exc
             if cur.rowcount == 1:
                 self._lease.held()

@@ -98,6 +98,9 @@ class SqlJournal:
         self._pid = os.getpid()
         self._closed = False
         self._conn: Any = None
+        # True while a write is retried after the connection broke: the first
+        # attempt may have committed before the break (its answer was lost).
+        self._retrying = False
 
     @property
     def run(self) -> str:
@@ -284,8 +287,18 @@ class SqlJournal:
             "call_id": call_id,
             "pending": PENDING,
         }
-        if self._write_at_once(outcome):
-            return
+        with self._lock:  # a retry after a broken connection spans both steps
+            if self._write_at_once(outcome):
+                return
+            self._transaction("record an outcome", self._outcome_body(outcome))
+
+    def _outcome_body(self, outcome: dict[str, Any]) -> Callable[[Any], None]:
+        run, position, call_id, status = (
+            outcome["run"],
+            outcome["position"],
+            outcome["call_id"],
+            outcome["status"],
+        )
 
         def body(conn: Any) -> None:
             if conn.execute(self._SET_OUTCOME, outcome).rowcount == 1:
@@ -296,11 +309,16 @@ class SqlJournal:
                 raise JournalError(
                     f"position {position} of {self._where} is not reserved for call {call_id!r}"
                 )
+            if self._retrying and row[1] == status:
+                # Our first attempt committed, then the connection broke before
+                # its answer came: the lease (held throughout: the fence in this
+                # transaction proved it) lets no other runner write this run.
+                return
             raise JournalError(
                 f"call {call_id!r} at position {position} already has outcome {row[1]!r}"
             )
 
-        self._transaction("record an outcome", body)
+        return body
 
     def records(self) -> list[tuple[int, str, str]]:
         """``(position, call_id, status)`` of every slot of this run (incl. 'pending')."""

@@ -38,6 +38,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
@@ -105,9 +114,13 @@ class SqliteJournal(SqlJournal):
             raise ValueError(f"path must name a file (a str or os.PathLike), got {fs_path!r}")
         super().__init__(run=run, timeout=timeout, lease=lease, codec=codec)
         self._path = fs_path
+        # Checked at each write: absolute, so a tool that changes the working
+        # directory does not make the file look replaced.
+        self._abs_path = os.path.abspath(fs_path)
         self._where = f"journal {self._path!r}"
         self._synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the open file
         with self._lock:
             self._connect()
         _live.add(self)
@@ -164,7 +177,19 @@ class SqliteJournal(SqlJournal):
             return conn
 
         self._conn = self._retry_busy("open", attempt)
+        self._file = _identity(self._abs_path)
         return self._conn
+
+    def _check_file(self) -> None:
+        """Inside a write transaction: the path must still name the file the
+        connection writes to. SQLite keeps writing to a file deleted (or
+        replaced) under it, and those writes would be lost without a word: a
+        resumed run would find none of them and run the calls again."""
+        if self._file is None or _identity(self._abs_path) != self._file:
+            raise JournalError(
+                f"{self._where} was deleted or replaced while it was open: what is "
+                "written now would be lost; open the journal again"
+            )
 
     def _transaction(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
         def attempt() -> T:
@@ -173,6 +198,7 @@ class SqliteJournal(SqlJournal):
 
             def fenced() -> T:
                 try:
+                    self._check_file()
                     self._fence(conn)
                     result = body(conn)
                     conn.execute("COMMIT")

@@ -22,7 +22,15 @@ from typing import Callable
 
 import pytest
 
-from taut import DeadlineExpired, _core, _signal_interrupt, fail_after, move_on_after
+from taut import (
+    DeadlineExpired,
+    _core,
+    _signal_interrupt,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+)
 from taut.deadline import DeadlineScope
 
 LONG = 30.0
@@ -112,6 +120,24 @@ def test_outer_interrupt_reaches_a_blocking_call_in_an_inner_scope() -> None:
                 time.sleep(LONG)
     assert info.value.label == "outer"
     assert not inner.expired
+
+
+@pytest.mark.parametrize("inner_interrupts", [False, True], ids=["cooperative", "interrupt"])
+def test_an_expired_inner_scope_passes_the_outer_interrupt_on(inner_interrupts: bool) -> None:
+    # Both deadlines at one moment: the handler raises the outer scope's
+    # interrupt (once) inside the inner block. The inner scope, expired
+    # too, took it for its own and swallowed it, so the second sleep ran to
+    # its end, LONG seconds past the outer deadline.
+    at = time.monotonic() + BUDGET
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_at(at, "outer", interrupt=True):
+            with move_on_at(at, "inner", interrupt=inner_interrupts) as inner:
+                time.sleep(LONG)
+            time.sleep(LONG)
+    assert time.monotonic() - t0 < LONG / 3
+    assert info.value.label == "outer"
+    assert inner.expired
 
 
 def test_users_handler_is_restored_and_still_receives_its_signals() -> None:

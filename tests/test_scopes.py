@@ -302,6 +302,36 @@ def test_outer_interrupt_passes_through_inner_scope() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("inner_interrupts", [False, True], ids=["cooperative", "interrupt"])
+def test_an_expired_inner_scope_never_swallows_the_outer_interrupt(
+    inner_interrupts: bool,
+) -> None:
+    # The inner scope's deadline passed too, so it took the outer scope's
+    # interrupt for its own and swallowed it: the rest of the outer block
+    # then ran unbounded (the interrupt is raised once). On a worker thread,
+    # both deadlines at the same moment; the sleep (no bytecode boundary)
+    # lets both interrupts be set before one is raised (the later replaces
+    # the earlier), so the one raised is in the inner block either way.
+    outcome: list[object] = []
+
+    def worker() -> None:
+        at = time.monotonic() + 0.05
+        t0 = time.monotonic()
+        with move_on_at(at, "outer", interrupt=True) as outer:
+            with move_on_at(at, "inner", interrupt=inner_interrupts) as inner:
+                time.sleep(0.5)
+                _spin(5.0)
+            outcome.append("after the inner block")
+            _spin(5.0)
+        outcome.extend([outer.expired, inner.expired, time.monotonic() - t0 < 2.5])
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(30)
+    assert outcome == [True, True, True]
+
+
+@pytest.mark.timeout(60)
 def test_cooperative_flag_check() -> None:
     with move_on_after(0.05) as scope:
         end = time.monotonic() + LONG

@@ -73,6 +73,7 @@ class DeadlineScope:
         "_signal_armed",
         "_start",
         "_task",
+        "_thread",
         "_token",
         "label",
     )
@@ -84,6 +85,8 @@ class DeadlineScope:
     _token: contextvars.Token[DeadlineScope | None]
     # Set when a main-thread signal interrupt is armed.
     _interrupt_raised: bool
+    # Set when an interrupt is armed: the thread it interrupts.
+    _thread: int
 
     def __init__(
         self,
@@ -228,6 +231,7 @@ class DeadlineScope:
             return self
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
+            self._thread = get_ident()
             if _signal_interrupt.available():
                 self._signal_armed = True
                 self._interrupt_raised = False
@@ -295,6 +299,8 @@ class DeadlineScope:
         if not expired:
             return False
         if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
+            if not self._claims_interrupt():
+                return False
             if not self._raise:
                 return True
             raise self._error() from None
@@ -334,6 +340,30 @@ class DeadlineScope:
             inner = inner._parent
         innermost.set(self._parent)
         raise error
+
+    def _claims_interrupt(self) -> bool:
+        """Whether a ``ScopeInterrupt`` reaching this (expired) scope's exit
+        ends here. It does not carry the scope it was raised for (on worker
+        threads it is a class set asynchronously), so: only an interrupt
+        scope takes one, and only if no enclosing interrupt scope of this
+        thread is past its deadline as well. Otherwise it goes on outwards:
+        that scope's block must end too, and its interrupt may be the very
+        one raised (it is raised once), so swallowing it here would let the
+        rest of that block run unbounded."""
+        if not self._interrupt:
+            return False
+        scope = self._parent
+        while scope is not None:
+            if (
+                scope._interrupt
+                and not scope._closed
+                and scope._deadline is not None
+                and scope._thread == self._thread
+                and scope._past()
+            ):
+                return False
+            scope = scope._parent
+        return True
 
     def _restore(self) -> None:
         """Undo this scope's entry in the context (it was the innermost)."""

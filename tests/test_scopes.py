@@ -29,6 +29,7 @@ from taut import (
     move_on_at,
     remaining,
 )
+from taut.deadline import DeadlineScope
 from taut.testing import MockClock as FakeClock
 from taut.testing import scope_clock as installed_scope_clock
 
@@ -329,6 +330,52 @@ def test_an_expired_inner_scope_never_swallows_the_outer_interrupt(
     t.start()
     t.join(30)
     assert outcome == [True, True, True]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("whose", ["own", "outer"])
+def test_an_interrupt_due_while_a_scope_exits_waits_for_the_exit(
+    whose: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worst timing on a worker thread: the deadline fires while the
+    # thread runs a scope's __exit__, before it cancels the deadline, and
+    # the callback thread sets the asynchronous exception then. Made
+    # certain here by an exit that takes 0.5 s. The bare ScopeInterrupt
+    # escaped __exit__ and left the scope open: the label lost, and the
+    # thread's context bounded by a dead deadline for good (remaining() 0.0
+    # after the block), or the outer exit reporting misnesting.
+    from taut.deadline import _scope
+
+    real_open_scope = _scope.open_scope
+    slow_thread: list[int] = []
+
+    def slow_open_scope() -> DeadlineScope | None:
+        if threading.get_ident() in slow_thread:
+            _spin(0.5)
+        return real_open_scope()
+
+    monkeypatch.setattr(_scope, "open_scope", slow_open_scope)
+    outcome: list[object] = []
+
+    def worker() -> None:
+        try:
+            if whose == "own":
+                with fail_after(0.05, "own", interrupt=True):
+                    slow_thread.append(threading.get_ident())
+            else:
+                with fail_after(0.05, "outer", interrupt=True):
+                    with move_on_after(LONG, "inner"):
+                        slow_thread.append(threading.get_ident())
+                    slow_thread.clear()
+                    _spin(5.0)
+        except BaseException as e:  # noqa: BLE001 - whatever escapes is the finding
+            outcome.append((type(e).__name__, e.args))
+        outcome.append(remaining())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(30)
+    assert outcome == [("DeadlineExpired", (f"deadline expired after 0.05s: {whose}",)), None]
 
 
 @pytest.mark.timeout(60)

@@ -61,7 +61,8 @@ _previous: Any = None
 _sent = False
 _RESEND_FIRST_S = 0.001
 _RESEND_MAX_S = 0.05
-# Code objects of scope entry/exit: the handler must not raise in them.
+# Code objects of scope entry/exit: the handler must not raise in them, nor
+# the callback thread set an asynchronous exception for a thread in them.
 _protected: set[CodeType] = set()
 
 

@@ -426,7 +426,9 @@ class DeadlineScope:
         return " ".join(parts) + ">"
 
 
-# No main-thread signal interrupt is raised inside scope entry and exit.
+# No interrupt is raised inside scope entry and exit: the main-thread signal
+# handler waits for the next signal, and taut's callback thread puts off an
+# asynchronous exception for another thread (rust/py_timer.rs).
 _signal_interrupt.protect(
     DeadlineScope.__enter__,
     DeadlineScope.__exit__,

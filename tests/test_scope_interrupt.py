@@ -140,6 +140,37 @@ def test_an_expired_inner_scope_passes_the_outer_interrupt_on(inner_interrupts: 
     assert inner.expired
 
 
+def test_an_interrupt_dropped_by_a_finalizer_is_raised_again() -> None:
+    # A finalizer that blocks (closing a connection politely) runs in the
+    # block at the deadline: the signal ends its wait, and Python drops the
+    # exception escaping a __del__ (sys.unraisablehook). It was raised only
+    # once, so the rest of the block ran LONG seconds past the deadline.
+    class Connection:
+        def __del__(self) -> None:
+            time.sleep(LONG)
+
+    reported: list[object] = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExpired) as info:
+            with fail_after(BUDGET, "block", interrupt=True):
+                Connection()
+                time.sleep(LONG)
+        elapsed = time.monotonic() - t0
+        # Other reports still reach the program's hook.
+        exc = ValueError("not taut's")
+        sys.unraisablehook(
+            type("Args", (), {"exc_value": exc, "exc_type": ValueError})()  # a stand-in
+        )
+    finally:
+        sys.unraisablehook = previous_hook
+    assert elapsed < LONG / 3
+    assert info.value.label == "block"
+    assert [getattr(r, "exc_value", None) for r in reported] == [exc]
+
+
 def test_users_handler_is_restored_and_still_receives_its_signals() -> None:
     received: list[int] = []
 

@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import math
 import pickle
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -368,7 +369,7 @@ def test_an_interrupt_due_while_a_scope_exits_waits_for_the_exit(
                         slow_thread.append(threading.get_ident())
                     slow_thread.clear()
                     _spin(5.0)
-        except BaseException as e:  # noqa: BLE001 - whatever escapes is the finding
+        except BaseException as e:  # whatever escapes is the finding
             outcome.append((type(e).__name__, e.args))
         outcome.append(remaining())
 
@@ -376,6 +377,36 @@ def test_an_interrupt_due_while_a_scope_exits_waits_for_the_exit(
     t.start()
     t.join(30)
     assert outcome == [("DeadlineExpired", (f"deadline expired after 0.05s: {whose}",)), None]
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupt_dropped_by_a_finalizer_on_a_worker_thread_is_raised_again() -> None:
+    # The asynchronous exception lands in a __del__ that the block runs at
+    # the deadline; Python drops it (sys.unraisablehook), and it was set once.
+    class Resource:
+        def __del__(self) -> None:
+            _spin(5.0)
+
+    outcome: list[object] = []
+
+    def worker() -> None:
+        t0 = time.monotonic()
+        with move_on_after(0.05, "block", interrupt=True) as scope:
+            Resource()
+            _spin(5.0)
+        outcome.extend([scope.expired, time.monotonic() - t0 < 2.5])
+
+    reported: list[object] = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(30)
+    finally:
+        sys.unraisablehook = previous_hook
+    assert outcome == [True, True]
+    assert reported == []
 
 
 @pytest.mark.timeout(60)

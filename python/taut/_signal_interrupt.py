@@ -40,7 +40,7 @@ from typing import Any, Callable, Protocol
 
 from taut import _core
 
-__all__ = ["SIGNAL", "arm", "available", "disarm", "protect"]
+__all__ = ["SIGNAL", "arm", "available", "disarm", "protect", "raise_again"]
 
 SIGNAL: int | None = getattr(signal, "SIGURG", None)
 
@@ -51,6 +51,9 @@ class _Interruptible(Protocol):
 
     def _interrupt_error(self) -> BaseException:
         """The exception to raise; also records that it was raised."""
+
+    def _interrupt_lost(self) -> None:
+        """The exception raised was dropped (a finalizer ran): not raised yet."""
 
 
 # Main-thread interrupt scopes, in entry order. Read and written only with the
@@ -129,6 +132,16 @@ def disarm(scope: _Interruptible) -> None:
         # the program's handler once it is back.
         signal.pthread_sigmask(signal.SIG_BLOCK, ())
         signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)
+
+
+def raise_again(scope: _Interruptible) -> None:
+    """On the main thread: ``scope``'s interrupt was raised inside a finalizer,
+    which dropped it (see ``taut.deadline._lost_interrupts``); raise it again."""
+    if scope in _active:
+        scope._interrupt_lost()
+        # From the callback thread, as at expiry: a signal sent from here
+        # would be handled at once, inside the machinery that drops it.
+        _core.Deadline(0.0).call_soon(lambda: _send_if_due(scope))
 
 
 def _send() -> None:

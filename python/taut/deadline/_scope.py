@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._checks import describe
 from taut._core import clamp_timeout
-from taut.deadline import _clock
+from taut.deadline import _clock, _lost_interrupts
 from taut.deadline._context import bounding_scope, innermost, open_scope
 from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
 from taut.deadline._tasks import HAS_CANCELLING, exit_task, get_running_loop, running_task, task_of
@@ -168,6 +168,9 @@ class DeadlineScope:
         self._interrupt_raised = True
         return ScopeInterrupt(self.label, self.timeout_s)
 
+    def _interrupt_lost(self) -> None:
+        self._interrupt_raised = False
+
     # -- entry ----------------------------------------------------------------
 
     def _enter(
@@ -232,6 +235,7 @@ class DeadlineScope:
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
             self._thread = get_ident()
+            _lost_interrupts.watch()
             if _signal_interrupt.available():
                 self._signal_armed = True
                 self._interrupt_raised = False

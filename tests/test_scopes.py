@@ -709,3 +709,7 @@ def test_repr_shows_remaining_time_not_a_clock_value(clock: FakeClock) -> None:
         "<taut.DeadlineScope move_on label='operation' unbounded not entered>"
     )
     assert "1000" not in repr(at)
+    # What the entry keeps, not 309 digits of float max.
+    assert repr(fail_at(10**400)) == (
+        "<taut.DeadlineScope fail label='operation' remaining=4294967296s not entered>"
+    )

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._checks import describe
-from taut._core import clamp_timeout
+from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.deadline import _clock, _lost_interrupts
 from taut.deadline._context import bounding_scope, innermost, open_scope
 from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
@@ -412,7 +412,9 @@ class DeadlineScope:
             if self._relative is not None:
                 parts.append(f"timeout={format_seconds(self._relative)}s")
             elif self._absolute is not None:
-                left = max(0.0, self._absolute - self._clock())
+                # Clamped as the entry will clamp it (10**400 is a valid
+                # deadline; its 309 digits are not a useful repr).
+                left = min(max(0.0, self._absolute - self._clock()), MAX_TIMEOUT)
                 parts.append(f"remaining={format_seconds(left)}s")
             else:
                 parts.append("unbounded")

@@ -18,6 +18,7 @@ is wrapped again at the next interrupt scope's entry.
 from __future__ import annotations
 
 import sys
+import threading
 from threading import get_ident
 from typing import Any, Callable
 
@@ -28,9 +29,9 @@ from taut.deadline._errors import ScopeInterrupt
 __all__ = ["watch"]
 
 _previous: Callable[[Any], object] = sys.__unraisablehook__
-# Set while the hook runs: a hook of the program's that calls the one it
-# replaced (this one) must not send the report around in a circle.
-_busy = False
+# Set (per thread) while the hook runs: a hook of the program's that calls
+# the one it replaced (this one) must not send the report around in a circle.
+_busy = threading.local()
 
 
 def watch() -> None:
@@ -42,17 +43,16 @@ def watch() -> None:
 
 
 def _hook(unraisable: Any) -> None:
-    global _busy
     if isinstance(unraisable.exc_value, ScopeInterrupt) and _raise_again():
         return
-    if _busy:
+    if getattr(_busy, "on", False):
         sys.__unraisablehook__(unraisable)
         return
-    _busy = True
+    _busy.on = True
     try:
         _previous(unraisable)
     finally:
-        _busy = False
+        _busy.on = False
 
 
 def _raise_again() -> bool:

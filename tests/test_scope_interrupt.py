@@ -8,6 +8,7 @@ main thread. Timings are lopsided: a 0.05 s budget against 30 s of blocking.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import select
 import signal
@@ -169,6 +170,49 @@ def test_an_interrupt_dropped_by_a_finalizer_is_raised_again() -> None:
     assert elapsed < LONG / 3
     assert info.value.label == "block"
     assert [getattr(r, "exc_value", None) for r in reported] == [exc]
+
+
+def test_an_interrupt_scope_closed_on_another_thread() -> None:
+    # Only the main thread may set a signal handler: the exit on another
+    # thread raised ValueError ("signal only works in main thread") from
+    # inside taut, with taut's handler left in place.
+    received: list[int] = []
+
+    def users_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    def body() -> None:
+        scope = move_on_after(LONG, interrupt=True)
+        scope.__enter__()
+        outcome: list[object] = []
+
+        def exit_here() -> None:
+            try:
+                outcome.append(scope.__exit__(None, None, None))
+            except BaseException as e:
+                outcome.append(e)
+
+        closer = threading.Thread(target=exit_here)
+        closer.start()
+        closer.join(LONG)
+        assert outcome == [False]
+        # The program's handler still gets the SIGURG taut did not send ...
+        signal.pthread_kill(threading.get_ident(), signal.SIGURG)
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert received == [signal.SIGURG]
+        # ... and is back once the main thread's next interrupt scope closes.
+        with fail_after(LONG, interrupt=True):
+            pass
+        assert signal.getsignal(signal.SIGURG) is users_handler
+
+    previous = signal.signal(signal.SIGURG, users_handler)
+    try:
+        # In a copy of the context: the scope closed elsewhere stays in it.
+        contextvars.copy_context().run(body)
+    finally:
+        signal.signal(signal.SIGURG, previous)
 
 
 def test_users_handler_is_restored_and_still_receives_its_signals() -> None:

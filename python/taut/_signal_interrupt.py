@@ -100,7 +100,11 @@ def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
         # until that scope had closed): its count must not make the
         # program's next signal look like taut's.
         _core._take_sent_signals()
-        _previous = signal.getsignal(SIGNAL)
+        current = signal.getsignal(SIGNAL)
+        if current is not _handler:
+            # (Ours still: left by a scope closed on another thread, with
+            # the program's handler kept in _previous; see disarm.)
+            _previous = current
         signal.signal(SIGNAL, _handler)
     _active.append(scope)
     # At expiry the timer thread signals this thread at once, GIL or not.
@@ -121,6 +125,12 @@ def disarm(scope: _Interruptible) -> None:
         return
     if not _active:
         assert SIGNAL is not None
+        if threading.get_ident() != threading.main_thread().ident:
+            # Closed on another thread (the scope was handed to it), where
+            # signal.signal raises ValueError. Ours stays, passing every
+            # SIGURG on to the program's handler (nothing is due), until
+            # the main thread's next interrupt scope closes.
+            return
         previous, _previous = _previous, None
         if signal.getsignal(SIGNAL) is not _handler:
             return  # replaced meanwhile by the program: its handler stays

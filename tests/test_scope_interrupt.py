@@ -215,6 +215,34 @@ def test_an_interrupt_scope_closed_on_another_thread() -> None:
         signal.signal(signal.SIGURG, previous)
 
 
+_LEFT_OPEN_AT_EXIT = """
+import atexit, time, taut
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+for i in range(3):
+    atexit.register(lambda i=i: (spin(1.0), print("atexit", i, "done", flush=True)))
+taut.move_on_after(0.3, interrupt=True).__enter__()
+"""
+
+
+def test_a_scope_left_open_at_exit_is_not_raised_again_in_every_atexit_callback() -> None:
+    # Its interrupt lands in the first atexit callback (Python reports it);
+    # raising it again there, as for a finalizer inside the block, would cut
+    # every later callback short as well, unreported.
+    done = subprocess.run(
+        [sys.executable, "-c", _LEFT_OPEN_AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=LONG,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0
+    assert len(done.stdout.splitlines()) == 2  # one of three cut short
+    assert "ScopeInterrupt" in done.stderr
+
+
 def test_users_handler_is_restored_and_still_receives_its_signals() -> None:
     received: list[int] = []
 

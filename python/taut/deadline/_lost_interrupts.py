@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 from threading import get_ident
+from types import FrameType
 from typing import Any, Callable
 
 from taut import _signal_interrupt
@@ -55,11 +56,25 @@ def _hook(unraisable: Any) -> None:
         _busy.on = False
 
 
+def _running() -> set[int]:
+    """The frames on this thread's stack (by id: they are alive meanwhile)."""
+    frames = set()
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        frames.add(id(frame))
+        frame = frame.f_back
+    return frames
+
+
 def _raise_again() -> bool:
     """Interrupt the outermost expired, still open interrupt scope of this
-    thread again; False if there is none (the report then goes on)."""
+    thread again, if the finalizer ran inside its block (the frame that
+    entered it is on the stack: not a generator suspended in the block, not
+    an atexit callback after the program left it open); False if there is
+    none (the report then goes on)."""
     thread = get_ident()
     target = None
+    running: set[int] | None = None
     scope = innermost.get()
     while scope is not None:
         if (
@@ -69,7 +84,10 @@ def _raise_again() -> bool:
             and scope._thread == thread
             and scope._past()
         ):
-            target = scope
+            if running is None:
+                running = _running()
+            if id(scope._frame) in running:
+                target = scope
         scope = scope._parent
     if target is None or target._deadline is None:
         return False

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import time
 from threading import get_ident
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
@@ -65,6 +66,7 @@ class DeadlineScope:
         "_effective",
         "_entered",
         "_expired",
+        "_frame",
         "_interrupt",
         "_interrupt_raised",
         "_parent",
@@ -85,8 +87,10 @@ class DeadlineScope:
     _token: contextvars.Token[DeadlineScope | None]
     # Set when a main-thread signal interrupt is armed.
     _interrupt_raised: bool
-    # Set when an interrupt is armed: the thread it interrupts.
+    # Set when an interrupt is armed: the thread it interrupts, and the frame
+    # running the block (until the scope closes).
     _thread: int
+    _frame: FrameType | None
 
     def __init__(
         self,
@@ -235,6 +239,7 @@ class DeadlineScope:
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
             self._thread = get_ident()
+            self._frame = sys._getframe(1)
             _lost_interrupts.watch()
             if _signal_interrupt.available():
                 self._signal_armed = True
@@ -385,9 +390,11 @@ class DeadlineScope:
         expired = fired or (self._at is not None and self._clock() >= self._at)
         self._expired = expired
         self._closed = True
-        if self._signal_armed:
-            self._signal_armed = False
-            _signal_interrupt.disarm(self)
+        if self._interrupt:
+            self._frame = None  # the frame holds this scope: no cycle left behind
+            if self._signal_armed:
+                self._signal_armed = False
+                _signal_interrupt.disarm(self)
         return expired
 
     def _fire(self) -> None:

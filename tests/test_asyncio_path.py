@@ -53,6 +53,49 @@ def test_stop_iteration_from_the_call_still_settles_the_await() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize(
+    "raised",
+    [
+        concurrent.futures.CancelledError,
+        concurrent.futures.TimeoutError,
+        concurrent.futures.InvalidStateError,
+        ValueError,
+    ],
+)
+def test_a_concurrent_futures_error_reaches_the_task_as_asyncio_would_give_it(
+    raised: type[Exception],
+) -> None:
+    # asyncio's wrap_future (so run_in_executor and to_thread on the
+    # standard library's pool) turns a call's concurrent.futures.CancelledError
+    # into asyncio.CancelledError, which cancels the awaiting task; the same
+    # for InvalidStateError (and, before 3.11, TimeoutError). Every taut path
+    # gives the task what the standard library's gives it, found by CPython's
+    # own asyncio tests run with taut as the default executor.
+    def call() -> None:
+        raise raised("from the call")
+
+    async def seen(awaitable: Any) -> tuple[type[BaseException], tuple[Any, ...]]:
+        try:
+            await asyncio.wait_for(awaitable, LONG)
+        except BaseException as exc:  # the outcome is what we compare
+            return type(exc), exc.args
+        raise AssertionError("the call's error was lost")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with concurrent.futures.ThreadPoolExecutor(1) as stdlib, taut.ThreadPoolExecutor(1) as ex:
+            expected = await seen(loop.run_in_executor(stdlib, call))
+            if raised is concurrent.futures.CancelledError:
+                assert expected[0] is asyncio.CancelledError
+            assert await seen(ex.run(call)) == expected
+            assert await seen(loop.run_in_executor(ex, call)) == expected
+            loop.set_default_executor(ex)
+            assert await seen(taut.to_thread(call)) == expected
+            assert await seen(asyncio.to_thread(call)) == expected
+
+    asyncio.run(main())
+
+
 # Exactly once under cancellation races, with a loop slow to drain, loops
 # closing and many loops: tests/test_asyncio_delivery.py.
 def test_every_completion_reaches_its_task_exactly_once() -> None:

@@ -28,6 +28,7 @@ scopes, bounded calls and ``taut._asyncio`` are its users.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import socket
 import sys
@@ -179,14 +180,34 @@ class LoopWaker:
             last = (None, None, False)
 
 
+# What asyncio's own wrap_future (so run_in_executor and to_thread) turns a
+# call's concurrent.futures error into, matched by exact type as asyncio does:
+# a call raising concurrent.futures.CancelledError (say, from the result() of
+# a future cancelled elsewhere) cancels the awaiting task. Before 3.11 the
+# timeout errors are two classes too; from 3.11 on both are TimeoutError.
+_ASYNCIO_ERRORS: dict[type[BaseException], type[BaseException]] = {
+    concurrent.futures.CancelledError: asyncio.CancelledError,
+    concurrent.futures.TimeoutError: asyncio.TimeoutError,
+    concurrent.futures.InvalidStateError: asyncio.InvalidStateError,
+}
+
+
 def awaitable_error(exc: BaseException) -> BaseException:
-    """asyncio futures refuse StopIteration (it would end the awaiting
-    coroutine silently); the standard library then never settles the
-    awaiting future. Wrap it so the caller still gets an outcome."""
+    """The error an awaiting task gets for a call that raised ``exc``, as
+    ``asyncio.wrap_future`` would give it (see ``_ASYNCIO_ERRORS``; the
+    original stays reachable as ``__cause__``). And asyncio futures refuse
+    StopIteration (it would end the awaiting coroutine silently); the
+    standard library then never settles the awaiting future. Wrap it so the
+    caller still gets an outcome."""
     if isinstance(exc, StopIteration):
         error = RuntimeError(f"the call raised {exc!r}")
         error.__cause__ = exc
         return error
+    converted = _ASYNCIO_ERRORS.get(type(exc))
+    if converted is not None and converted is not type(exc):
+        as_asyncio_gives_it = converted(*exc.args)
+        as_asyncio_gives_it.__cause__ = exc
+        return as_asyncio_gives_it
     return exc
 
 

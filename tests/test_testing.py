@@ -54,3 +54,20 @@ def test_scope_clock_drives_scopes_and_is_restored() -> None:
             clock.advance(6)
         assert scope.expired
     assert set_clock(before) is before
+
+
+@pytest.mark.parametrize("clock", ["monotonic", 5.0, True])
+def test_set_clock_refuses_what_is_not_a_clock(clock: object) -> None:
+    # Was accepted, and every later scope entry failed far from the mistake
+    # ("'str' object is not callable"), until set_clock(None).
+    before = set_clock(None)
+    try:
+        with pytest.raises(
+            TypeError, match=r"^clock must be a callable returning seconds, or None, got "
+        ):
+            set_clock(clock)  # type: ignore[arg-type]
+        with taut.move_on_after(5) as scope:
+            pass
+        assert not scope.expired
+    finally:
+        set_clock(before)

@@ -24,6 +24,19 @@ def test_mock_clock_moves_only_when_told() -> None:
     assert clock() == 7.5
 
 
+def test_mock_clock_refuses_a_step_too_small_to_move_it() -> None:
+    # At 2**53 seconds a float cannot hold half a second: advancing must say
+    # so, not leave the clock standing still with every deadline never due.
+    clock = MockClock(2.0**53)
+    with pytest.raises(ValueError, match=r"^seconds=0\.5 cannot move the clock at 9007199"):
+        clock.advance(0.5)
+    assert clock() == 2.0**53
+    clock.advance(2.0)  # a step the float can hold still moves it
+    assert clock() == 2.0**53 + 2.0
+    clock.advance(0)  # standing still on purpose is fine
+    assert clock() == 2.0**53 + 2.0
+
+
 @pytest.mark.parametrize(
     ("start", "error"),
     [

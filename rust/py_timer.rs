@@ -40,6 +40,8 @@ enum Job {
         entry: Arc<Entry>,
         thread_id: u64,
         exc_type: Py<PyAny>,
+        /// How often it was put off already (see [`interrupt_later`]).
+        attempt: u32,
     },
 }
 
@@ -181,11 +183,21 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                 entry,
                 thread_id,
                 exc_type,
+                attempt,
             } => {
                 // With the GIL held, this check and cancel()'s closing are
                 // serialised: once the owner has cancelled (left its scope),
                 // no interrupt is set any more.
                 if entry.is_closed() {
+                    continue;
+                }
+                // Raised inside a scope's own entry or exit, the interrupt
+                // would leave that scope half open (its context entry and
+                // its deadline): put it off until the thread is back in
+                // the block. The check runs no Python bytecode, so the
+                // thread cannot move on before the exception is set.
+                if in_scope_machinery(py, thread_id) {
+                    interrupt_later(entry, thread_id, exc_type, attempt);
                     continue;
                 }
                 // SAFETY: GIL held; exc_type was checked to be an exception class.
@@ -196,6 +208,43 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
             }
         }
     }
+}
+
+/// True if thread `thread_id` is running a deadline scope's entry or exit
+/// (a code object of `taut._signal_interrupt._protected` on its stack).
+/// Only C-level calls, no Python bytecode: no other thread runs meanwhile.
+fn in_scope_machinery(py: Python<'_>, thread_id: u64) -> bool {
+    let check = || -> PyResult<bool> {
+        let protected = py.import("taut._signal_interrupt")?.getattr("_protected")?;
+        let frames = py.import("sys")?.getattr("_current_frames")?.call0()?;
+        let Some(mut frame) = frames.cast::<PyDict>()?.get_item(thread_id)? else {
+            return Ok(false);
+        };
+        while !frame.is_none() {
+            if protected.contains(frame.getattr("f_code")?)? {
+                return Ok(true);
+            }
+            frame = frame.getattr("f_back")?;
+        }
+        Ok(false)
+    };
+    check().unwrap_or(false)
+}
+
+/// Queue an interrupt put off by [`in_scope_machinery`] again: after 1 ms,
+/// backing off to 50 ms (the thread leaves the scope code in microseconds;
+/// a clock of the user's that blocks there must not make this spin).
+fn interrupt_later(entry: Arc<Entry>, thread_id: u64, exc_type: Py<PyAny>, attempt: u32) {
+    let delay_ns = (1_000_000u64 << attempt.min(6)).min(50_000_000);
+    let retry = timer::arm_ns(timer::now_ns().saturating_add(delay_ns));
+    retry.add_action(Box::new(move || {
+        queue().push(Job::Interrupt {
+            entry,
+            thread_id,
+            exc_type,
+            attempt: attempt.saturating_add(1),
+        })
+    }));
 }
 
 // ---------------------------------------------------------------------------
@@ -579,6 +628,7 @@ impl Deadline {
                         entry,
                         thread_id,
                         exc_type,
+                        attempt: 0,
                     });
                 } else {
                     std::mem::forget(exc_type);

@@ -583,6 +583,40 @@ def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_u
         result.check_returncode()
 
 
+def test_run_process_that_finished_before_the_deadline_is_not_timed_out_when_seen_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The command's exit and its EOFs are all there in one wake-up before the
+    # deadline, but the reading thread only gets on with them after it (a busy
+    # GIL; here a selector that dawdles before returning what it found). The
+    # command finished in time: that is not a timeout.
+    import selectors
+
+    from taut import process
+
+    timeout, late = 3.0, 4.0
+
+    class LateSelector(selectors.DefaultSelector):
+        def select(self, timeout: float | None = None) -> Any:
+            # Every descriptor but one is ready once the command has ended:
+            # the one left is the deadline's wake-up pipe, silent until then.
+            expected = len(self.get_map()) - 1
+            while True:
+                events = super().select(0.01)
+                if len(events) >= expected:
+                    break
+            time.sleep(late)  # the deadline passes (and fires) meanwhile
+            return events
+
+    monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+    started = time.monotonic()
+    result = taut.run_process(["sh", "-c", "true"], timeout)
+    assert time.monotonic() - started >= late
+    assert result.returncode == 0
+    assert result.timed_out is False
+    result.check_returncode()
+
+
 def test_run_process_zero_timeout_starts_nothing() -> None:
     result = taut.run_process(["sh", "-c", "exit 1"], 0)
     assert result.timed_out is True

@@ -8,6 +8,7 @@ main thread. Timings are lopsided: a 0.05 s budget against 30 s of blocking.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import select
 import signal
@@ -22,7 +23,15 @@ from typing import Callable
 
 import pytest
 
-from taut import DeadlineExpired, _core, _signal_interrupt, fail_after, move_on_after
+from taut import (
+    DeadlineExpired,
+    _core,
+    _signal_interrupt,
+    fail_after,
+    fail_at,
+    move_on_after,
+    move_on_at,
+)
 from taut.deadline import DeadlineScope
 
 LONG = 30.0
@@ -112,6 +121,126 @@ def test_outer_interrupt_reaches_a_blocking_call_in_an_inner_scope() -> None:
                 time.sleep(LONG)
     assert info.value.label == "outer"
     assert not inner.expired
+
+
+@pytest.mark.parametrize("inner_interrupts", [False, True], ids=["cooperative", "interrupt"])
+def test_an_expired_inner_scope_passes_the_outer_interrupt_on(inner_interrupts: bool) -> None:
+    # Both deadlines at one moment: the handler raises the outer scope's
+    # interrupt (once) inside the inner block. The inner scope, expired
+    # too, took it for its own and swallowed it, so the second sleep ran to
+    # its end, LONG seconds past the outer deadline.
+    at = time.monotonic() + BUDGET
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExpired) as info:
+        with fail_at(at, "outer", interrupt=True):
+            with move_on_at(at, "inner", interrupt=inner_interrupts) as inner:
+                time.sleep(LONG)
+            time.sleep(LONG)
+    assert time.monotonic() - t0 < LONG / 3
+    assert info.value.label == "outer"
+    assert inner.expired
+
+
+def test_an_interrupt_dropped_by_a_finalizer_is_raised_again() -> None:
+    # A finalizer that blocks (closing a connection politely) runs in the
+    # block at the deadline: the signal ends its wait, and Python drops the
+    # exception escaping a __del__ (sys.unraisablehook). It was raised only
+    # once, so the rest of the block ran LONG seconds past the deadline.
+    class Connection:
+        def __del__(self) -> None:
+            time.sleep(LONG)
+
+    reported: list[object] = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExpired) as info:
+            with fail_after(BUDGET, "block", interrupt=True):
+                Connection()
+                time.sleep(LONG)
+        elapsed = time.monotonic() - t0
+        # Other reports still reach the program's hook.
+        exc = ValueError("not taut's")
+        sys.unraisablehook(
+            type("Args", (), {"exc_value": exc, "exc_type": ValueError})()  # a stand-in
+        )
+    finally:
+        sys.unraisablehook = previous_hook
+    assert elapsed < LONG / 3
+    assert info.value.label == "block"
+    assert [getattr(r, "exc_value", None) for r in reported] == [exc]
+
+
+def test_an_interrupt_scope_closed_on_another_thread() -> None:
+    # Only the main thread may set a signal handler: the exit on another
+    # thread raised ValueError ("signal only works in main thread") from
+    # inside taut, with taut's handler left in place.
+    received: list[int] = []
+
+    def users_handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    def body() -> None:
+        scope = move_on_after(LONG, interrupt=True)
+        scope.__enter__()
+        outcome: list[object] = []
+
+        def exit_here() -> None:
+            try:
+                outcome.append(scope.__exit__(None, None, None))
+            except BaseException as e:
+                outcome.append(e)
+
+        closer = threading.Thread(target=exit_here)
+        closer.start()
+        closer.join(LONG)
+        assert outcome == [False]
+        # The program's handler still gets the SIGURG taut did not send ...
+        signal.pthread_kill(threading.get_ident(), signal.SIGURG)
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert received == [signal.SIGURG]
+        # ... and is back once the main thread's next interrupt scope closes.
+        with fail_after(LONG, interrupt=True):
+            pass
+        assert signal.getsignal(signal.SIGURG) is users_handler
+
+    previous = signal.signal(signal.SIGURG, users_handler)
+    try:
+        # In a copy of the context: the scope closed elsewhere stays in it.
+        contextvars.copy_context().run(body)
+    finally:
+        signal.signal(signal.SIGURG, previous)
+
+
+_LEFT_OPEN_AT_EXIT = """
+import atexit, time, taut
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+for i in range(3):
+    atexit.register(lambda i=i: (spin(1.0), print("atexit", i, "done", flush=True)))
+taut.move_on_after(0.3, interrupt=True).__enter__()
+"""
+
+
+def test_a_scope_left_open_at_exit_is_not_raised_again_in_every_atexit_callback() -> None:
+    # Its interrupt lands in the first atexit callback (Python reports it);
+    # raising it again there, as for a finalizer inside the block, would cut
+    # every later callback short as well, unreported.
+    done = subprocess.run(
+        [sys.executable, "-c", _LEFT_OPEN_AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=LONG,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0
+    assert len(done.stdout.splitlines()) == 2  # one of three cut short
+    assert "ScopeInterrupt" in done.stderr
 
 
 def test_users_handler_is_restored_and_still_receives_its_signals() -> None:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Protocol
 
 from taut import _core
 
-__all__ = ["SIGNAL", "arm", "available", "disarm", "protect"]
+__all__ = ["SIGNAL", "arm", "available", "disarm", "protect", "raise_again"]
 
 SIGNAL: int | None = getattr(signal, "SIGURG", None)
 
@@ -52,6 +52,9 @@ class _Interruptible(Protocol):
     def _interrupt_error(self) -> BaseException:
         """The exception to raise; also records that it was raised."""
 
+    def _interrupt_lost(self) -> None:
+        """The exception raised was dropped (a finalizer ran): not raised yet."""
+
 
 # Main-thread interrupt scopes, in entry order. Read and written only with the
 # GIL held, from the main thread, the callback thread and the handler.
@@ -61,7 +64,8 @@ _previous: Any = None
 _sent = False
 _RESEND_FIRST_S = 0.001
 _RESEND_MAX_S = 0.05
-# Code objects of scope entry/exit: the handler must not raise in them.
+# Code objects of scope entry/exit: the handler must not raise in them, nor
+# the callback thread set an asynchronous exception for a thread in them.
 _protected: set[CodeType] = set()
 
 
@@ -96,7 +100,11 @@ def arm(scope: _Interruptible, deadline: _core.Deadline) -> None:
         # until that scope had closed): its count must not make the
         # program's next signal look like taut's.
         _core._take_sent_signals()
-        _previous = signal.getsignal(SIGNAL)
+        current = signal.getsignal(SIGNAL)
+        if current is not _handler:
+            # (Ours still: left by a scope closed on another thread, with
+            # the program's handler kept in _previous; see disarm.)
+            _previous = current
         signal.signal(SIGNAL, _handler)
     _active.append(scope)
     # At expiry the timer thread signals this thread at once, GIL or not.
@@ -117,6 +125,12 @@ def disarm(scope: _Interruptible) -> None:
         return
     if not _active:
         assert SIGNAL is not None
+        if threading.get_ident() != threading.main_thread().ident:
+            # Closed on another thread (the scope was handed to it), where
+            # signal.signal raises ValueError. Ours stays, passing every
+            # SIGURG on to the program's handler (nothing is due), until
+            # the main thread's next interrupt scope closes.
+            return
         previous, _previous = _previous, None
         if signal.getsignal(SIGNAL) is not _handler:
             return  # replaced meanwhile by the program: its handler stays
@@ -128,6 +142,16 @@ def disarm(scope: _Interruptible) -> None:
         # the program's handler once it is back.
         signal.pthread_sigmask(signal.SIG_BLOCK, ())
         signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)
+
+
+def raise_again(scope: _Interruptible) -> None:
+    """On the main thread: ``scope``'s interrupt was raised inside a finalizer,
+    which dropped it (see ``taut.deadline._lost_interrupts``); raise it again."""
+    if scope in _active:
+        scope._interrupt_lost()
+        # From the callback thread, as at expiry: a signal sent from here
+        # would be handled at once, inside the machinery that drops it.
+        _core.Deadline(0.0).call_soon(lambda: _send_if_due(scope))
 
 
 def _send() -> None:

@@ -429,6 +429,9 @@ def _communicate(
                 fd = key.fd
                 if fd == wake_r:
                     _drain(wake_r)
+                    # The deadline fired while we still waited: what this
+                    # wake-up also brings (EOFs, the root's exit) may be its kill.
+                    timed_out = True
                 elif fd == pidfd:
                     exited = True
                     sel.unregister(fd)
@@ -447,11 +450,11 @@ def _communicate(
                 elif _read_into(fd, chunks):
                     sel.unregister(fd)
                     reading.discard(fd)
-        if deadline is not None and deadline.expired:
-            # Also when the loop ended by itself: the timer thread's kill may
-            # have closed the pipes and ended the root before this thread ran
-            # again (busy GIL), all seen in one wake-up; the deadline decided.
-            timed_out = True
+        # timed_out is also set when the loop ended by itself in the wake-up
+        # that brought the deadline's byte: the timer thread's kill may have
+        # closed the pipes and ended the root before this thread ran again
+        # (busy GIL), all seen at once. A command that had finished before the
+        # deadline fired is not timed out, however late this thread gets here.
         if timed_out:
             # The timer thread's kill is under way; make sure it is complete before
             # reading what is left, and never wait on EOF for longer than a moment.

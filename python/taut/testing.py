@@ -66,7 +66,15 @@ class MockClock:
         """Move the clock forward; a monotonic clock never goes back."""
         step = check_duration(seconds, "seconds", none_ok=False)
         assert step is not None  # none_ok=False
-        self.now += step
+        moved = self.now + step
+        if step > 0 and moved == self.now:
+            # So far out (say MockClock(2**53)) a float cannot hold the step:
+            # the clock would silently stand still and no deadline come.
+            raise ValueError(
+                f"seconds={step!r} cannot move the clock at {self.now!r}: a float that "
+                "large cannot hold so small a step; start the clock nearer to 0"
+            )
+        self.now = moved
 
     @contextmanager
     def installed(self) -> Iterator[MockClock]:

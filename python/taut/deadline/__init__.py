@@ -56,7 +56,8 @@ previous clock); see ``taut.deadline._clock``.
 
 The modules: ``_errors`` (what a deadline reports), ``_clock``, ``_context``
 (the chain of entered scopes), ``_scope`` (``DeadlineScope``), ``_tasks`` (a
-scope inside an asyncio task); the four factories are here.
+scope inside an asyncio task), ``_lost_interrupts`` (an interrupt that a
+finalizer dropped is raised again); the four factories are here.
 """
 
 from __future__ import annotations

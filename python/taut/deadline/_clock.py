@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from taut._checks import describe
+
 __all__ = ["set_clock"]
 
 now: Callable[[], float] = time.monotonic
@@ -19,6 +21,12 @@ def set_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
     """Make deadline scopes read time from ``clock`` (``None`` restores
     ``time.monotonic``). Returns the clock that was in use. For tests."""
     global now
+    if clock is not None and not callable(clock):
+        # Refused here, not at the next scope's entry ("'str' object is
+        # not callable", far from the mistake).
+        raise TypeError(
+            f"clock must be a callable returning seconds, or None, got {describe(clock)}"
+        )
     previous = now
     now = time.monotonic if clock is None else clock
     return previous

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import time
 from threading import get_ident
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._checks import describe
-from taut._core import clamp_timeout
-from taut.deadline import _clock
+from taut._core import MAX_TIMEOUT, clamp_timeout
+from taut.deadline import _clock, _lost_interrupts
 from taut.deadline._context import bounding_scope, innermost, open_scope
 from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
 from taut.deadline._tasks import HAS_CANCELLING, exit_task, get_running_loop, running_task, task_of
@@ -65,6 +66,7 @@ class DeadlineScope:
         "_effective",
         "_entered",
         "_expired",
+        "_frame",
         "_interrupt",
         "_interrupt_raised",
         "_parent",
@@ -73,6 +75,7 @@ class DeadlineScope:
         "_signal_armed",
         "_start",
         "_task",
+        "_thread",
         "_token",
         "label",
     )
@@ -84,6 +87,10 @@ class DeadlineScope:
     _token: contextvars.Token[DeadlineScope | None]
     # Set when a main-thread signal interrupt is armed.
     _interrupt_raised: bool
+    # Set when an interrupt is armed: the thread it interrupts, and the frame
+    # running the block (until the scope closes).
+    _thread: int
+    _frame: FrameType | None
 
     def __init__(
         self,
@@ -165,6 +172,9 @@ class DeadlineScope:
         self._interrupt_raised = True
         return ScopeInterrupt(self.label, self.timeout_s)
 
+    def _interrupt_lost(self) -> None:
+        self._interrupt_raised = False
+
     # -- entry ----------------------------------------------------------------
 
     def _enter(
@@ -228,6 +238,9 @@ class DeadlineScope:
             return self
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
+            self._thread = get_ident()
+            self._frame = sys._getframe(1)
+            _lost_interrupts.watch()
             try:
                 if _signal_interrupt.available():
                     self._signal_armed = True
@@ -238,9 +251,10 @@ class DeadlineScope:
             except BaseException:
                 # Arming failed (taut's callback thread could not start: no
                 # new threads in an atexit hook on CPython 3.12.0-3.12.1, or
-                # none left): the `with` body never runs, so undo the entry,
-                # or the deadline would outlive the scope and interrupt
-                # whatever code runs at its expiry.
+                # none left; or its callbacks stopped at exit): the `with`
+                # body never runs, so undo the entry, or the deadline would
+                # outlive the scope and interrupt whatever code runs at its
+                # expiry.
                 self._close()
                 self._restore()
                 raise
@@ -305,6 +319,8 @@ class DeadlineScope:
         if not expired:
             return False
         if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
+            if not self._claims_interrupt():
+                return False
             if not self._raise:
                 return True
             raise self._error() from None
@@ -345,6 +361,30 @@ class DeadlineScope:
         innermost.set(self._parent)
         raise error
 
+    def _claims_interrupt(self) -> bool:
+        """Whether a ``ScopeInterrupt`` reaching this (expired) scope's exit
+        ends here. It does not carry the scope it was raised for (on worker
+        threads it is a class set asynchronously), so: only an interrupt
+        scope takes one, and only if no enclosing interrupt scope of this
+        thread is past its deadline as well. Otherwise it goes on outwards:
+        that scope's block must end too, and its interrupt may be the very
+        one raised (it is raised once), so swallowing it here would let the
+        rest of that block run unbounded."""
+        if not self._interrupt:
+            return False
+        scope = self._parent
+        while scope is not None:
+            if (
+                scope._interrupt
+                and not scope._closed
+                and scope._deadline is not None
+                and scope._thread == self._thread
+                and scope._past()
+            ):
+                return False
+            scope = scope._parent
+        return True
+
     def _restore(self) -> None:
         """Undo this scope's entry in the context (it was the innermost)."""
         try:
@@ -361,9 +401,11 @@ class DeadlineScope:
         expired = fired or (self._at is not None and self._clock() >= self._at)
         self._expired = expired
         self._closed = True
-        if self._signal_armed:
-            self._signal_armed = False
-            _signal_interrupt.disarm(self)
+        if self._interrupt:
+            self._frame = None  # the frame holds this scope: no cycle left behind
+            if self._signal_armed:
+                self._signal_armed = False
+                _signal_interrupt.disarm(self)
         return expired
 
     def _fire(self) -> None:
@@ -388,7 +430,9 @@ class DeadlineScope:
             if self._relative is not None:
                 parts.append(f"timeout={format_seconds(self._relative)}s")
             elif self._absolute is not None:
-                left = max(0.0, self._absolute - self._clock())
+                # Clamped as the entry will clamp it (10**400 is a valid
+                # deadline; its 309 digits are not a useful repr).
+                left = min(max(0.0, self._absolute - self._clock()), MAX_TIMEOUT)
                 parts.append(f"remaining={format_seconds(left)}s")
             else:
                 parts.append("unbounded")
@@ -406,7 +450,9 @@ class DeadlineScope:
         return " ".join(parts) + ">"
 
 
-# No main-thread signal interrupt is raised inside scope entry and exit.
+# No interrupt is raised inside scope entry and exit: the main-thread signal
+# handler waits for the next signal, and taut's callback thread puts off an
+# asynchronous exception for another thread (rust/py_timer.rs).
 _signal_interrupt.protect(
     DeadlineScope.__enter__,
     DeadlineScope.__exit__,

@@ -214,6 +214,28 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
 /// (a code object of `taut._signal_interrupt._protected` on its stack).
 /// Only C-level calls, no Python bytecode: no other thread runs meanwhile.
 fn in_scope_machinery(py: Python<'_>, thread_id: u64) -> bool {
+    // Walking the stack makes frame objects (before 3.12); an allocation may
+    // start a garbage collection, and a __del__ run by it is bytecode: the
+    // thread could move on meanwhile. No collection while we look.
+    let gc = match py.import("gc") {
+        Ok(gc) => gc,
+        Err(_) => return false,
+    };
+    let collecting = gc
+        .call_method0("isenabled")
+        .and_then(|on| on.is_truthy())
+        .unwrap_or(false);
+    if collecting && gc.call_method0("disable").is_err() {
+        return false;
+    }
+    let found = in_scope_machinery_now(py, thread_id);
+    if collecting {
+        let _ = gc.call_method0("enable");
+    }
+    found
+}
+
+fn in_scope_machinery_now(py: Python<'_>, thread_id: u64) -> bool {
     let check = || -> PyResult<bool> {
         let protected = py.import("taut._signal_interrupt")?.getattr("_protected")?;
         let frames = py.import("sys")?.getattr("_current_frames")?.call0()?;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 import taut
 from taut.gather import default_scheduler
+from taut.journal import JournalError
 
 
 @pytest.fixture
@@ -328,3 +330,41 @@ def test_a_pool_shut_down_mid_batch_cancels_the_calls_it_refuses(kind: str) -> N
     # Shut down before the batch began: the caller's mistake, said at once.
     with pytest.raises(RuntimeError, match="after shutdown"):
         taut.gather([taut.call(_square, 1)], executor=pool)
+
+
+def test_a_journal_failure_while_the_pool_is_shut_down_is_not_turned_into_cancelled(
+    tmp_path: Path,
+) -> None:
+    # A batch nested in a call runs its calls inline on the pool's worker. Its
+    # first call ran (and finished) while the pool was being shut down (a
+    # gateway stopping); recording it fails (here: the journal file is gone).
+    # drive.steps catches RuntimeError around start(e), which for an inline
+    # call includes running it and journaling it: JournalError is a
+    # RuntimeError, the pool is shut down, so the call that ran is reported
+    # 'cancelled' (started=False) and the journal failure is swallowed.
+    path = tmp_path / "j.db"
+    journal = taut.SqliteJournal(path, run="r")
+    pool = taut.ThreadPoolExecutor(1)
+    ran: list[str] = []
+
+    def side_effect() -> str:
+        ran.append("sent")
+        pool.shutdown(wait=False)
+        for leftover in tmp_path.iterdir():
+            os.unlink(leftover)  # the journal can no longer record
+        return "sent"
+
+    def nested() -> Any:
+        try:
+            return taut.gather([taut.call(side_effect)], executor=pool, journal=journal)
+        except JournalError as exc:
+            return exc
+
+    try:
+        got = pool.submit(nested).result(timeout=60)
+    finally:
+        pool.shutdown(wait=True)
+        journal.close()
+    assert ran == ["sent"]
+    # Expected: the JournalError reaches the caller, as it does with the pool open.
+    assert isinstance(got, JournalError), got

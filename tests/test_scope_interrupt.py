@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -544,3 +544,100 @@ def test_a_scope_that_cannot_arm_its_interrupt_leaves_nothing_armed() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["['refused', None] True", "['refused', None]"], proc.stdout
+
+
+def test_a_hook_restored_by_the_program_gets_the_reports_again() -> None:
+    # The usual "save, replace, restore" of sys.unraisablehook (CPython's
+    # test.support.catch_unraisable_exception, pytest's plugin, a library's
+    # own capture) around code that enters an interrupt scope. What it
+    # saved and restores is taut's wrapper, but _lost_interrupts keeps one
+    # global _previous, by then the temporary hook: every later report of
+    # the program goes to that dead temporary hook, never to its own.
+    got: list[object] = []
+    outer_previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: got.append(u.exc_value)
+    try:
+        with move_on_after(30, interrupt=True):
+            pass  # taut wraps the program's hook
+        saved = sys.unraisablehook
+        captured: list[object] = []
+        sys.unraisablehook = captured.append  # a temporary capture ...
+        with move_on_after(30, interrupt=True):
+            pass
+        sys.unraisablehook = saved  # ... and the program's hook restored
+
+        class Broken:
+            def __del__(self) -> None:
+                raise ValueError("reported")
+
+        Broken()
+    finally:
+        sys.unraisablehook = outer_previous
+    assert [type(e).__name__ for e in got] == ["ValueError"]
+
+
+def test_an_interrupt_dropped_by_a_finalizer_is_raised_again_through_a_contextmanager() -> None:
+    # The common wrapper (@contextmanager around an interrupt scope, or
+    # ExitStack.enter_context): the frame _lost_interrupts records at entry
+    # is the wrapper's generator (or enter_context), never on the stack while
+    # the block runs, so the dropped interrupt is reported and not raised
+    # again: the rest of the block runs unbounded (here 5 s past a 0.05 s
+    # deadline). Entered directly, the same block ends at 0.05 s.
+    long = 5.0
+
+    class Connection:
+        def __del__(self) -> None:
+            time.sleep(long)  # a polite close, cut by the interrupt
+
+    @contextlib.contextmanager
+    def bounded(seconds: float) -> Iterator[None]:
+        with fail_after(seconds, "block", interrupt=True):
+            yield
+
+    reported: list[object] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeadlineExpired):
+            with bounded(0.05):
+                Connection()
+                time.sleep(long)
+    finally:
+        sys.unraisablehook = previous
+    assert time.monotonic() - t0 < long / 3
+
+
+def test_a_report_goes_through_every_hook_the_program_chained() -> None:
+    # The program's hook, wrapped by taut; then a library's hook that passes
+    # reports on to the one it replaced (taut's wrapper), wrapped again. A
+    # report reaches the library's hook, then the program's, once each: the
+    # circle guard of one wrapper must not stop the report at the other.
+    got: list[tuple[str, str]] = []
+    outer = sys.unraisablehook
+
+    def program(unraisable: Any) -> None:
+        got.append(("program", type(unraisable.exc_value).__name__))
+
+    sys.unraisablehook = program
+    try:
+        with move_on_after(30, interrupt=True):
+            pass
+        replaced = sys.unraisablehook
+
+        def library(unraisable: Any) -> None:
+            got.append(("library", type(unraisable.exc_value).__name__))
+            replaced(unraisable)
+
+        sys.unraisablehook = library
+        with move_on_after(30, interrupt=True):
+            pass
+
+        class Broken:
+            def __del__(self) -> None:
+                raise ValueError("reported")
+
+        Broken()
+    finally:
+        sys.unraisablehook = outer
+    assert got == [("library", "ValueError"), ("program", "ValueError")]

@@ -712,3 +712,57 @@ def test_waiting_notices_are_cleared_when_a_tool_interrupts_the_batch(
         gate.set()
     assert cleared == {"c1", "c2"}  # c2 never starts: only "dropped" clears it
     assert ("dropped", "c2") in [(n.kind, n.call_id) for n in notices]
+
+
+def test_a_waiting_notice_is_cleared_for_a_call_the_shut_down_pool_refused() -> None:
+    # A limiter with one slot: the second tool waits for it ("Waiting for a
+    # free worker" is shown). The first tool's end comes with the runner
+    # shutting down (a gateway stopping): the second is refused, its outcome
+    # 'cancelled' (c458bc2). _run_group clears notices only for 'not_started'
+    # outcomes, so the waiting notice stays up for good.
+    refused = threading.Event()
+
+    class Limiter:
+        """One slot; says when a call was refused one."""
+
+        def __init__(self) -> None:
+            self.slot = threading.BoundedSemaphore(1)
+
+        def acquire(self, timeout: float | None = None) -> bool:
+            got = self.slot.acquire(timeout=timeout)
+            if not got:
+                refused.set()
+            return got
+
+        def release(self) -> None:
+            self.slot.release()
+
+    limiter = Limiter()
+    notices: list[tuple[str, str]] = []
+    runner = taut.ToolRunner(
+        2, limiter=limiter, concurrent_batch_timeout=30, sequential_call_timeout=30
+    )
+
+    def first() -> str:
+        assert refused.wait(30)  # the second call is waiting for the slot
+        runner.shutdown(wait=False)
+        return "first"
+
+    def second() -> str:
+        return "second"
+
+    try:
+        results = runner.run(
+            [
+                taut.ToolCall("first", first, read_only=True),
+                taut.ToolCall("second", second, read_only=True),
+            ],
+            on_notice=lambda n: notices.append((n.kind, n.call_id)),
+        )
+    finally:
+        runner.shutdown(wait=True)
+    assert [r.status for r in results] == ["ok", "error"]
+    waiting = {cid for kind, cid in notices if kind == "waiting"}
+    cleared = {cid for kind, cid in notices if kind in ("started", "dropped")}
+    assert waiting, notices  # the second call did wait for the slot
+    assert waiting <= cleared, notices

@@ -453,8 +453,10 @@ def _communicate(
         # timed_out is also set when the loop ended by itself in the wake-up
         # that brought the deadline's byte: the timer thread's kill may have
         # closed the pipes and ended the root before this thread ran again
-        # (busy GIL), all seen at once. A command that had finished before the
-        # deadline fired is not timed out, however late this thread gets here.
+        # (busy GIL), all seen at once. A command whose end this thread saw
+        # before the deadline fired is not timed out, however late it gets
+        # here; one whose end it first sees after the deadline fired is:
+        # nothing tells whether the kill ended it (see the known limits).
         if timed_out:
             # The timer thread's kill is under way; make sure it is complete before
             # reading what is left, and never wait on EOF for longer than a moment.

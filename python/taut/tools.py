@@ -421,17 +421,14 @@ class ToolRunner:
                 limiter=self._limiter,
                 on_slot_wait=on_slot_wait,
             )
-        except BaseException:
-            # Cancelled, or a tool raised KeyboardInterrupt/SystemExit: the
-            # batch is fenced and its waiting calls never start. Clear their
-            # notices, or "Waiting for a free worker" would stay up for good.
+        finally:
+            # A call that waited and never began (the deadline came first, a
+            # pool shut down meanwhile refused it, or the batch was cancelled
+            # or interrupted: a tool raised KeyboardInterrupt or SystemExit):
+            # clear its notice, or "Waiting for a free worker" stays up for good.
             with lock:
-                stale = sorted(waited - began)
-            for pos in stale:
-                emit("dropped", pos, None)
-            raise
-        for pos, outcome in enumerate(outcomes):
-            if outcome.status == "not_started" and pos in waited:
+                never_began = sorted(waited - began)
+            for pos in never_began:
                 emit("dropped", pos, None)
         return [
             _to_result(ids[pos], batch[i].name, outcome, timeout)

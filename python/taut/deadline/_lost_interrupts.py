@@ -11,12 +11,15 @@ While interrupt scopes are in use, ``sys.unraisablehook`` is wrapped: a
 ``ScopeInterrupt`` that reaches it is not reported but raised again (the
 outermost expired interrupt scope of this thread, which the interrupt ends
 anyway), through the same path as the first time. Everything else goes on to
-the hook that was in place. A program that installs its own hook later
-is wrapped again at the next interrupt scope's entry.
+the hook that was in place when that wrapper was made. A program that
+installs its own hook later is wrapped again at the next interrupt scope's
+entry; one that saves a wrapper and restores it later gets the wrapper of its
+own hook back (each wrapper keeps the hook it wraps).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from threading import get_ident
@@ -27,33 +30,53 @@ from taut import _signal_interrupt
 from taut.deadline._context import innermost
 from taut.deadline._errors import ScopeInterrupt
 
-__all__ = ["watch"]
+__all__ = ["block_frame", "watch"]
 
-_previous: Callable[[Any], object] = sys.__unraisablehook__
-# Set (per thread) while the hook runs: a hook of the program's that calls
-# the one it replaced (this one) must not send the report around in a circle.
-_busy = threading.local()
-
+# Code flags of frames that are suspended while the code that resumed them
+# goes on: generators and coroutines (inspect.CO_GENERATOR, CO_COROUTINE,
+# CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR; inspect itself is a heavy import).
+_SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200
+_CONTEXTLIB = contextlib.__file__
 
 def watch() -> None:
-    """An interrupt scope is being entered: make sure the hook is in place."""
-    global _previous
-    if sys.unraisablehook is not _hook:
-        _previous = sys.unraisablehook
-        sys.unraisablehook = _hook
+    """An interrupt scope is being entered: make sure the hook is wrapped."""
+    if not getattr(sys.unraisablehook, "_taut_wrapper", False):
+        sys.unraisablehook = _wrapping(sys.unraisablehook)
 
 
-def _hook(unraisable: Any) -> None:
-    if isinstance(unraisable.exc_value, ScopeInterrupt) and _raise_again():
-        return
-    if getattr(_busy, "on", False):
-        sys.__unraisablehook__(unraisable)
-        return
-    _busy.on = True
-    try:
-        _previous(unraisable)
-    finally:
-        _busy.on = False
+def _wrapping(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    # Set (per thread) while this wrapper passes a report on: a hook of the
+    # program's that calls the one it replaced (this wrapper) must not send
+    # the report around in a circle.
+    busy = threading.local()
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, ScopeInterrupt) and _raise_again():
+            return
+        if getattr(busy, "on", False):
+            sys.__unraisablehook__(unraisable)
+            return
+        busy.on = True
+        try:
+            previous(unraisable)
+        finally:
+            busy.on = False
+
+    hook._taut_wrapper = True  # type: ignore[attr-defined]
+    return hook
+
+
+def block_frame(entering: FrameType) -> FrameType:
+    """The frame that runs a scope's block, from the frame that entered it:
+    that one, unless a wrapper entered the scope for it (a ``@contextmanager``
+    generator, suspended while the block runs; ``ExitStack.enter_context``):
+    then the first frame above the wrappers, which stays on the stack."""
+    frame = entering
+    while frame.f_back is not None and (
+        frame.f_code.co_flags & _SUSPENDABLE or frame.f_code.co_filename == _CONTEXTLIB
+    ):
+        frame = frame.f_back
+    return frame
 
 
 def _running() -> set[int]:

@@ -239,7 +239,7 @@ class DeadlineScope:
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
             self._thread = get_ident()
-            self._frame = sys._getframe(1)
+            self._frame = _lost_interrupts.block_frame(sys._getframe(1))
             _lost_interrupts.watch()
             try:
                 if _signal_interrupt.available():

@@ -24,6 +24,7 @@ from taut.gather.executors import in_worker_of, is_shut_down
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
 from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
+from taut.journal.errors import JournalError
 
 __all__ = ["run_async", "run_inline", "run_sync", "steps"]
 
@@ -89,31 +90,25 @@ def steps(
                 try:
                     key = start(e)
                 except QueueFull:
-                    if slots is not None:
-                        slots.release()
+                    _take_back(e, slots)
                     queue.appendleft(e)
                     if wait is not None:
                         raise  # aborted with the rest: a sync submit waits for room itself
                     # A taut pool's bounded queue is full, and its submit never
                     # waits on an event loop's thread: try again soon, as for a
                     # limiter slot (the call never reached the pool: not started).
-                    if e.task is not None:
-                        e.task.forget()
-                        e.task = None
                     short_of_slots = True
                     break
-                except RuntimeError:
-                    if slots is not None:
-                        slots.release()
-                    if not (run.executor_was_open and is_shut_down(run.executor)):
+                except RuntimeError as exc:
+                    if not _refused_by_a_shut_down_pool(run, e, exc):
+                        if slots is not None:
+                            slots.release()
                         queue.appendleft(e)  # aborted with the rest
                         raise
                     # The pool was shut down while the batch ran: this call is
                     # cancelled, like the queued calls a shutdown cancels, and
                     # the calls already running are still settled.
-                    if e.task is not None:
-                        e.task.forget()
-                        e.task = None
+                    _take_back(e, slots)
                     run.finish(e, Outcome(e.call_id, "cancelled"))
                     continue
                 except BaseException:
@@ -159,6 +154,27 @@ def steps(
     except BaseException:
         run.abort([*in_flight.values(), *queue])
         raise
+
+
+def _take_back(e: Entry, slots: Any) -> None:
+    """A call that never reached its executor: its limiter slot and its task go."""
+    if slots is not None:
+        slots.release()
+    if e.task is not None:
+        e.task.forget()
+        e.task = None
+
+
+def _refused_by_a_shut_down_pool(run: Run, e: Entry, exc: RuntimeError) -> bool:
+    """Whether starting ``e`` failed because its pool was shut down while the
+    batch ran (its submit refuses). Not a journal failure (a RuntimeError
+    too), nor anything raised once an inline call had run: those abort."""
+    return (
+        e.outcome is None
+        and not isinstance(exc, JournalError)
+        and run.executor_was_open
+        and is_shut_down(run.executor)
+    )
 
 
 def _slot_held_here(run: Run) -> bool:

@@ -339,6 +339,8 @@ class Run:
         a durable call that ran must never run again on resume."""
         self.batch.raise_fence()
         for e in unfinished:
+            if e.outcome is not None:
+                continue  # settled already (expire() raised partway): written once
             f = e.future
             done: Any = f if f is not None else e.afuture
             if (

@@ -535,7 +535,8 @@ def test_run_process_kills_a_double_forked_daemon_holding_the_pipes(strays: list
         "    os._exit(0)\n"
         "os.wait()\n"
     )
-    result = taut.run_process([sys.executable, "-c", code], 1.0)
+    # 3 s for a Python to start, fork twice and print: lopsided on a busy machine.
+    result = taut.run_process([sys.executable, "-c", code], 3.0)
     daemon = int(result.stdout)
     strays.append(daemon)
     assert result.timed_out is True

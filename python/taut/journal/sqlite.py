@@ -152,7 +152,9 @@ class SqliteJournal(SqlJournal):
     def _connect(self) -> sqlite3.Connection:
         def attempt() -> sqlite3.Connection:
             conn = sqlite3.connect(
-                self._path,
+                # The absolute path, as _check_file looks at: after a chdir (a
+                # tool, a forked child reconnecting) it is still the same file.
+                self._abs_path,
                 # SQLite's own busy wait takes int milliseconds; the retry
                 # loop around it keeps waiting for the whole timeout.
                 timeout=int_millis(self._timeout) / 1000,

@@ -7,6 +7,7 @@ and goes first on ``sys.path`` (the pyenv interpreter ships a partial
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import importlib
 import os
@@ -77,3 +78,15 @@ def import_from_shim(shim: str, name: str) -> types.ModuleType:
     if not origin.startswith(expected + os.sep):
         raise RuntimeError(f"imported {module.__file__}, expected it under {expected}")
     return module
+
+
+def parse_args(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """A runner's command line: ``-v``, ``-k PATTERN`` (repeatable) and
+    ``--stdlib`` (the baseline: nothing of taut swapped in)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-k", dest="patterns", action="append", help="only tests matching")
+    parser.add_argument(
+        "--stdlib", action="store_true", help="baseline: run without swapping taut in"
+    )
+    return parser.parse_args(argv)

@@ -34,7 +34,6 @@ Debian test suite is not installed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import types
@@ -142,13 +141,7 @@ def _select(module: types.ModuleType, patterns: list[str] | None) -> unittest.Te
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("-k", dest="patterns", action="append", help="only tests matching")
-    parser.add_argument(
-        "--stdlib", action="store_true", help="baseline: run without swapping taut in"
-    )
-    args = parser.parse_args(argv)
+    args = debian_suite.parse_args(__doc__, argv)
 
     suite = debian_suite.suite_dir()
     debian_suite.require(suite, "test_concurrent_futures.py")

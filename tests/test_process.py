@@ -556,13 +556,9 @@ def test_run_process_grandchild_holding_pipes_after_root_exit_is_killed(strays: 
     assert wait_gone([grandchild]) == []
 
 
-def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The reading thread does not run between the deadline and the end of the
-    # tree (another thread holds the GIL): when it looks, the wake-up byte, the
-    # pipes' EOF and the root's exit are all there at once. The deadline still
-    # decided the outcome.
+def _first_select_late(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """run_process's reading thread starts its first select ``seconds`` late,
+    as when another thread holds the GIL."""
     import selectors
 
     from taut import process
@@ -573,10 +569,20 @@ def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_u
         def select(self, timeout: float | None = None) -> Any:
             if LateSelector.first:
                 LateSelector.first = False
-                time.sleep(1.0)  # the 0.1 s deadline fires and kills meanwhile
+                time.sleep(seconds)
             return super().select(timeout)
 
     monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+
+
+def test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reading thread does not run between the deadline and the end of the
+    # tree (another thread holds the GIL): when it looks, the wake-up byte, the
+    # pipes' EOF and the root's exit are all there at once. The deadline still
+    # decided the outcome.
+    _first_select_late(monkeypatch, 1.0)  # the 0.1 s deadline fires and kills meanwhile
     result = taut.run_process(["sh", "-c", f"sleep {WORK}"], 0.1)
     assert result.returncode == -signal.SIGKILL
     assert result.timed_out is True
@@ -633,20 +639,7 @@ def test_a_command_done_long_before_the_deadline_is_not_timed_out_when_first_see
     # from a command the deadline's kill ended, and reports a timeout
     # (returncode 0, timed_out=True). Telling them apart needs the kill to
     # report whether it found anything alive.
-    import selectors
-
-    from taut import process
-
-    class LateSelector(selectors.DefaultSelector):
-        first = True
-
-        def select(self, timeout: float | None = None) -> Any:
-            if LateSelector.first:
-                LateSelector.first = False
-                time.sleep(3.0)  # starved: the 1 s deadline passes meanwhile
-            return super().select(timeout)
-
-    monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+    _first_select_late(monkeypatch, 3.0)  # starved: the 1 s deadline passes meanwhile
     result = taut.run_process(["true"], 1.0)
     assert result.returncode == 0  # it exited by itself, long before the deadline
     assert result.timed_out is False

@@ -546,6 +546,11 @@ def test_a_scope_that_cannot_arm_its_interrupt_leaves_nothing_armed() -> None:
     assert proc.stdout.splitlines() == ["['refused', None] True", "['refused', None]"], proc.stdout
 
 
+class _ErrorInDel:
+    def __del__(self) -> None:
+        raise ValueError("reported")
+
+
 def test_a_hook_restored_by_the_program_gets_the_reports_again() -> None:
     # The usual "save, replace, restore" of sys.unraisablehook (CPython's
     # test.support.catch_unraisable_exception, pytest's plugin, a library's
@@ -566,11 +571,7 @@ def test_a_hook_restored_by_the_program_gets_the_reports_again() -> None:
             pass
         sys.unraisablehook = saved  # ... and the program's hook restored
 
-        class Broken:
-            def __del__(self) -> None:
-                raise ValueError("reported")
-
-        Broken()
+        _ErrorInDel()  # its __del__'s ValueError goes to sys.unraisablehook
     finally:
         sys.unraisablehook = outer_previous
     assert [type(e).__name__ for e in got] == ["ValueError"]
@@ -633,11 +634,7 @@ def test_a_report_goes_through_every_hook_the_program_chained() -> None:
         with move_on_after(30, interrupt=True):
             pass
 
-        class Broken:
-            def __del__(self) -> None:
-                raise ValueError("reported")
-
-        Broken()
+        _ErrorInDel()  # its __del__'s ValueError goes to sys.unraisablehook
     finally:
         sys.unraisablehook = outer
     assert got == [("library", "ValueError"), ("program", "ValueError")]

@@ -100,13 +100,7 @@ def _raise_again() -> bool:
     running: set[int] | None = None
     scope = innermost.get()
     while scope is not None:
-        if (
-            scope._interrupt
-            and not scope._closed
-            and scope._deadline is not None
-            and scope._thread == thread
-            and scope._past()
-        ):
+        if scope._interrupt_due_on(thread):
             if running is None:
                 running = _running()
             if id(scope._frame) in running:

@@ -374,16 +374,21 @@ class DeadlineScope:
             return False
         scope = self._parent
         while scope is not None:
-            if (
-                scope._interrupt
-                and not scope._closed
-                and scope._deadline is not None
-                and scope._thread == self._thread
-                and scope._past()
-            ):
+            if scope._interrupt_due_on(self._thread):
                 return False
             scope = scope._parent
         return True
+
+    def _interrupt_due_on(self, thread: int) -> bool:
+        """Whether this is an open interrupt scope of ``thread`` past its
+        deadline: its block must end, by the interrupt if need be."""
+        return (
+            self._interrupt
+            and not self._closed
+            and self._deadline is not None
+            and self._thread == thread
+            and self._past()
+        )
 
     def _restore(self) -> None:
         """Undo this scope's entry in the context (it was the innermost)."""

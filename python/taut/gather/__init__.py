@@ -92,7 +92,7 @@ from typing import Any, Callable, cast
 
 from taut._checks import describe
 from taut.executor import QueueFull, default_executor
-from taut.gather.drive import run_async, run_sync
+from taut.gather.drive import SLOT_POLL, run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
 from taut.gather.handles import (
     DONE,
@@ -344,10 +344,6 @@ class Scheduler:
             return outcome.unwrap()
 
 
-# How often a single await on an event loop asks a full bounded queue again.
-_ROOM_POLL = 0.02
-
-
 async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]:
     """Submit ``task``; a taut pool's full bounded queue refuses at once on an
     event loop's thread (its submit never blocks the loop), so ask again
@@ -357,7 +353,7 @@ async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]
             return executor.submit(task.ref())
         except QueueFull:
             task.forget()
-            await asyncio.sleep(_ROOM_POLL)
+            await asyncio.sleep(SLOT_POLL)  # as a batch asks again
 
 
 async def _released(handle: Call[Any], event: threading.Event) -> None:

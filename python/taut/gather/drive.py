@@ -26,14 +26,14 @@ from taut.gather.run import Entry, Run, timeout_error
 from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
 from taut.journal.errors import JournalError
 
-__all__ = ["run_async", "run_inline", "run_sync", "steps"]
+__all__ = ["SLOT_POLL", "run_async", "run_inline", "run_sync", "steps"]
 
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
 # How often a batch short of limiter slots (or of room in a bounded queue, on an
 # event loop) asks again while calls are in flight.
-_SLOT_POLL = 0.02
+SLOT_POLL = 0.02
 
 
 @dataclass
@@ -130,7 +130,7 @@ def steps(
                     break  # start nothing after the deadline
                 wait_for = min(wait_for, _WAIT_SLICE)
             if short_of_slots:  # come back soon to ask the limiter again
-                wait_for = _SLOT_POLL if wait_for is None else min(wait_for, _SLOT_POLL)
+                wait_for = SLOT_POLL if wait_for is None else min(wait_for, SLOT_POLL)
             if not in_flight:
                 if short_of_slots and wait is None:
                     yield _Wait([], wait_for)  # the async driver sleeps

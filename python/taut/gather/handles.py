@@ -169,7 +169,7 @@ class Call(Generic[T]):
         self._event: threading.Event | None = None
         # Called (besides setting _event) when the run holding the handle lets
         # go of it: how an async await waits without parking a thread.
-        self._event_hooks: list[Callable[[], None]] = []
+        self._event_hooks: list[Callable[[], None]] | None = None  # made when needed
 
     # -- public surface ---------------------------------------------------
 
@@ -238,10 +238,10 @@ class Call(Generic[T]):
                 self._state = COLD
             self._owner = None
             event, self._event = self._event, None
-            hooks, self._event_hooks = self._event_hooks, []
+            hooks, self._event_hooks = self._event_hooks, None
         if event is not None:
             event.set()
-        for hook in hooks:
+        for hook in hooks or ():
             hook()
 
     def _when_released(self, event: threading.Event, hook: Callable[[], None]) -> bool:
@@ -250,10 +250,12 @@ class Call(Generic[T]):
         with STATE_LOCK:
             if self._event is not event:
                 return False
+            if self._event_hooks is None:
+                self._event_hooks = []
             self._event_hooks.append(hook)
             return True
 
     def _forget_hook(self, hook: Callable[[], None]) -> None:
         with STATE_LOCK:
-            if hook in self._event_hooks:
+            if self._event_hooks is not None and hook in self._event_hooks:
                 self._event_hooks.remove(hook)

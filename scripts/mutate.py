@@ -386,9 +386,63 @@ MUTATIONS = [
     Mutation(
         "stale-timer-signal-count-kept",
         SIGNAL_INTERRUPT,
-        "        _core._take_sent_signals()\n        _previous = signal.getsignal(SIGNAL)",
-        "        _previous = signal.getsignal(SIGNAL)",
+        "        _core._take_sent_signals()\n        current = signal.getsignal(SIGNAL)",
+        "        current = signal.getsignal(SIGNAL)",
         (f"{SCOPE_INTERRUPT}::test_a_late_timer_signal_does_not_hide_the_programs_next_signal",),
+    ),
+    Mutation(
+        "concurrent-futures-errors-reach-the-task-unconverted",
+        LOOP_WAKER,
+        "    converted = _ASYNCIO_ERRORS.get(type(exc))",
+        "    converted = None",
+        (
+            f"{ASYNC_PATH}::"
+            "test_a_concurrent_futures_error_reaches_the_task_as_asyncio_would_give_it",
+        ),
+    ),
+    Mutation(
+        "run-process-ignores-the-deadline-byte-seen-with-the-end",
+        "python/taut/process.py",
+        "                    _drain(wake_r)\n",
+        "                    _drain(wake_r)\n                    continue\n",
+        (
+            "tests/test_process.py::"
+            "test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up",
+        ),
+    ),
+    Mutation(
+        "waiting-notices-of-calls-that-never-began-kept",
+        "python/taut/tools.py",
+        "            never_began = sorted(waited - began)",
+        "            never_began = sorted(waited - began - waited)",
+        ("tests/test_tools.py::test_a_waiting_notice_is_cleared_for_a_call_the_shut_down_pool_refused",),
+    ),
+    Mutation(
+        "mock-clock-loses-a-step-silently",
+        "python/taut/testing.py",
+        "        if step > 0 and moved == self.now:",
+        "        if False:",
+        ("tests/test_testing.py::test_mock_clock_refuses_a_step_too_small_to_move_it",),
+    ),
+    Mutation(
+        "inner-scope-swallows-the-outer-interrupt",
+        SCOPE,
+        "            if scope._interrupt_due_on(self._thread):\n                return False",
+        "            if False:\n                return False",
+        (
+            f"{SCOPE_INTERRUPT}::test_an_expired_inner_scope_passes_the_outer_interrupt_on",
+            "tests/test_scopes.py::test_an_expired_inner_scope_never_swallows_the_outer_interrupt",
+        ),
+    ),
+    Mutation(
+        "journal-failure-of-a-shut-down-pool-batch-hidden",
+        "python/taut/gather/drive.py",
+        "        and not isinstance(exc, JournalError)\n",
+        "",
+        (
+            "tests/test_gather_contention.py::"
+            "test_a_journal_failure_while_the_pool_is_shut_down_is_not_turned_into_cancelled",
+        ),
     ),
 ]
 

@@ -404,7 +404,8 @@ MUTATIONS = [
         "run-process-ignores-the-deadline-byte-seen-with-the-end",
         "python/taut/process.py",
         "                    _drain(wake_r)\n                    # The deadline fired while",
-        "                    _drain(wake_r)\n                    continue\n                    # The deadline fired while",
+        "                    _drain(wake_r)\n                    continue\n"
+        "                    # The deadline fired while",
         (
             "tests/test_process.py::"
             "test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up",

@@ -438,8 +438,8 @@ MUTATIONS = [
     Mutation(
         "journal-failure-of-a-shut-down-pool-batch-hidden",
         "python/taut/gather/drive.py",
-        "        and not isinstance(exc, JournalError)\n",
-        "",
+        "        e.outcome is None\n        and not isinstance(exc, JournalError)\n        and ",
+        "        ",
         (
             "tests/test_gather_contention.py::"
             "test_a_journal_failure_while_the_pool_is_shut_down_is_not_turned_into_cancelled",

@@ -74,11 +74,13 @@ def test_a_concurrent_futures_error_reaches_the_task_as_asyncio_would_give_it(
     def call() -> None:
         raise raised("from the call")
 
-    async def seen(awaitable: Any) -> tuple[type[BaseException], tuple[Any, ...]]:
+    async def seen(awaitable: Any) -> type[BaseException]:
+        # The type only: CPython 3.9 drops the message when it converts
+        # (taut keeps it, and the original error as __cause__).
         try:
             await asyncio.wait_for(awaitable, LONG)
         except BaseException as exc:  # the outcome is what we compare
-            return type(exc), exc.args
+            return type(exc)
         raise AssertionError("the call's error was lost")
 
     async def main() -> None:
@@ -86,7 +88,7 @@ def test_a_concurrent_futures_error_reaches_the_task_as_asyncio_would_give_it(
         with concurrent.futures.ThreadPoolExecutor(1) as stdlib, taut.ThreadPoolExecutor(1) as ex:
             expected = await seen(loop.run_in_executor(stdlib, call))
             if raised is concurrent.futures.CancelledError:
-                assert expected[0] is asyncio.CancelledError
+                assert expected is asyncio.CancelledError
             assert await seen(ex.run(call)) == expected
             assert await seen(loop.run_in_executor(ex, call)) == expected
             loop.set_default_executor(ex)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: build and install taut with its test extras
 # into the active Python, then run the Rust tests and the whole pytest suite.
-# CPython's own ThreadPoolExecutor tests come from Debian's
+# CPython's own ThreadPoolExecutor and asyncio tests come from Debian's
 # libpython3.11-testsuite; it is installed here when we can (root with apt),
 # and tests/test_cpython_suite.py fails, saying so, when it is missing.
 # The PostgresJournal tests need a server: without TAUT_TEST_POSTGRES_DSN this

@@ -47,20 +47,23 @@ _FORK_DURING_FIRST_TASK = textwrap.dedent(
 )
 
 
+
+def _assert_child_exited_cleanly(script: str, timeout: float, what: str = "child") -> None:
+    """Run ``script`` in a fresh interpreter; it prints its forked child's
+    exit status, which must be 0 (as must its own)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0", f"{what}: child exit status {proc.stdout.strip()}"
+
 @pytest.mark.timeout(180)
 def test_child_forked_during_the_first_tasks_gets_results() -> None:
     # Without the fix roughly a third of the attempts hang in the child (exit
     # status -14: killed by its alarm, or 2: result() timed out). One at a
     # time: the window depends on two threads of one process trading the GIL.
     for attempt in range(16):
-        proc = subprocess.run(
-            [sys.executable, "-c", _FORK_DURING_FIRST_TASK],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.strip() == "0", f"attempt {attempt}: child exit status {proc.stdout}"
+        _assert_child_exited_cleanly(_FORK_DURING_FIRST_TASK, 60, f"attempt {attempt}")
 
 
 def test_no_lazy_once_cells_in_the_rust_bindings() -> None:
@@ -132,14 +135,7 @@ def test_child_forked_while_another_thread_loads_taut_lazily_can_use_it() -> Non
     # while another thread is in the middle of such a load used to leave the
     # modules' import locks held in the child by a thread it does not have:
     # the child's first `taut.move_on_after` then waited for ever.
-    proc = subprocess.run(
-        [sys.executable, "-c", _FORK_DURING_A_LAZY_IMPORT],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "0", f"child: {proc.stdout.strip()}"
+    _assert_child_exited_cleanly(_FORK_DURING_A_LAZY_IMPORT, 90)
 
 
 _FORK_INSIDE_A_CALL = textwrap.dedent(
@@ -183,8 +179,4 @@ def test_child_forked_inside_a_call_ends_when_the_call_does(how: str) -> None:
         script = script.replace(
             'return "returned in the child"', 'raise ValueError("raised in the child")'
         )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "0", f"child: {proc.stdout.strip()}"
+    _assert_child_exited_cleanly(script, 90)

@@ -530,21 +530,7 @@ def _never_called() -> None:
     raise AssertionError("a call whose loop closed while it waited for room ran")
 
 
-@pytest.mark.parametrize(
-    "another_loop_started",
-    [
-        True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="asyncio tells nobody when a loop closes: taut learns of it "
-                "only when another loop starts using taut, and until then the turn "
-                "waits, unread, in the closed loop's channel (and 'second' with it)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("another_loop_started", [True, False])
 def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next(
     another_loop_started: bool,
 ) -> None:
@@ -586,12 +572,6 @@ class _LoopWithoutReaders(asyncio.SelectorEventLoop):
         raise NotImplementedError
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=taut.QueueFull,
-    reason="without add_reader, ex.run falls back to a plain submit, which on a loop's "
-    "thread refuses a full queue at once (QueueFull, telling the caller to use ex.run)",
-)
 def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:

@@ -773,6 +773,7 @@ def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in
     # second on a loop with readers. The notice cannot be handed to the
     # closed loop: the turn passes on to the second one at once.
     ran: list[str] = []
+    in_line = threading.Event()
 
     def wait_in_line_then_close(ex: taut.ThreadPoolExecutor) -> None:
         async def join_the_line() -> None:
@@ -780,6 +781,7 @@ def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in
             await asyncio.sleep(0)  # the queue is full: it waits for room
             assert ex.stats().queued == 1
             assert not _held[-1].done()  # waiting, not refused
+            in_line.set()
 
         _run_on_a_loop_without_readers(join_the_line)
 
@@ -789,6 +791,10 @@ def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in
             closing = threading.Thread(target=wait_in_line_then_close, args=(ex,))
             closing.start()
             closing.join(LONG)
+            if not in_line.is_set():
+                running.set()
+                queued.set()
+                raise AssertionError("the first coroutine never waited in line")
             second = asyncio.ensure_future(ex.run(ran.append, "second"))
             await asyncio.sleep(0)  # it waits behind the closed loop's coroutine
             running.set()

@@ -749,6 +749,62 @@ def test_on_a_loop_without_readers_a_waiter_cancelled_after_being_told_passes_it
     assert ran == ["second"]
 
 
+def test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_passes_on() -> None:
+    # The first coroutine in line runs on a loop without readers. Told there
+    # is room, its notice is handed to that loop (call_soon_threadsafe),
+    # which stops and closes before running it, dropping it. Such a loop
+    # tells nobody that it closed: taut sees it when another loop starts
+    # using taut, and the turn passes on then (the second coroutine gets the
+    # room while the queued call still runs), not "never".
+    ran: list[str] = []
+    first_waits = threading.Event()
+
+    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = _LoopWithoutReadersTellingRoom()
+
+        async def first() -> None:
+            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            _held.append(pending)
+            await asyncio.sleep(0)  # it waits for room
+            first_waits.set()
+            assert loop.room_handed.wait(LONG)  # blocks the loop: the notice is not run
+            loop.stop()  # run no further pass
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        loop.close()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
+            thread.start()
+            try:
+                assert first_waits.wait(LONG)
+                second = asyncio.ensure_future(ex.run(ran.append, "second"))
+                await asyncio.sleep(0)  # it waits behind "first"
+                running.set()  # room: "first" is told, on its loop that closes unread
+                thread.join(LONG)
+                assert ex.stats().queued == 0  # the turn is out: nobody took the room
+                # Another loop starts (another request, here in a thread).
+                other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+                other.start()
+                other.join(LONG)
+                deadline = time.monotonic() + LONG
+                while ex.stats().queued == 0 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.001)
+                assert ex.stats().queued == 1  # "second", while "queued" still runs
+            finally:
+                running.set()
+                queued.set()
+            await asyncio.wait_for(second, LONG)
+            await no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
 def test_on_a_loop_without_readers_shutdown_wakes_waiters_with_its_error() -> None:
     async def main() -> None:
         ex = taut.ThreadPoolExecutor(1, max_queue=1)

@@ -301,7 +301,9 @@ class _RoomNotice(Watch):
         self._core.pass_room_on()
 
 
-async def _room(core: PoolCore, waker: LoopWaker, loop: asyncio.AbstractEventLoop, place: int) -> int:
+async def _room(
+    core: PoolCore, waker: LoopWaker, loop: asyncio.AbstractEventLoop, place: int
+) -> int:
     """Wait (without blocking the loop) until told that a bounded queue may
     have room for us. Told, we hold a turn until we come back
     (``submit_async(..., turn=True)``) or pass it on (``pass_room_on``):

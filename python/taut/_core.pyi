@@ -350,9 +350,7 @@ class PoolCore:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
         threads the caller must start."""
-    def wait_for_room_async(
-        self, channel: LoopChannel | None, notice: Any, place: int = 0
-    ) -> int:
+    def wait_for_room_async(self, channel: LoopChannel | None, notice: Any, place: int = 0) -> int:
         """An asyncio submitter found the queue full: ``notice`` is pushed
         onto ``channel`` (as ``(notice, None, None)``; the loop's reader
         calls ``notice._fire()``) when there may be room (FIFO); with

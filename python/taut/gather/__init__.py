@@ -90,8 +90,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
 
-from taut._checks import describe
 from taut._asyncio import submit_when_room
+from taut._checks import describe
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 from taut.gather.drive import SLOT_POLL, run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of

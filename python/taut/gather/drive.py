@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from taut._asyncio import submit_when_room
 from taut.deadline import move_on_at
@@ -246,7 +246,7 @@ async def _started_when_room(
         return e.future
 
     try:
-        future = await submit_when_room(run.executor, submit, loop)
+        future = await submit_when_room(cast(ThreadPoolExecutor, run.executor), submit, loop)
     except RuntimeError as exc:
         if _refused_by_a_shut_down_pool(run, e, exc):
             raise asyncio.CancelledError from None
@@ -278,15 +278,15 @@ async def run_async(run: Run) -> list[Outcome]:
     if todo:
         loop = asyncio.get_running_loop()
         inline_sync = in_worker_of(run.executor)
-        executor = run.executor
-        taut_pool = isinstance(executor, ThreadPoolExecutor) and not inline_sync
+        pool = run.executor if isinstance(run.executor, ThreadPoolExecutor) else None
+        taut_pool = pool is not None and not inline_sync
 
         def start(e: Entry) -> asyncio.Future[Any] | None:
             task = run.new_task(e)
             if e.handle._is_coroutine:
                 e.afuture = loop.create_task(task.arun())
                 return e.afuture
-            if taut_pool and executor._core.has_room_line():
+            if taut_pool and pool is not None and pool._core.has_room_line():
                 # Coroutines wait for room in the bounded queue: behind them.
                 e.afuture = loop.create_task(_started_when_room(run, e, task, loop))
                 return e.afuture

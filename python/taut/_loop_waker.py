@@ -195,8 +195,13 @@ class LoopWaker:
             raise
 
     def _alarm_dropped(self, _ref: object) -> None:
-        """The loop dropped its reader callback: it closed (or is gone)."""
-        self._loop_closed()
+        """The loop dropped its reader callback: it closed (``close()`` marks
+        it closed before closing its selector), or it is gone. (Not if
+        someone merely removed the reader of taut's socket: the channel must
+        then stay open for the loop's calls in flight.)"""
+        loop = self._loop_ref()
+        if loop is None or loop.is_closed():
+            self._loop_closed()
 
     def _loop_closed(self) -> None:
         """The loop closed: drop what waits in the channel, and whatever is

@@ -169,10 +169,12 @@ def _warn_skipped(pid: int, skipped: list[tuple[int, int]]) -> None:
 
 class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
     """The outcome of ``run_process``: a ``subprocess.CompletedProcess`` that also
-    says whether the deadline killed the tree (``timed_out``), how long the call
-    took (``elapsed_s``) and the budget it had (``timeout_s``). When timed out,
-    ``stdout``/``stderr`` hold what was read before the kill and ``returncode`` is
-    the killed root's (``-9``), or ``None`` if it could not be reaped in time."""
+    says whether the deadline's kill found the command still running
+    (``timed_out``), how long the call took (``elapsed_s``) and the budget it had
+    (``timeout_s``). When timed out, ``stdout``/``stderr`` hold what was read
+    before the kill and ``returncode`` is the root's: ``-9`` if the kill ended
+    it, its own exit status if it had exited while a process holding its pipes
+    kept the call waiting, ``None`` if it could not be reaped in time."""
 
     def __init__(
         self,
@@ -246,6 +248,10 @@ def run_process(
     returns promptly with ``timed_out=True``, even if orphaned grandchildren hold
     the output pipes; whoever still holds them then (a double-forked daemon that
     no parent link, group or session leads back to) is killed with its tree too.
+    ``timed_out`` is what that kill found: the root not yet exited, or a process
+    holding a pipe the call was still waiting on. A command that had ended by
+    itself is not timed out, even when this thread (held off the GIL) first
+    sees its end after the deadline fired.
     A daemon that closed the pipes cannot be told from an unrelated process and
     survives. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
     forever, ``0`` or less returns timed out without starting anything.

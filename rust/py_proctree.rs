@@ -166,8 +166,14 @@ fn pipes_arg(pipes: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
     let Some(pipes) = pipes else {
         return Ok(Vec::new());
     };
+    let Ok(items) = pipes.try_iter() else {
+        return Err(PyTypeError::new_err(format!(
+            "pipes must be an iterable of file descriptors, got {}",
+            describe(pipes, 40)?
+        )));
+    };
     let mut out = Vec::new();
-    for item in pipes.try_iter()? {
+    for item in items {
         let item = item?;
         let fd = int_in("pipes", &item, 0, i32::MAX.into(), "a file descriptor")? as i32;
         out.push(proctree::pipe_inode_of_fd(fd).map_err(to_py_err)?);

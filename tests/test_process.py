@@ -807,8 +807,13 @@ def test_the_deadlines_kill_takes_only_pipes_to_watch(tmp_path: Any) -> None:
         with pytest.raises(OSError) as caught:
             _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [r])
         assert caught.value.errno == errno.EBADF
-        with pytest.raises(TypeError, match=r"pipes must be a file descriptor"):
+        with pytest.raises(TypeError, match=r"pipes must be a file descriptor.*True \(bool\)"):
             _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [True])
+        with pytest.raises(ValueError, match=r"pipes must be a file descriptor.*got -1"):
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [-1])
+        with pytest.raises(TypeError, match=r"pipes must be an iterable.*got 5 \(int\)"):
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, 5)
+        assert not deadline.expired
         deadline.cancel()
     finally:
         proc.kill()

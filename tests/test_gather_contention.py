@@ -220,6 +220,35 @@ def test_agather_cancelled_while_its_calls_wait_for_room_runs_none_of_them(narro
     assert ran == []
 
 
+def test_agather_calls_waiting_for_room_when_the_pool_shuts_down_are_cancelled(narrow: Any) -> None:
+    # The calls that reached the pool run; those still waiting in its line
+    # are refused by the shut down pool: cancelled, as a shutdown cancels
+    # queued calls, never an error or a hang.
+    gate = threading.Event()
+
+    def held(i: int) -> int:
+        gate.wait(30)
+        return i
+
+    async def main() -> list[taut.Outcome]:
+        batch = asyncio.ensure_future(
+            taut.agather([taut.call(held, i) for i in range(4)], executor=narrow)
+        )
+        while narrow.stats().queued == 0:
+            await asyncio.sleep(0.001)
+        for _ in range(10):  # calls 2 and 3 wait in line
+            await asyncio.sleep(0)
+        narrow.shutdown(wait=False)
+        gate.set()
+        return await asyncio.wait_for(batch, LONG)
+
+    try:
+        outs = asyncio.run(main())
+    finally:
+        gate.set()
+    assert [o.status for o in outs] == ["ok", "ok", "cancelled", "cancelled"]
+
+
 # --------------------------------------------------------------------------
 # A batch nested in a call (a tool starting a sub-agent) runs its calls inline
 # on the call's thread; with a limiter, that call already holds a slot. If the

@@ -659,9 +659,7 @@ def _run_on_a_loop_without_readers(main: Callable[[], Any]) -> None:
         loop.close()
 
 
-def test_on_a_loop_without_readers_room_goes_in_fifo_order_and_a_cancelled_waiter_never_runs() -> (
-    None
-):
+def test_without_readers_room_goes_in_fifo_order_and_a_cancelled_waiter_never_runs() -> None:
     order: list[int] = []
 
     async def main() -> None:
@@ -707,9 +705,7 @@ class _LoopWithoutReadersTellingRoom(_LoopWithoutReaders):
         return handle
 
 
-def test_on_a_loop_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on() -> (
-    None
-):
+def test_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on() -> None:
     # Told there is room (the notice is on its way to the loop), the first
     # waiting coroutine is cancelled before it comes back: the second one
     # gets the room at once, while the queued call still runs.

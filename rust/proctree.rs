@@ -42,6 +42,9 @@ pub struct Stat {
     pub pgrp: i32,
     pub session: i32,
     pub start_time: u64,
+    /// Live threads (field 20). A main thread that ended before the others
+    /// leaves the process showing `Z` while they run on.
+    pub threads: u32,
 }
 
 impl Stat {
@@ -53,13 +56,16 @@ impl Stat {
     }
 
     /// Zombies (`Z`) and dead tasks (`X`, `x`) have exited; only their parent's
-    /// reaping is left.
+    /// reaping is left. Not a `Z` whose other threads still run: only its
+    /// main thread has ended (a real zombie counts one thread, itself).
     pub fn has_exited(&self) -> bool {
-        matches!(self.state, b'Z' | b'X' | b'x')
+        matches!(self.state, b'X' | b'x') || (self.state == b'Z' && self.threads <= 1)
     }
 
+    /// Whether a stop need not be waited for. A `Z` with live threads counts:
+    /// its state says nothing of theirs (one round's wait would be wasted).
     fn is_stopped_or_exited(&self) -> bool {
-        matches!(self.state, b'T' | b't') || self.has_exited()
+        matches!(self.state, b'T' | b't' | b'Z' | b'X' | b'x')
     }
 }
 
@@ -89,8 +95,10 @@ pub fn parse_stat(pid: i32, text: &[u8]) -> Option<Stat> {
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     let session = fields.next()?.parse().ok()?;
-    // Fields 7..=21 are not needed; field 22 is the start time.
-    let start_time = fields.nth(22 - 7)?.parse().ok()?;
+    // Fields 7..=19 and 21 are not needed; 20 is the thread count, 22 the
+    // start time.
+    let threads = fields.nth(20 - 7)?.parse().ok()?;
+    let start_time = fields.nth(22 - 21)?.parse().ok()?;
     Some(Stat {
         pid,
         state,
@@ -98,6 +106,7 @@ pub fn parse_stat(pid: i32, text: &[u8]) -> Option<Stat> {
         pgrp,
         session,
         start_time,
+        threads,
     })
 }
 
@@ -891,6 +900,7 @@ mod tests {
             pgrp,
             session,
             start_time: pid as u64 * 3,
+            threads: 1,
         }
     }
 
@@ -915,6 +925,7 @@ mod tests {
             (42, b'S', 7, 8, 9)
         );
         assert_eq!(s.start_time, 12345);
+        assert_eq!(s.threads, 1);
         assert!(parse_stat(1, b"1 (x) S 0").is_none());
         assert!(parse_stat(1, b"garbage").is_none());
     }
@@ -955,6 +966,15 @@ mod tests {
                 state as char
             );
         }
+        // A main thread that ended before the others: the process runs on,
+        // though its state reads `Z`; whether the others stopped it cannot tell.
+        let s = Stat {
+            state: b'Z',
+            threads: 2,
+            ..st(1, 0, 1, 1)
+        };
+        assert!(!s.has_exited());
+        assert!(s.is_stopped_or_exited());
     }
 
     #[test]

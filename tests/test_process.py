@@ -794,6 +794,40 @@ def test_the_deadlines_kill_reports_what_it_found(spawned: list[subprocess.Popen
         kill.wait(float("nan"))
 
 
+# The main thread ends (pthread_exit) while another keeps the process going:
+# its /proc entry then shows a zombie ("Z"), yet the process runs on.
+_LEADER_GONE_FIRST = (
+    "import ctypes, threading, time\n"
+    f"threading.Thread(target=time.sleep, args=({WORK},)).start()\n"
+    "ctypes.CDLL(None).pthread_exit(None)\n"
+)
+
+
+def test_a_root_whose_main_thread_ended_before_its_others_is_found_running(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LEADER_GONE_FIRST], stdout=subprocess.PIPE, start_new_session=True
+    )
+    spawned.append(proc)
+    assert proc.stdout is not None
+    until = time.monotonic() + 30
+    while True:
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        if fields[0] == b"Z" and int(fields[17]) > 1:  # state, num_threads
+            break
+        assert proc.poll() is None and time.monotonic() < until, "the main thread never ended"
+        time.sleep(0.001)
+    start = _core.process_start_time(proc.pid)
+    kill = _core.signal_process_tree_at(
+        _core.Deadline(0.0), proc.pid, signal.SIGKILL, start, [proc.stdout.fileno()]
+    )
+    assert kill.wait(30.0)
+    assert (kill.state, kill.root_running, kill.found_running) == ("ran", True, True)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
 def test_the_deadlines_kill_takes_only_pipes_to_watch(tmp_path: Any) -> None:
     proc = sh(f"exec sleep {WORK}", start_new_session=True)
     try:

@@ -828,6 +828,40 @@ def test_a_root_whose_main_thread_ended_before_its_others_is_found_running(
     assert proc.wait(timeout=10) == -signal.SIGKILL
 
 
+def test_a_pipe_holder_is_named_by_the_start_time_read_before_its_descriptors(
+    monkeypatch: pytest.MonkeyPatch, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    # The holder found through /proc is killed by (pid, start time). Should
+    # its pid be reused while its descriptors are read, the start time read
+    # after them would name the newcomer, which would be killed instead.
+    from taut import process
+
+    proc = sh(f"exec sleep {WORK}", stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(proc)
+    assert proc.stdout is not None
+    start = _core.process_start_time(proc.pid)
+    assert start is not None
+    reused = False
+    real_readlink = os.readlink
+
+    def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal reused
+        if str(path).startswith(f"/proc/{proc.pid}/fd/"):
+            reused = True  # from now on the pid names another process
+        return real_readlink(path, *args, **kwargs)
+
+    def process_start_time(pid: int) -> int | None:
+        return start + 1 if reused and pid == proc.pid else _core.process_start_time(pid)
+
+    monkeypatch.setattr(process.os, "readlink", readlink)
+    monkeypatch.setattr(
+        process, "_core", type("Core", (), {"process_start_time": staticmethod(process_start_time)})
+    )
+    found = process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY})
+    assert reused
+    assert found == [(proc.pid, start)]
+
+
 def test_the_deadlines_kill_takes_only_pipes_to_watch(tmp_path: Any) -> None:
     proc = sh(f"exec sleep {WORK}", start_new_session=True)
     try:

@@ -547,6 +547,12 @@ def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
+        # Read before its descriptors: should the pid be reused meanwhile,
+        # this start time names the process whose descriptors these were,
+        # and the kill misses the newcomer instead of taking it for them.
+        start = _core.process_start_time(int(name))
+        if start is None:
+            continue
         try:
             fds = os.listdir(f"/proc/{name}/fd")
         except OSError:
@@ -564,9 +570,7 @@ def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
             except (OSError, ValueError, IndexError):
                 continue
             if flags is not None and flags & os.O_ACCMODE != ours[link]:
-                start = _core.process_start_time(int(name))
-                if start is not None:
-                    found.append((int(name), start))
+                found.append((int(name), start))
                 break
     return found
 

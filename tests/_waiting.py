@@ -41,6 +41,15 @@ async def running_call(executor: Any, fn: Callable[..., object], *args: Any) -> 
     return task
 
 
+async def one_queued(executor: Any) -> None:
+    """Until a call waits in the executor's queue; then exactly one does.
+    The polling only bounds a failure."""
+    deadline = time.monotonic() + LONG
+    while executor.stats().queued == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    assert executor.stats().queued == 1
+
+
 async def no_line_left(executor: Any) -> None:
     """Every coroutine that waited for room in the executor's bounded queue
     came back or gave its turn up: with room in the queue, a new call goes
@@ -53,3 +62,13 @@ async def no_line_left(executor: Any) -> None:
     gate.set()
     assert await asyncio.wait_for(late, LONG) == 1
     await blocker
+
+
+class LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors, as Windows' proactor loop (the
+    default loop there): no channel, so taut takes its fallback path (a
+    plain submit; told there is room through its callback thread and
+    ``call_soon_threadsafe``)."""
+
+    def add_reader(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError

@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from _waiting import LONG, no_line_left, wait_until
+from _waiting import LONG, LoopWithoutReaders, no_line_left, wait_until
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -188,15 +188,6 @@ def test_random_interleavings_on_a_bounded_queue_keep_the_line_fifo_and_lose_not
     asyncio.run(_interleave(ops, max_queue))
 
 
-class _LoopWithoutReaders(asyncio.SelectorEventLoop):
-    """A loop that cannot watch descriptors, as Windows' proactor loop: no
-    channel, so coroutines go through a plain submit and are told there is
-    room through taut's callback thread and ``call_soon_threadsafe``."""
-
-    def add_reader(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-
 @settings(
     max_examples=30,
     deadline=None,
@@ -219,7 +210,7 @@ class _LoopWithoutReaders(asyncio.SelectorEventLoop):
 def test_random_interleavings_on_a_loop_without_readers_keep_the_line_fifo_and_lose_nothing(
     ops: list[tuple[Any, ...]], max_queue: int
 ) -> None:
-    loop = _LoopWithoutReaders()
+    loop = LoopWithoutReaders()
     try:
         loop.run_until_complete(_interleave(ops, max_queue))
     finally:

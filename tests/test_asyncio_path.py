@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 import pytest
-from _waiting import no_line_left, running_call, wait_until
+from _waiting import LoopWithoutReaders, no_line_left, one_queued, running_call, wait_until
 
 import taut
 import taut._asyncio
@@ -416,10 +416,7 @@ def test_a_queued_call_cancelled_gives_its_room_to_a_waiting_coroutine() -> None
             cancelled.cancel()
             # The running call still blocks: only the cancelled call's room
             # lets the waiting one into the queue.
-            deadline = time.monotonic() + LONG
-            while ex.stats().queued == 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)
-            assert ex.stats().queued == 1
+            await one_queued(ex)
             running.set()
             await asyncio.wait_for(waiting, LONG)
             await blocker
@@ -449,10 +446,7 @@ def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) ->
                 loop.call_soon(loop.call_soon, first.cancel)
             with pytest.raises(asyncio.CancelledError):
                 await first
-            deadline = time.monotonic() + LONG
-            while ex.stats().queued == 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)
-            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
             await no_line_left(ex)
@@ -502,10 +496,7 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
             other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
             other.start()
             other.join(LONG)
-            deadline = time.monotonic() + LONG
-            while ex.stats().queued == 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)
-            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
 
@@ -556,10 +547,7 @@ def test_a_turn_read_by_a_loop_that_closed_before_its_coroutine_came_back_passes
             wait_until(lambda: ex.stats().queued == 0)
             told.set()
             thread.join(LONG)
-            deadline = time.monotonic() + LONG
-            while ex.stats().queued == 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)
-            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
             await no_line_left(ex)
@@ -621,14 +609,6 @@ def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next
     assert ran == ["second"]
 
 
-class _LoopWithoutReaders(asyncio.SelectorEventLoop):
-    """A loop that cannot watch descriptors, as Windows' proactor loop (the
-    default loop there): taut takes its fallback path for it."""
-
-    def add_reader(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-
 def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
@@ -644,7 +624,7 @@ def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
                 queued.set()
                 await asyncio.gather(*_held)
 
-    loop = _LoopWithoutReaders()
+    loop = LoopWithoutReaders()
     try:
         loop.run_until_complete(main())
     finally:
@@ -652,7 +632,7 @@ def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
 
 
 def _run_on_a_loop_without_readers(main: Callable[[], Any]) -> None:
-    loop = _LoopWithoutReaders()
+    loop = LoopWithoutReaders()
     try:
         loop.run_until_complete(main())
     finally:
@@ -690,7 +670,7 @@ def test_without_readers_room_goes_in_fifo_order_and_a_cancelled_waiter_never_ru
     assert order == [0, 2, 3, 4]
 
 
-class _LoopWithoutReadersTellingRoom(_LoopWithoutReaders):
+class LoopWithoutReadersTellingRoom(LoopWithoutReaders):
     """Sets ``room_handed`` once taut hands it a room notice (through
     ``call_soon_threadsafe``, from its callback thread)."""
 
@@ -713,7 +693,7 @@ def test_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        assert isinstance(loop, _LoopWithoutReadersTellingRoom)
+        assert isinstance(loop, LoopWithoutReadersTellingRoom)
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             running, queued = await _fill(ex)
             try:
@@ -725,10 +705,7 @@ def test_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on(
                 first.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await first
-                deadline = time.monotonic() + LONG
-                while ex.stats().queued == 0 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.001)
-                assert ex.stats().queued == 1  # "second", while "queued" still runs
+                await one_queued(ex)  # "second", while "queued" still runs
                 queued.set()
                 await asyncio.wait_for(second, LONG)
                 await no_line_left(ex)
@@ -737,7 +714,7 @@ def test_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on(
                 queued.set()
                 await asyncio.gather(*_held)
 
-    loop = _LoopWithoutReadersTellingRoom()
+    loop = LoopWithoutReadersTellingRoom()
     try:
         loop.run_until_complete(main())
     finally:
@@ -756,7 +733,7 @@ def test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_p
     first_waits = threading.Event()
 
     def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
-        loop = _LoopWithoutReadersTellingRoom()
+        loop = LoopWithoutReadersTellingRoom()
 
         async def first() -> None:
             pending = asyncio.ensure_future(ex.run(ran.append, "first"))
@@ -787,10 +764,7 @@ def test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_p
                 other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
                 other.start()
                 other.join(LONG)
-                deadline = time.monotonic() + LONG
-                while ex.stats().queued == 0 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.001)
-                assert ex.stats().queued == 1  # "second", while "queued" still runs
+                await one_queued(ex)  # "second", while "queued" still runs
             finally:
                 running.set()
                 queued.set()
@@ -850,10 +824,7 @@ def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in
             second = asyncio.ensure_future(ex.run(ran.append, "second"))
             await asyncio.sleep(0)  # it waits behind the closed loop's coroutine
             running.set()
-            deadline = time.monotonic() + LONG
-            while ex.stats().queued == 0 and time.monotonic() < deadline:
-                await asyncio.sleep(0.001)
-            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
             await no_line_left(ex)

@@ -794,31 +794,40 @@ def test_the_deadlines_kill_reports_what_it_found(spawned: list[subprocess.Popen
         kill.wait(float("nan"))
 
 
-# The main thread ends (pthread_exit) while another keeps the process going:
-# its /proc entry then shows a zombie ("Z"), yet the process runs on.
+# The main thread ends (pthread_exit) while another keeps the process going
+# (ignoring SIGTERM): its /proc entry then shows a zombie ("Z"), yet the
+# process runs on.
 _LEADER_GONE_FIRST = (
-    "import ctypes, threading, time\n"
+    "import ctypes, signal, threading, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     f"threading.Thread(target=time.sleep, args=({WORK},)).start()\n"
     "ctypes.CDLL(None).pthread_exit(None)\n"
 )
 
 
-def test_a_root_whose_main_thread_ended_before_its_others_is_found_running(
-    spawned: list[subprocess.Popen[bytes]],
-) -> None:
+def _main_thread_ended_first(
+    spawned: list[subprocess.Popen[bytes]], **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """A process whose main thread has ended while another runs on."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LEADER_GONE_FIRST], stdout=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-c", _LEADER_GONE_FIRST], start_new_session=True, **kwargs
     )
     spawned.append(proc)
-    assert proc.stdout is not None
     until = time.monotonic() + 30
     while True:
         with open(f"/proc/{proc.pid}/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()
         if fields[0] == b"Z" and int(fields[17]) > 1:  # state, num_threads
-            break
+            return proc
         assert proc.poll() is None and time.monotonic() < until, "the main thread never ended"
         time.sleep(0.001)
+
+
+def test_a_root_whose_main_thread_ended_before_its_others_is_found_running(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    proc = _main_thread_ended_first(spawned, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
     start = _core.process_start_time(proc.pid)
     kill = _core.signal_process_tree_at(
         _core.Deadline(0.0), proc.pid, signal.SIGKILL, start, [proc.stdout.fileno()]
@@ -826,6 +835,16 @@ def test_a_root_whose_main_thread_ended_before_its_others_is_found_running(
     assert kill.wait(30.0)
     assert (kill.state, kill.root_running, kill.found_running) == ("ran", True, True)
     assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_graceful_kill_escalates_for_a_process_whose_main_thread_ended_first(
+    spawned: list[subprocess.Popen[bytes]],
+) -> None:
+    # It ignores SIGTERM: only the SIGKILL after the grace ends it. Taken for
+    # exited, it was never sent one.
+    proc = _main_thread_ended_first(spawned)
+    assert taut.kill_process_tree(proc.pid, grace=0.2) is True
+    assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
 def test_a_pipe_holder_is_named_by_the_start_time_read_before_its_descriptors(

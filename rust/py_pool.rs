@@ -162,9 +162,11 @@ struct Shared {
     /// Room waiters told to try again that have not come back yet (retried
     /// with `turn`, or passed the turn on): newcomers must not take the room
     /// meant for them (see `submit_async`'s `line`). A waiter whose loop
-    /// closed before it could come back keeps its turn for good: newcomers
-    /// then go through the line (told at once when there is room: one loop
-    /// pass more), slower but never stuck.
+    /// stopped before it could come back holds its turn until taut hears
+    /// that the loop closed (its turn then passes on: `pass_room_on` from
+    /// `LoopWaker._loop_closed`), for good if it is never closed: newcomers
+    /// meanwhile go through the line (told at once when there is room: one
+    /// loop pass more), slower but never stuck.
     room_turns: AtomicUsize,
 }
 

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional
 
 from taut._asyncio import submit_when_room
 from taut.deadline import move_on_at
@@ -231,7 +231,7 @@ def _start_sync_call(run: Run, e: Entry, task: Task, inline: bool) -> cf.Future[
 
 
 async def _started_when_room(
-    run: Run, e: Entry, task: Task, loop: asyncio.AbstractEventLoop
+    run: Run, e: Entry, task: Task, pool: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop
 ) -> Any:
     """Submit a call to a taut pool whose bounded queue is full (its submit
     refuses at once on the loop's thread) once there is room, waiting in
@@ -246,7 +246,7 @@ async def _started_when_room(
         return e.future
 
     try:
-        future = await submit_when_room(cast(ThreadPoolExecutor, run.executor), submit, loop)
+        future = await submit_when_room(pool, submit, loop)
     except RuntimeError as exc:
         if _refused_by_a_shut_down_pool(run, e, exc):
             raise asyncio.CancelledError from None
@@ -278,24 +278,29 @@ async def run_async(run: Run) -> list[Outcome]:
     if todo:
         loop = asyncio.get_running_loop()
         inline_sync = in_worker_of(run.executor)
-        pool = run.executor if isinstance(run.executor, ThreadPoolExecutor) else None
-        taut_pool = pool is not None and not inline_sync
+        # A taut pool whose calls go to its workers: a full bounded queue
+        # refuses them at once here, and they wait in its line of room.
+        pool = (
+            run.executor
+            if isinstance(run.executor, ThreadPoolExecutor) and not inline_sync
+            else None
+        )
 
         def start(e: Entry) -> asyncio.Future[Any] | None:
             task = run.new_task(e)
             if e.handle._is_coroutine:
                 e.afuture = loop.create_task(task.arun())
                 return e.afuture
-            if taut_pool and pool is not None and pool._core.has_room_line():
+            if pool is not None and pool._core.has_room_line():
                 # Coroutines wait for room in the bounded queue: behind them.
-                e.afuture = loop.create_task(_started_when_room(run, e, task, loop))
+                e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop))
                 return e.afuture
             try:
                 future = _start_sync_call(run, e, task, inline_sync)
             except QueueFull:
-                if not taut_pool:
+                if pool is None:
                     raise
-                e.afuture = loop.create_task(_started_when_room(run, e, task, loop))
+                e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop))
                 return e.afuture
             if future is not None:
                 e.afuture = asyncio.wrap_future(future)

@@ -827,6 +827,14 @@ impl PoolCore {
         Ok(id)
     }
 
+    /// A place in the line of room (`wait_for_room_async`'s `place`) for a
+    /// caller that joins it a moment later, from a task of its own (a
+    /// batch's call): ahead of whoever asks for room from now on. Unused,
+    /// it costs nothing (places only order the line).
+    fn reserve_room_place(&self) -> u64 {
+        self.shared.next_room_waiter.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Whether asyncio submitters wait for room (or were told there is
     /// some and have not come back yet): a newcomer that keeps their FIFO
     /// order waits behind them (as `submit_async`'s `line` does).

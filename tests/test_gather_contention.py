@@ -174,6 +174,30 @@ def test_agather_waits_in_the_pools_line_of_room_without_polling(limited: bool) 
         assert limiter.given == 1
 
 
+def test_agather_takes_its_place_in_the_line_of_room_as_it_starts_its_calls() -> None:
+    # The batch's call joins the line as the batch starts it, not a loop pass
+    # later: "B", asking for room after it in the same pass, comes after it.
+    order: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as pool:
+            gate, first = await _full_with_a_coroutine_waiting(pool, order)
+            try:
+                batch = asyncio.ensure_future(
+                    taut.agather([taut.call(order.append, "G")], executor=pool)
+                )
+                last = asyncio.ensure_future(pool.run(order.append, "B"))
+                for _ in range(10):  # both wait for room
+                    await asyncio.sleep(0)
+                assert not batch.done() and not last.done()
+            finally:
+                gate.set()
+            await asyncio.wait_for(asyncio.gather(batch, first, last), LONG)
+
+    asyncio.run(main())
+    assert order == ["A", "G", "B"]
+
+
 def test_a_single_await_waits_in_the_pools_line_of_room_without_polling() -> None:
     order: list[str] = []
 

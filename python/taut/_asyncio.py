@@ -339,6 +339,7 @@ async def submit_when_room(
     executor: ThreadPoolExecutor,
     submit: Callable[[], _F],
     loop: asyncio.AbstractEventLoop | None = None,
+    place: int = 0,
 ) -> _F:
     """``submit()`` (one of ``executor``'s submits, returning a
     ``concurrent.futures`` future; on a loop's thread it raises
@@ -346,7 +347,9 @@ async def submit_when_room(
     room: waits in line (FIFO) with the coroutines waiting for room, without
     blocking the loop. For calls that need a ``concurrent.futures`` future
     (a gather's), or on a loop without a channel. Cancelling the awaiting
-    task while it waits submits nothing."""
+    task while it waits submits nothing. ``place``: one reserved when the
+    call was started (``reserve_room_place``), if it runs in a task of its
+    own: the line is joined there, not behind whoever asked meanwhile."""
     if loop is None:
         loop = asyncio.get_running_loop()
     core = executor._core
@@ -356,7 +359,6 @@ async def submit_when_room(
         except QueueFull:
             pass
     waker = waker_for(loop)
-    place = 0
     while True:
         place = await _room(core, waker, loop, place)
         try:

@@ -409,6 +409,10 @@ class PoolCore:
         taut's callback thread instead. Returns an id, its place in line,
         for ``cancel_room_wait``; ``place``: the id it had, to go back to
         that place (told there was room, it lost it)."""
+    def reserve_room_place(self) -> int:
+        """A place in the line of room (``wait_for_room_async``'s
+        ``place``) for a caller that joins it a moment later: ahead of
+        whoever asks for room from now on."""
     def has_room_line(self) -> bool:
         """Whether asyncio submitters wait for room, or were told there is
         some and are not back yet (a newcomer keeping FIFO waits behind)."""

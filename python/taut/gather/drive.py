@@ -231,7 +231,12 @@ def _start_sync_call(run: Run, e: Entry, task: Task, inline: bool) -> cf.Future[
 
 
 async def _started_when_room(
-    run: Run, e: Entry, task: Task, pool: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop
+    run: Run,
+    e: Entry,
+    task: Task,
+    pool: ThreadPoolExecutor,
+    loop: asyncio.AbstractEventLoop,
+    place: int,
 ) -> Any:
     """Submit a call to a taut pool whose bounded queue is full (its submit
     refuses at once on the loop's thread) once there is room, waiting in
@@ -246,7 +251,7 @@ async def _started_when_room(
         return e.future
 
     try:
-        future = await submit_when_room(pool, submit, loop)
+        future = await submit_when_room(pool, submit, loop, place)
     except RuntimeError as exc:
         if _refused_by_a_shut_down_pool(run, e, exc):
             raise asyncio.CancelledError from None
@@ -286,6 +291,13 @@ async def run_async(run: Run) -> list[Outcome]:
             else None
         )
 
+        def start_when_room(e: Entry, task: Task, pool: ThreadPoolExecutor) -> asyncio.Future[Any]:
+            # Its place in line is taken now; the task joins the line there
+            # in a later pass, ahead of whoever asks for room meanwhile.
+            place = pool._core.reserve_room_place()
+            e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop, place))
+            return e.afuture
+
         def start(e: Entry) -> asyncio.Future[Any] | None:
             task = run.new_task(e)
             if e.handle._is_coroutine:
@@ -293,15 +305,13 @@ async def run_async(run: Run) -> list[Outcome]:
                 return e.afuture
             if pool is not None and pool._core.has_room_line():
                 # Coroutines wait for room in the bounded queue: behind them.
-                e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop))
-                return e.afuture
+                return start_when_room(e, task, pool)
             try:
                 future = _start_sync_call(run, e, task, inline_sync)
             except QueueFull:
                 if pool is None:
                     raise
-                e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop))
-                return e.afuture
+                return start_when_room(e, task, pool)
             if future is not None:
                 e.afuture = asyncio.wrap_future(future)
             return e.afuture

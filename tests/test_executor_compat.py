@@ -396,3 +396,169 @@ def test_any_base_exception_in_a_call_leaves_the_worker_alive():
             assert ex.submit(threading.get_ident).result(LONG) == ident
         assert worker.is_alive() and ex._threads == {worker}
         assert ex.stats().failed == 4
+
+
+# -- map: through a subclass's submit, buffersize (3.14's) ---------------------
+
+_BOTH = [
+    pytest.param(cf.ThreadPoolExecutor, id="stdlib"),
+    pytest.param(taut.ThreadPoolExecutor, id="taut"),
+]
+_STDLIB_HAS_BUFFERSIZE = sys.version_info >= (3, 14)
+
+
+@pytest.mark.parametrize("base", _BOTH)
+def test_map_goes_through_a_subclass_submit(base):
+    # Libraries override submit (to wrap every call: context, tracing,
+    # metrics) and expect map to use it, as the stdlib's map does.
+    class Counting(base):  # type: ignore[misc, valid-type]
+        submitted = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            type(self).submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(2) as ex:
+        assert list(ex.map(abs, [1, -2, 3])) == [1, 2, 3]
+    assert Counting.submitted == 3
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param(
+            cf.ThreadPoolExecutor,
+            id="stdlib",
+            marks=pytest.mark.skipif(not _STDLIB_HAS_BUFFERSIZE, reason="buffersize is 3.14+"),
+        ),
+        pytest.param(taut.ThreadPoolExecutor, id="taut"),
+    ],
+)
+def test_map_buffersize_reads_an_endless_input_as_results_are_read(base):
+    read = []
+
+    def endless():
+        n = 0
+        while True:
+            read.append(n)
+            yield n
+            n += 1
+
+    with base(2) as ex:
+        results = ex.map(abs, endless(), buffersize=3)
+        assert len(read) == 3  # submitted ahead: exactly the buffer
+        assert [next(results) for _ in range(5)] == [0, 1, 2, 3, 4]
+        assert len(read) == 8  # one more read for each result taken
+        results.close()  # what is still queued is cancelled, nothing more is read
+        assert len(read) == 8
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param(
+            cf.ThreadPoolExecutor,
+            id="stdlib",
+            marks=pytest.mark.skipif(not _STDLIB_HAS_BUFFERSIZE, reason="buffersize is 3.14+"),
+        ),
+        pytest.param(taut.ThreadPoolExecutor, id="taut"),
+    ],
+)
+def test_map_buffersize_of_zero_or_less_is_the_stdlibs_value_error(base):
+    with base(1) as ex:
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match=r"^buffersize must be None or > 0$"):
+                ex.map(abs, [1], buffersize=bad)
+        assert list(ex.map(abs, [-1, -2], buffersize=None)) == [1, 2]
+
+
+def test_map_buffersize_of_the_wrong_type_names_it():
+    with taut.ThreadPoolExecutor(1) as ex:
+        for bad in (1.0, "2", True):
+            with pytest.raises(TypeError, match=r"^buffersize must be an int or None, got "):
+                ex.map(abs, [1], buffersize=bad)
+
+
+def test_default_max_workers_counts_the_cpus_this_process_may_use(monkeypatch):
+    # The stdlib's default from 3.13: os.process_cpu_count() (CPU affinity,
+    # PYTHON_CPU_COUNT), not the machine's os.cpu_count().
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 1, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    ex = taut.ThreadPoolExecutor()
+    try:
+        assert ex._max_workers == 5
+    finally:
+        ex.shutdown()
+    if sys.version_info >= (3, 13):
+        with cf.ThreadPoolExecutor() as theirs:
+            assert theirs._max_workers == ex._max_workers
+
+
+# -- where taut is better than the stdlib (README, "Where the standard library
+# is wrong"): each checked against the stdlib in the same run ----------------
+
+
+def _shutdown_from_inside(cls, where: str):
+    ex = cls(2)
+    done = threading.Event()
+    outcome = []
+
+    def shut_down(_future=None):
+        try:
+            ex.shutdown(wait=True)
+            outcome.append("returned")
+        except Exception as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+        done.set()
+
+    try:
+        if where == "call":
+            ex.submit(shut_down)
+        else:
+            # Done on the worker, so that its callback runs there.
+            gate = threading.Event()
+            ex.submit(gate.wait, LONG).add_done_callback(shut_down)
+            gate.set()
+        assert done.wait(LONG)
+    finally:
+        ex.shutdown(wait=True)
+    return outcome
+
+
+@pytest.mark.parametrize("where", ["call", "done-callback"])
+def test_shutdown_wait_on_a_worker_of_the_executor_waits_for_the_others(where, caplog):
+    with caplog.at_level(logging.CRITICAL, logger="concurrent.futures"):
+        assert _shutdown_from_inside(cf.ThreadPoolExecutor, where) == [
+            "RuntimeError: cannot join current thread"
+        ]
+    assert _shutdown_from_inside(taut.ThreadPoolExecutor, where) == ["returned"]
+
+
+def _settle_by_hand(cls, when: str, patience: float):
+    ex = cls(1)
+    started, release = threading.Event(), threading.Event()
+    try:
+        first = ex.submit(lambda: (started.set(), release.wait(LONG)))
+        if when == "while-running":
+            assert started.wait(LONG)
+            first.set_result("by hand")
+            settled = first
+        else:
+            settled = ex.submit(pow, 2, 2)  # queued behind `first`
+            settled.set_exception(ValueError("by hand"))
+        release.set()
+        # Does the pool still run calls? (The stdlib's only worker died.)
+        after = ex.submit(pow, 3, 2)
+        finished, _ = cf.wait([after], timeout=patience)
+        return settled._state, bool(finished)
+    finally:
+        release.set()
+        ex.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("when", ["while-running", "while-queued"])
+def test_a_future_settled_by_hand_keeps_its_outcome_and_the_pool_runs_on(when, caplog):
+    with caplog.at_level(logging.CRITICAL + 1):
+        # The stdlib's call never runs: a short look tells.
+        assert _settle_by_hand(cf.ThreadPoolExecutor, when, 1.0) == ("FINISHED", False)
+    assert _settle_by_hand(taut.ThreadPoolExecutor, when, LONG) == ("FINISHED", True)

@@ -13,6 +13,7 @@ future takes it out of the queue at once.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import itertools
 import os
@@ -120,6 +121,55 @@ def _running_loop() -> Any:
     return None if asyncio is None else asyncio._get_running_loop()
 
 
+def _usable_cpu_count() -> int | None:
+    """``os.process_cpu_count()`` where it exists (3.13+), else ``os.cpu_count()``."""
+    count = getattr(os, "process_cpu_count", os.cpu_count)
+    result: int | None = count()
+    return result
+
+
+def _buffered_results(
+    executor: ThreadPoolExecutor,
+    fn: Callable[..., _T],
+    arg_tuples: Iterator[tuple[Any, ...]],
+    buffersize: int,
+    end_time: float | None,
+) -> Iterator[_T]:
+    """``map(..., buffersize=n)``'s iterator: ``n`` calls submitted at once,
+    then one more each time a result is asked for, before waiting for it."""
+    pending = collections.deque(
+        executor.submit(fn, *args) for args in itertools.islice(arg_tuples, buffersize)
+    )
+    # Weak: an iterator left lying around does not keep the executor alive
+    # (nor, through it, its workers), as in the standard library.
+    owner = weakref.ref(executor)
+    del executor
+
+    def result_iterator() -> Iterator[_T]:
+        refill = True
+        try:
+            while pending:
+                if refill:
+                    submitter = owner()
+                    args = None if submitter is None else next(arg_tuples, None)
+                    if submitter is None or args is None:
+                        refill = False  # the input ran out, or the executor went away
+                    else:
+                        pending.append(submitter.submit(fn, *args))
+                    submitter = args = None  # held across no yield
+                # Popped inside the call: no reference to a result once
+                # it is yielded (bpo-14406).
+                if end_time is None:
+                    yield _result_or_cancel(pending.popleft(), None)
+                else:
+                    yield _result_or_cancel(pending.popleft(), end_time - time.monotonic())
+        finally:
+            for future in pending:
+                future.cancel()
+
+    return result_iterator()
+
+
 class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     """A drop-in for ``concurrent.futures.ThreadPoolExecutor`` on a Rust pool.
 
@@ -146,7 +196,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         # The base __init__ is not called: it builds the pure-Python queue
         # and thread bookkeeping that the Rust core replaces.
         if max_workers is None:
-            max_workers = min(32, (os.cpu_count() or 1) + 4)
+            # The standard library's default. From 3.13 it counts the CPUs
+            # this process may use (affinity, PYTHON_CPU_COUNT), not the
+            # machine's: so must we, or a pinned process gets more threads.
+            max_workers = min(32, (_usable_cpu_count() or 1) + 4)
         max_workers = check_count(
             max_workers, "max_workers", minimum=1, too_small="greater than 0", or_none=True
         )
@@ -349,14 +402,32 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[_T]:
         """Like the stdlib's ``map`` (``chunksize`` is accepted and ignored,
-        as there), with the submissions made in one tight loop."""
+        as there), with the submissions made in one tight loop.
+
+        ``buffersize`` (the standard library's, from Python 3.14; accepted
+        here on every version): at most that many calls are submitted ahead
+        of the result being read, and the iterables are read as the results
+        are, so an endless iterable works."""
         left = check_timeout(timeout)
+        if buffersize is not None:
+            # The standard library's ValueError, word for word.
+            buffersize = check_count(
+                buffersize, "buffersize", minimum=1, too_small="None or > 0", or_none=True
+            )
         end_time = None if left is None else left + time.monotonic()
         if self._broken or self._shutdown or _worker._interpreter_exiting:
             self._check_open()
-        if self._propagate_context or self._max_queue:
+        if buffersize is not None:
+            return _buffered_results(self, fn, zip(*iterables), buffersize, end_time)
+        if (
+            self._propagate_context
+            or self._max_queue
+            # A subclass's own submit sees every call, as with the stdlib's map.
+            or type(self).submit is not ThreadPoolExecutor.submit
+        ):
             futures = [self.submit(fn, *args) for args in zip(*iterables)]
         else:
             futures = self._submit_all(fn, zip(*iterables))

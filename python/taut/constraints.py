@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from taut import _lazy_import
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
 from taut._guidance import planning_sentence
 from taut.deadline import DeadlineScope, fail_after, move_on_after
@@ -238,8 +239,7 @@ class PlanningConstraints(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> PlanningConstraints:
         """Parse a YAML mapping (safe loader; camelCase or field names)."""
-        import yaml
-
+        yaml = _lazy_import.load("yaml")  # counted: fork-safe (see taut._lazy_import)
         return cls.model_validate(yaml.safe_load(text) or {})
 
     @classmethod

@@ -376,6 +376,20 @@ def test_thread_names_follow_the_stdlib_pattern():
         assert re.fullmatch(r"ThreadPoolExecutor-\d+_0", name)
 
 
+def test_default_thread_names_never_repeat_a_stdlib_pools():
+    # One numbering for both kinds of pool: a taut pool and a stdlib pool
+    # made in turn never both call their threads "ThreadPoolExecutor-N_0"
+    # (two counters, each from 0, did).
+    prefixes = []
+    for _ in range(3):
+        for cls in (cf.ThreadPoolExecutor, taut.ThreadPoolExecutor):
+            with cls(1) as ex:
+                prefixes.append(ex._thread_name_prefix)
+    numbers = [int(re.fullmatch(r"ThreadPoolExecutor-(\d+)", p).group(1)) for p in prefixes]  # type: ignore[union-attr]
+    # Made one after the other, in one thread: the next number each time.
+    assert numbers == list(range(numbers[0], numbers[0] + 6)), prefixes
+
+
 class _Custom(BaseException):
     pass
 

@@ -180,7 +180,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     each call in a copy of the submitter's ``contextvars`` context.
     """
 
-    _counter = itertools.count().__next__
+    # No `_counter` of our own: the base class's numbers the default thread
+    # name prefix, so a taut pool and a stdlib pool in one process never
+    # both name their threads "ThreadPoolExecutor-0_0".
 
     def __init__(
         self,
@@ -215,7 +217,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             raise TypeError(f"propagate_context must be a bool, got {describe(propagate_context)}")
         self._propagate_context = propagate_context
         self._thread_name_prefix = thread_name_prefix or (
-            f"ThreadPoolExecutor-{self._counter()}"
+            f"ThreadPoolExecutor-{self._counter()}"  # type: ignore[attr-defined]
         )
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs

@@ -21,6 +21,12 @@ from _waiting import LONG, wait_until
 
 import taut
 
+# Each compared probe runs against both classes in the same run.
+_BOTH = [
+    pytest.param(cf.ThreadPoolExecutor, id="stdlib"),
+    pytest.param(taut.ThreadPoolExecutor, id="taut"),
+]
+
 # -- regressions found by CPython's test_concurrent_futures ------------------
 
 
@@ -390,6 +396,54 @@ def test_default_thread_names_never_repeat_a_stdlib_pools():
     assert numbers == list(range(numbers[0], numbers[0] + 6)), prefixes
 
 
+class _PrefixFailingOnce:
+    """A thread name prefix whose str() fails the first ``failures`` times:
+    anything that stops a worker thread from being made."""
+
+    def __init__(self, failures: int = 1) -> None:
+        self.failures = failures
+
+    def __str__(self) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("no thread this time")
+        return "Prefix"
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_a_worker_that_could_not_start_leaves_its_call_queued_for_the_next(cls):
+    ex = cls(1, thread_name_prefix=_PrefixFailingOnce())
+    try:
+        with pytest.raises(RuntimeError, match="no thread this time"):
+            ex.submit(pow, 2, 2)  # queued, but no worker for it
+        # The next submit starts a worker, which runs both.
+        assert ex.submit(pow, 3, 2).result(LONG) == 9
+        assert {t.name for t in ex._threads} == {"Prefix_0"}
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_workers_that_could_not_start_give_back_every_place():
+    # resize() starts several workers at once: when the first cannot be
+    # made, the core must not go on counting the others as on their way.
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix=_PrefixFailingOnce(0))
+    gate = threading.Event()
+    try:
+        futures = [ex.submit(gate.wait, LONG) for _ in range(4)]
+        ex._thread_name_prefix = _PrefixFailingOnce(1)  # type: ignore[assignment]
+        with pytest.raises(RuntimeError, match="no thread this time"):
+            ex.resize(4)
+        assert ex.stats().workers == len(ex._threads) == 1
+        ex.resize(3)  # room for the two it could not start
+        wait_until(lambda: ex.stats().running == 3)
+        assert ex.stats().workers == len(ex._threads) == 3
+        gate.set()
+        assert all(f.result(LONG) for f in futures)
+    finally:
+        gate.set()
+        ex.shutdown(wait=True)
+
+
 class _Custom(BaseException):
     pass
 
@@ -414,10 +468,6 @@ def test_any_base_exception_in_a_call_leaves_the_worker_alive():
 
 # -- map: through a subclass's submit, buffersize (3.14's) ---------------------
 
-_BOTH = [
-    pytest.param(cf.ThreadPoolExecutor, id="stdlib"),
-    pytest.param(taut.ThreadPoolExecutor, id="taut"),
-]
 _STDLIB_HAS_BUFFERSIZE = sys.version_info >= (3, 14)
 
 

@@ -477,11 +477,25 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     # -- workers --------------------------------------------------------
 
     def _spawn(self, count: int) -> None:
-        for _ in range(count):
-            slot = self._core.new_worker()
+        for started in range(count):
+            try:
+                self._start_worker()
+            except BaseException:
+                # The core counted every one of them as on its way: those
+                # not started yet give their places back too, or it would
+                # wait for them for good (and never start another).
+                for _ in range(count - started - 1):
+                    self._core.worker_gone()
+                raise
+
+    def _start_worker(self) -> None:
+        slot = self._core.new_worker()
+        thread = None
+        try:
             exited = threading.Event()
             thread = threading.Thread(
-                name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
+                # `%s`, as the stdlib names its threads: str() of the prefix.
+                name=f"{self._thread_name_prefix!s}_{next(self._thread_numbers)}",
                 target=_worker._worker_main,
                 args=(
                     self._core,
@@ -501,12 +515,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             self._slots[thread] = slot
             self._exited[thread] = exited
             _worker._live_workers[thread] = (self._core, exited)
-            try:
-                thread.start()
-            except BaseException:
+            thread.start()
+        except BaseException:
+            # No thread (it could not be named, made or started): the
+            # calls it was for stay queued, and the next submit starts a
+            # worker for them, as in the stdlib.
+            if thread is not None:
                 self._forget_thread(thread)
-                self._core.worker_gone()
-                raise
+            self._core.worker_gone()
+            raise
 
     def _drop_thread(self, thread: threading.Thread) -> None:
         with self._threads_lock:

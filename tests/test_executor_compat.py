@@ -626,3 +626,12 @@ def test_a_future_settled_by_hand_keeps_its_outcome_and_the_pool_runs_on(when, c
         # The stdlib's call never runs: a short look tells.
         assert _settle_by_hand(cf.ThreadPoolExecutor, when, 1.0) == ("FINISHED", False)
     assert _settle_by_hand(taut.ThreadPoolExecutor, when, LONG) == ("FINISHED", True)
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
+    ex = cls(1)
+    ex.shutdown()
+    assert list(ex.map(abs, [])) == []  # nothing to run: no error
+    with pytest.raises(RuntimeError, match=r"^cannot schedule new futures after shutdown$"):
+        ex.map(abs, [1])

@@ -420,19 +420,23 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 buffersize, "buffersize", minimum=1, too_small="None or > 0", or_none=True
             )
         end_time = None if left is None else left + time.monotonic()
+        arg_tuples = zip(*iterables)
         if self._broken or self._shutdown or _worker._interpreter_exiting:
-            self._check_open()
+            # As with the stdlib's map, the error comes with the first call:
+            # mapping over nothing on a shut down executor is no error.
+            if next(arg_tuples, None) is not None:
+                self._check_open()
         if buffersize is not None:
-            return _buffered_results(self, fn, zip(*iterables), buffersize, end_time)
+            return _buffered_results(self, fn, arg_tuples, buffersize, end_time)
         if (
             self._propagate_context
             or self._max_queue
             # A subclass's own submit sees every call, as with the stdlib's map.
             or type(self).submit is not ThreadPoolExecutor.submit
         ):
-            futures = [self.submit(fn, *args) for args in zip(*iterables)]
+            futures = [self.submit(fn, *args) for args in arg_tuples]
         else:
-            futures = self._submit_all(fn, zip(*iterables))
+            futures = self._submit_all(fn, arg_tuples)
 
         def result_iterator() -> Iterator[_T]:
             try:

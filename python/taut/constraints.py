@@ -301,6 +301,13 @@ class Budget:
         clock: Callable[[], float] = time.monotonic,
         parent: Budget | None = None,
     ) -> None:
+        if not isinstance(constraints, PlanningConstraints):
+            # Budget(30) reads naturally, and failed deep inside with an
+            # AttributeError on `time_budget_s`.
+            raise TypeError(
+                "constraints must be a PlanningConstraints (a budget of 30 s: "
+                f"PlanningConstraints(time_budget=30).start()), got {describe(constraints)}"
+            )
         if not callable(clock):
             raise TypeError(
                 f"clock must be a callable returning seconds, got {clock!r} "

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 from concurrent.futures.thread import BrokenThreadPool
+from unittest import mock
 
 import pytest
 from _waiting import LONG, wait_until
@@ -485,6 +486,15 @@ def test_map_goes_through_a_subclass_submit(base):
     with Counting(2) as ex:
         assert list(ex.map(abs, [1, -2, 3])) == [1, 2, 3]
     assert Counting.submitted == 3
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_map_goes_through_a_submit_patched_onto_the_instance(cls):
+    # What tests do: mock.patch.object(executor, "submit", wraps=executor.submit).
+    with cls(2) as ex:
+        with mock.patch.object(ex, "submit", wraps=ex.submit) as submit:
+            assert list(ex.map(abs, [1, -2, 3])) == [1, 2, 3]
+        assert submit.call_count == 3
 
 
 @pytest.mark.parametrize(

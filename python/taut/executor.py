@@ -431,8 +431,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         if (
             self._propagate_context
             or self._max_queue
-            # A subclass's own submit sees every call, as with the stdlib's map.
-            or type(self).submit is not ThreadPoolExecutor.submit
+            # A subclass's own submit (or one patched onto the instance, as
+            # mock.patch.object does) sees every call, as with the stdlib's map.
+            or getattr(self.submit, "__func__", None) is not ThreadPoolExecutor.submit
         ):
             futures = [self.submit(fn, *args) for args in arg_tuples]
         else:

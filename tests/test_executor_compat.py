@@ -645,3 +645,25 @@ def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
     assert list(ex.map(abs, [])) == []  # nothing to run: no error
     with pytest.raises(RuntimeError, match=r"^cannot schedule new futures after shutdown$"):
         ex.map(abs, [1])
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr failed")
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("exc_type", lambda: taut.ThreadPoolExecutor(1).interrupt(taut.Future(), _BrokenRepr())),
+        ("_work_queue.put", lambda: taut.ThreadPoolExecutor(1)._work_queue.put(_BrokenRepr())),
+        ("clock", lambda: taut.PlanningConstraints(time_budget=30).start(clock=_BrokenRepr())),
+        ("fn", lambda: taut.ToolCall("t", _BrokenRepr())),
+        ("arguments", lambda: taut.ToolCall("t", abs, _BrokenRepr())),
+        ("name", lambda: taut.ToolCall(_BrokenRepr(), abs)),
+        ("calls[0]", lambda: taut.ToolRunner(1).run([_BrokenRepr()])),
+    ],
+)
+def test_a_value_whose_repr_raises_still_gets_the_parameters_type_error(name, call):
+    with pytest.raises(TypeError, match=r"<unrepresentable> \(_BrokenRepr\)"):
+        call()

@@ -310,8 +310,7 @@ class Budget:
             )
         if not callable(clock):
             raise TypeError(
-                f"clock must be a callable returning seconds, got {clock!r} "
-                f"({type(clock).__name__})"
+                f"clock must be a callable returning seconds, got {describe(clock)}"
             )
         self._initial = constraints
         self._clock = clock

@@ -614,7 +614,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         bytecode boundary (not inside a blocking C call; a broad ``except``
         in the call can swallow it). False if ``future`` is not running here."""
         if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
-            raise TypeError(f"exc_type must be an exception class, got {exc_type!r}")
+            raise TypeError(f"exc_type must be an exception class, got {describe(exc_type)}")
         found = self._slot_running(future)
         if found is None:
             return False

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import traceback
 from concurrent.futures.thread import BrokenThreadPool
 from unittest import mock
 
@@ -667,3 +668,38 @@ class _BrokenRepr:
 def test_a_value_whose_repr_raises_still_gets_the_parameters_type_error(name, call):
     with pytest.raises(TypeError, match=r"<unrepresentable> \(_BrokenRepr\)"):
         call()
+
+
+def _traceback_of(call) -> str:
+    try:
+        call()
+    except Exception as exc:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    raise AssertionError("no exception")
+
+
+def _refusals(cls):
+    shut = cls(1)
+    shut.shutdown()
+    broken = cls(1, initializer=_raise, initargs=(ValueError("init"),))
+    broken.submit(pow, 2, 2).exception(LONG)
+    wait_until(lambda: broken._broken)
+    try:
+        return {
+            "after shutdown": _traceback_of(lambda: shut.submit(pow, 2, 2)),
+            "broken": _traceback_of(lambda: broken.submit(pow, 2, 2)),
+        }
+    finally:
+        broken.shutdown()
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_a_refused_submit_raises_one_error_not_a_chain(cls, caplog):
+    with caplog.at_level(logging.CRITICAL + 1):
+        shown = _refusals(cls)
+    for case, text in shown.items():
+        assert "During handling of the above exception" not in text, (case, text)
+    assert shown["after shutdown"].endswith(
+        "RuntimeError: cannot schedule new futures after shutdown\n"
+    )
+    assert "BrokenThreadPool: A thread initializer failed" in shown["broken"]

@@ -247,12 +247,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     # -- submitting -----------------------------------------------------
 
     def _check_open(self) -> None:
+        # `from None`: called where the core refused a call, this is the
+        # error the caller gets, alone, as from the stdlib (not "During
+        # handling of the above exception" under the core's RuntimeError).
         if self._broken:
-            raise BrokenThreadPool(self._broken)
+            raise BrokenThreadPool(self._broken) from None
         if self._shutdown:
-            raise RuntimeError("cannot schedule new futures after shutdown")
+            raise RuntimeError("cannot schedule new futures after shutdown") from None
         if _worker._interpreter_exiting:
-            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown") from None
 
     def _submit(
         self,
@@ -289,13 +292,16 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                         "submit() on an event loop's thread does not wait for room: "
                         "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
                     ) from None
-                if core.in_worker():
-                    self._wait_for_room_on_a_worker()
-                else:
-                    core.wait_for_room()
             except RuntimeError:
                 self._check_open()
                 raise
+            # The queue is full: wait for room outside the `except`, so that
+            # a Ctrl-C (or our own QueueFull) meanwhile is not shown as
+            # raised while handling the core's QueueFull.
+            if core.in_worker():
+                self._wait_for_room_on_a_worker()
+            else:
+                core.wait_for_room()
         if spawn:
             self._spawn(spawn)
         if tracker is not None and waiting_at is not None:
@@ -349,6 +355,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         try:
             spawn = core.submit(future, fn, args, kwargs)
         except (QueueFull, RuntimeError):
+            spawn = None
+        if spawn is None:
+            # Outside the `except`: what _submit raises (or a Ctrl-C while
+            # it waits for room) is not shown as raised while handling the
+            # core's refusal.
             return self._submit(fn, args, kwargs, block=True)
         if spawn:
             self._spawn(spawn)

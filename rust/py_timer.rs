@@ -451,10 +451,7 @@ fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
     } else {
         Err(PyTypeError::new_err(format!(
             "exc_type must be an exception class, got {}",
-            exc_type
-                .repr()
-                .map(|r| r.to_string())
-                .unwrap_or_else(|_| "?".into())
+            describe(exc_type, 80)?
         )))
     }
 }
@@ -628,7 +625,7 @@ impl Deadline {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err(format!(
                 "fn must be callable, got {}",
-                r#fn.repr()?
+                describe(&r#fn, 80)?
             )));
         }
         ensure_callback_thread(py)?;

@@ -355,6 +355,22 @@ def test_absurd_arguments_get_errors_that_name_them(call, error, message) -> Non
         d.cancel()
 
 
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr failed")
+
+
+def test_a_value_whose_repr_raises_still_gets_the_parameters_type_error() -> None:
+    d = Deadline(soon(LONG))
+    try:
+        with pytest.raises(TypeError, match=r"^fn must be callable, got <unrepresentable>"):
+            d.call_soon(_BrokenRepr())  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"^exc_type must be .*<unrepresentable> \(_Broken"):
+            d.interrupt_thread(threading.get_ident(), _BrokenRepr())  # type: ignore[arg-type]
+    finally:
+        d.cancel()
+
+
 def test_a_deadline_at_a_bool_is_refused() -> None:
     with pytest.raises(TypeError, match=r"^at must be .*got True \(bool\)$"):
         Deadline(True)

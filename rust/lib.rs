@@ -16,6 +16,7 @@ pub mod timer;
 
 mod proctree;
 mod py_proctree;
+mod tree_kill;
 
 #[pymodule]
 mod _core {
@@ -44,7 +45,7 @@ mod _core {
     #[pymodule_export]
     use crate::py_proctree::{
         process_start_time, running_processes, signal_process_tree, signal_process_tree_at,
-        signal_process_trees,
+        signal_process_trees, TreeKill,
     };
 
     #[pymodule_init]

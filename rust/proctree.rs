@@ -65,12 +65,17 @@ impl Stat {
 
 /// What one call did: whether any root still existed (a zombie counts, as for
 /// `kill(2)`), the identities of the processes that were signalled, and those of
-/// the protected processes the trees reached and left alone.
+/// the protected processes the trees reached and left alone. And what it found
+/// alive: whether a root had not exited yet when the call began (a zombie has),
+/// and which members, frozen just before the signal, still held one of the
+/// watched pipes (see [`signal_tree_watching`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
     pub root_found: bool,
     pub signalled: Vec<ProcId>,
     pub skipped: Vec<ProcId>,
+    pub root_running: bool,
+    pub pipe_holders: Vec<ProcId>,
 }
 
 /// Parse the text of `/proc/PID/stat`. The command name (field 2) is in
@@ -635,25 +640,30 @@ pub fn deliver(members: &[Member], sig: i32, own: &Own) -> io::Result<(Vec<ProcI
 /// roots included: this is the second round of a graceful kill, whose roots
 /// were members a moment ago.
 pub fn signal_trees(roots: &[ProcId], sig: i32) -> io::Result<Outcome> {
-    signal_trees_scanning(roots, sig, scan)
+    signal_trees_scanning(roots, sig, &[], scan)
 }
 
 /// [`signal_trees`] with the scan of `/proc` given, so that its failures can be
 /// tested: a failed first scan is an error, a failed rescan signals what is
-/// already frozen.
+/// already frozen. `pipes`: see [`signal_tree_watching`].
 fn signal_trees_scanning(
     roots: &[ProcId],
     sig: i32,
+    pipes: &[u64],
     mut scan: impl FnMut() -> io::Result<Vec<Stat>>,
 ) -> io::Result<Outcome> {
     check_signal(sig)?;
     let mut own = Own::current();
-    let root_found = roots
+    let roots_now: Vec<Stat> = roots
         .iter()
-        .any(|r| read_stat(r.pid).is_some_and(|s| s.start_time == r.start_time));
-    if !root_found {
+        .filter_map(|r| read_stat(r.pid).filter(|s| s.start_time == r.start_time))
+        .collect();
+    if roots_now.is_empty() {
         return Ok(Outcome::default());
     }
+    // Read before the freeze, so a root that exits meanwhile (by itself or of
+    // the signal) still counts as running: it was when the call began.
+    let root_running = roots_now.iter().any(|s| !s.has_exited());
     let mut members: Vec<Member> = Vec::new();
     let mut skipped: Vec<ProcId> = Vec::new();
     let mut known: HashSet<ProcId> = roots.iter().copied().collect();
@@ -695,15 +705,85 @@ fn signal_trees_scanning(
         }
         wait_stopped(&stopped, STOP_WAIT);
     }
+    // Frozen members cannot close or pass on descriptors: what they hold now
+    // is what they held when the signal comes.
+    let pipe_holders = pipe_holders(&members, pipes, own.pid);
     // A reparenting while we scanned may have given the caller a new ancestor.
     own.learn_ancestors(read_stat);
     let (signalled, late) = deliver(&members, sig, &own)?;
     skipped.extend(late);
     Ok(Outcome {
-        root_found,
+        root_found: true,
         signalled,
         skipped,
+        root_running,
+        pipe_holders,
     })
+}
+
+/// The inode of the pipe that a `/proc/PID/fd/N` link names (`pipe:[INODE]`),
+/// or `None` for anything else (files, sockets, anonymous inodes).
+pub fn pipe_inode(link: &[u8]) -> Option<u64> {
+    let inner = link.strip_prefix(b"pipe:[")?.strip_suffix(b"]")?;
+    std::str::from_utf8(inner).ok()?.parse().ok()
+}
+
+/// The inodes of the pipes `pid` holds open (empty if its descriptors cannot be
+/// read: gone, exited, or another user's).
+pub fn pipes_held_by(pid: i32) -> HashSet<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = HashSet::new();
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        if let Ok(link) = std::fs::read_link(entry.path()) {
+            out.extend(pipe_inode(link.as_os_str().as_bytes()));
+        }
+    }
+    out
+}
+
+/// The inode of the pipe open as `fd` in this process; `InvalidInput` if `fd`
+/// is open but not a pipe, the `fstat` error (EBADF) if it is not open.
+pub fn pipe_inode_of_fd(fd: i32) -> io::Result<u64> {
+    // SAFETY: fstat only writes the zeroed stat buffer we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        let err = io::Error::last_os_error();
+        return Err(OsFailure::wrap(err, &format!("fstat of fd {fd}")));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pipes must hold file descriptors of pipes, got {fd} (not a pipe)"),
+        ));
+    }
+    Ok(st.st_ino as u64)
+}
+
+/// The members that hold one of `pipes` which the caller (`caller` pid) still
+/// holds too: a pipe the caller has closed (its end of stdin, once all input
+/// was written) keeps nobody waiting. A member counts only if it has not
+/// exited by the time its descriptors were read (an exited one has none).
+fn pipe_holders(members: &[Member], pipes: &[u64], caller: i32) -> Vec<ProcId> {
+    if pipes.is_empty() {
+        return Vec::new();
+    }
+    let ours = pipes_held_by(caller);
+    let live: HashSet<u64> = pipes.iter().copied().filter(|p| ours.contains(p)).collect();
+    if live.is_empty() {
+        return Vec::new();
+    }
+    members
+        .iter()
+        .filter(|m| {
+            // The start time is checked after the descriptors were read: a
+            // pid reused meanwhile is not taken for the member.
+            !pipes_held_by(m.id.pid).is_disjoint(&live) && is_running(m.id)
+        })
+        .map(|m| m.id)
+        .collect()
 }
 
 /// `InvalidInput` if `pid` is a process the caller must never signal (see
@@ -720,6 +800,19 @@ pub fn check_target(pid: i32) -> io::Result<()> {
 /// is no such process. A root the caller must never signal (itself, an ancestor,
 /// a member of its group) is refused with `InvalidInput`.
 pub fn signal_tree(pid: i32, sig: i32, start_time: Option<u64>) -> io::Result<Outcome> {
+    signal_tree_watching(pid, sig, start_time, &[])
+}
+
+/// [`signal_tree`], also reporting which members still held one of `pipes`
+/// (pipe inodes, see [`pipe_inode_of_fd`]) that the caller holds too, while
+/// they were frozen just before the signal: the members a caller reading
+/// those pipes was still waiting for.
+pub fn signal_tree_watching(
+    pid: i32,
+    sig: i32,
+    start_time: Option<u64>,
+    pipes: &[u64],
+) -> io::Result<Outcome> {
     if pid <= 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -734,7 +827,7 @@ pub fn signal_tree(pid: i32, sig: i32, start_time: Option<u64>) -> io::Result<Ou
         return Ok(Outcome::default());
     }
     Own::current().refuse(&stat)?;
-    signal_trees(&[stat.id()], sig)
+    signal_trees_scanning(&[stat.id()], sig, pipes, scan)
 }
 
 #[cfg(test)]
@@ -1105,7 +1198,7 @@ mod tests {
         let child = spawn("exec sleep 30");
         let id = id_of(&child);
         let no_proc = || Err(io::Error::from_raw_os_error(libc::ENOENT));
-        let err = signal_trees_scanning(&[id], libc::SIGKILL, no_proc).unwrap_err();
+        let err = signal_trees_scanning(&[id], libc::SIGKILL, &[], no_proc).unwrap_err();
         assert_eq!(
             errno_of(&err),
             Some((
@@ -1124,7 +1217,7 @@ mod tests {
                 no_proc()
             }
         };
-        let outcome = signal_trees_scanning(&[id], libc::SIGKILL, once).unwrap();
+        let outcome = signal_trees_scanning(&[id], libc::SIGKILL, &[], once).unwrap();
         assert_eq!(outcome.signalled, vec![id]);
         reap(child);
     }
@@ -1149,7 +1242,7 @@ mod tests {
             }
             Ok(stats)
         };
-        let outcome = signal_trees_scanning(&[a_id], libc::SIGKILL, staged).unwrap();
+        let outcome = signal_trees_scanning(&[a_id], libc::SIGKILL, &[], staged).unwrap();
         assert_eq!(outcome.signalled, vec![a_id, b_id]);
         assert_eq!(scans, 3);
         // Nothing new after the first round: one rescan, also when nothing was
@@ -1161,7 +1254,7 @@ mod tests {
                 scans += 1;
                 scan()
             };
-            let outcome = signal_trees_scanning(&[id_of(&c)], sig, counted).unwrap();
+            let outcome = signal_trees_scanning(&[id_of(&c)], sig, &[], counted).unwrap();
             assert_eq!(outcome.signalled, vec![id_of(&c)]);
             assert_eq!(scans, 2, "signal {sig}");
         }
@@ -1288,6 +1381,48 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         reap(child);
+    }
+
+    #[test]
+    fn reads_pipe_inodes_from_fd_links_and_descriptors() {
+        assert_eq!(pipe_inode(b"pipe:[2886298]"), Some(2886298));
+        for other in [
+            &b"socket:[12]"[..],
+            b"/dev/null",
+            b"pipe:[]",
+            b"pipe:[12",
+            b"pipe:[-1]",
+            b"anon_inode:[eventfd]",
+        ] {
+            assert_eq!(
+                pipe_inode(other),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array we own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let inode = pipe_inode_of_fd(fds[0]).unwrap();
+        assert_eq!(pipe_inode_of_fd(fds[1]).unwrap(), inode);
+        // SAFETY: getpid cannot fail.
+        assert!(pipes_held_by(unsafe { libc::getpid() }).contains(&inode));
+        // SAFETY: both ours, closed once.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        assert!(!pipes_held_by(unsafe { libc::getpid() }).contains(&inode));
+        // Not fds[0]: another test's thread may have opened that number again.
+        let err = pipe_inode_of_fd(-1).unwrap_err();
+        assert_eq!(errno_of(&err).map(|(e, _)| e), Some(libc::EBADF));
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        use std::os::fd::AsRawFd;
+        let err = pipe_inode_of_fd(file.as_raw_fd()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().ends_with("(not a pipe)"), "{err}");
+        assert!(pipes_held_by(-1).is_empty());
     }
 
     #[test]

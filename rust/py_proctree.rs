@@ -9,10 +9,14 @@
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use std::sync::Arc;
+
+use crate::clamp::duration_from_secs;
 use crate::gil;
 use crate::proctree::{self, ProcId};
 use crate::py_clamp::{describe, int_in};
-use crate::py_timer::Deadline;
+use crate::py_timer::{Deadline, SIGNAL_SLICE};
+use crate::tree_kill::{self, KillReport, KillState};
 
 /// The one place where `proctree`'s errors become Python exceptions:
 /// `InvalidInput` is a `ValueError`; an OS error is `OSError(errno, strerror)`,
@@ -133,33 +137,147 @@ pub fn process_start_time(pid: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
     Ok(proctree::process_start_time(pid_arg(pid)?))
 }
 
+/// `pipes`: an iterable of file descriptors, each open on a pipe; their inodes.
+fn pipes_arg(pipes: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
+    let Some(pipes) = pipes else {
+        return Ok(Vec::new());
+    };
+    let Ok(items) = pipes.try_iter() else {
+        return Err(PyTypeError::new_err(format!(
+            "pipes must be an iterable of file descriptors, got {}",
+            describe(pipes, 40)?
+        )));
+    };
+    let mut out = Vec::new();
+    for item in items {
+        let item = item?;
+        let fd = int_in("pipes", &item, 0, i32::MAX.into(), "a file descriptor")? as i32;
+        out.push(proctree::pipe_inode_of_fd(fd).map_err(to_py_err)?);
+    }
+    Ok(out)
+}
+
 /// At the expiry of `deadline`, kill the tree rooted at `pid` (named by
-/// `start_time` when given) with `sig`. The timer thread only starts a short-lived
-/// thread for it, so scanning `/proc` never delays other deadlines, and nothing
-/// needs the GIL. If the deadline has already expired, this happens at once. A
-/// root the caller must never signal is refused now, and again at expiry.
+/// `start_time` when given) with `sig`, and report what the kill found (see
+/// `TreeKill`). The timer thread only starts a short-lived thread for it, so
+/// scanning `/proc` never delays other deadlines, and nothing needs the GIL.
+/// If the deadline has already expired, this happens at once. A root the
+/// caller must never signal is refused now, and again at expiry. `pipes`: the
+/// caller's ends of pipes to the command (file descriptors); a member still
+/// holding one of them (that the caller holds too) when the kill comes is
+/// reported in `pipe_holders`.
 #[pyfunction]
-#[pyo3(signature = (deadline, pid, sig, start_time=None))]
+#[pyo3(signature = (deadline, pid, sig, start_time=None, pipes=None))]
 pub fn signal_process_tree_at(
     deadline: &Bound<'_, Deadline>,
     pid: &Bound<'_, PyAny>,
     sig: &Bound<'_, PyAny>,
     start_time: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
+    pipes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<TreeKill> {
     let (pid, sig, start_time) = (pid_arg(pid)?, sig_arg(sig)?, start_time_arg(start_time)?);
+    let pipes = pipes_arg(pipes)?;
     proctree::check_target(pid).map_err(to_py_err)?;
-    deadline.get().entry().add_action(Box::new(move || {
-        let kill = move || {
-            let _ = proctree::signal_tree(pid, sig, start_time);
-        };
-        // If no thread can be started (resource exhaustion), kill inline: late
-        // other deadlines are better than a tree that survives its deadline.
-        let spawned = std::thread::Builder::new()
-            .name("taut-proctree".into())
-            .spawn(kill);
-        if spawned.is_err() {
-            let _ = proctree::signal_tree(pid, sig, start_time);
+    let report = tree_kill::kill_tree_at(deadline.get().entry(), pid, sig, start_time, pipes);
+    Ok(TreeKill { report })
+}
+
+/// What a kill armed by `signal_process_tree_at` found when it struck.
+#[pyclass(frozen, module = "taut._core", name = "TreeKill")]
+pub struct TreeKill {
+    report: Arc<KillReport>,
+}
+
+impl TreeKill {
+    fn outcome(&self) -> Option<proctree::Outcome> {
+        match self.report.state() {
+            KillState::Ran(outcome) => Some(outcome),
+            _ => None,
         }
-    }));
-    Ok(())
+    }
+}
+
+#[pymethods]
+impl TreeKill {
+    /// Wait until the kill is over: it ran, failed, or will never run (its
+    /// deadline was cancelled first). False if `timeout` seconds passed first.
+    /// Without the GIL; on the main thread Ctrl-C still interrupts it.
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        if timeout.is_some_and(f64::is_nan) {
+            return Err(PyValueError::new_err(
+                "timeout must not be NaN, got nan (float)",
+            ));
+        }
+        let limit = timeout.map(duration_from_secs);
+        let report = Arc::clone(&self.report);
+        if !gil::is_main_thread() {
+            // Signals reach only the main thread: nothing to look for here.
+            return Ok(gil::detach(py, move || report.wait(limit)));
+        }
+        gil::detach(py, move || {
+            report.wait_interruptible(limit, SIGNAL_SLICE, || {
+                gil::attach_briefly(|py| py.check_signals())
+            })
+        })
+    }
+
+    /// `"pending"`, `"ran"`, `"failed"` or `"not run"`.
+    #[getter]
+    fn state(&self) -> &'static str {
+        match self.report.state() {
+            KillState::Pending => "pending",
+            KillState::Ran(_) => "ran",
+            KillState::Failed(_) => "failed",
+            KillState::NotRun => "not run",
+        }
+    }
+
+    /// Whether the kill found the command still running: its root had not
+    /// exited (a zombie has), or a member still held one of the watched pipes.
+    /// `None` unless the kill ran to its end.
+    #[getter]
+    fn found_running(&self) -> Option<bool> {
+        self.report.found_running()
+    }
+
+    /// Whether the root had not exited yet when the kill began; `None` unless it ran.
+    #[getter]
+    fn root_running(&self) -> Option<bool> {
+        self.outcome().map(|o| o.root_running)
+    }
+
+    /// The members that still held a watched pipe, as `(pid, start_time)`.
+    #[getter]
+    fn pipe_holders(&self) -> Vec<(i32, u64)> {
+        self.outcome()
+            .map_or_else(Vec::new, |o| pairs(o.pipe_holders))
+    }
+
+    /// The processes the kill signalled, as `(pid, start_time)`.
+    #[getter]
+    fn signalled(&self) -> Vec<(i32, u64)> {
+        self.outcome().map_or_else(Vec::new, |o| pairs(o.signalled))
+    }
+
+    /// Why the kill failed, if it did.
+    #[getter]
+    fn error(&self) -> Option<String> {
+        match self.report.state() {
+            KillState::Failed(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<TreeKill {} found_running={}>",
+            self.state(),
+            match self.found_running() {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "None",
+            }
+        )
+    }
 }

@@ -25,7 +25,7 @@ use crate::py_clamp::{clamp_timeout, describe, int_in, u64_in};
 use crate::timer::{self, Action, Entry};
 
 /// How often a wait holding up a Python thread wakes to look for signals.
-const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
 // ---------------------------------------------------------------------------
 // The Python callback queue

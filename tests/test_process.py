@@ -624,25 +624,200 @@ def test_run_process_that_finished_before_the_deadline_is_not_timed_out_when_see
     result.check_returncode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a command whose end is first seen only after the deadline fired counts as "
-    "timed out: the kill may have ended it, and nothing tells which (known limit)",
-)
 def test_a_command_done_long_before_the_deadline_is_not_timed_out_when_first_seen_late(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The reading thread gets the GIL back only after the deadline (another
     # thread held it: a C extension, a long regex), before its first select.
     # `true` ended within milliseconds; its EOFs, its exit and the deadline's
-    # wake-up byte are then all seen in one select: taut cannot tell this
-    # from a command the deadline's kill ended, and reports a timeout
-    # (returncode 0, timed_out=True). Telling them apart needs the kill to
-    # report whether it found anything alive.
+    # wake-up byte are then all seen in one select. The deadline's kill found
+    # the root a zombie and nothing of it holding the pipes: not a timeout.
     _first_select_late(monkeypatch, 3.0)  # starved: the 1 s deadline passes meanwhile
     result = taut.run_process(["true"], 1.0)
     assert result.returncode == 0  # it exited by itself, long before the deadline
     assert result.timed_out is False
+
+
+def test_a_command_still_running_at_the_deadline_is_timed_out_also_when_seen_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Starved past the deadline, the reading thread finds the output, the EOF
+    # and the exit together, as for a command that ended by itself; but the
+    # kill found the root running, so this one is a timeout, its output kept.
+    _first_select_late(monkeypatch, 2.0)  # the 0.3 s deadline fires meanwhile
+    result = taut.run_process(["sh", "-c", f"echo started; exec sleep {WORK}"], 0.3)
+    assert result.timed_out is True
+    assert result.returncode == -signal.SIGKILL
+    assert result.stdout == b"started\n"
+
+
+def test_a_zombie_root_whose_grandchild_holds_the_pipes_is_timed_out_when_seen_late(
+    monkeypatch: pytest.MonkeyPatch, strays: list[int]
+) -> None:
+    # The root exits at once (a zombie: nobody reaps it while this thread is
+    # starved), its background child keeps stdout open: the call was still
+    # waiting on that child at the deadline, so its kill is a timeout, even
+    # though the root itself ended by itself (returncode 0, not -9).
+    _first_select_late(monkeypatch, 4.0)  # the 2 s deadline fires meanwhile
+    result = taut.run_process(["sh", "-c", f"sleep {WORK} & echo $!"], 2.0)
+    grandchild = int(result.stdout)
+    strays.append(grandchild)
+    assert result.timed_out is True
+    assert result.returncode == 0
+    assert wait_gone([grandchild]) == []
+
+
+def test_a_command_that_ended_before_the_deadline_keeps_its_returncode_when_seen_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _first_select_late(monkeypatch, 3.0)  # the 1 s deadline fires meanwhile
+    result = taut.run_process(["sh", "-c", "echo out; echo err >&2; exit 3"], 1.0)
+    assert result.timed_out is False
+    assert (result.returncode, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
+    with pytest.raises(subprocess.CalledProcessError):  # not DeadlineExpired
+        result.check_returncode()
+
+
+def test_a_background_child_that_left_the_pipes_alone_is_not_waited_for_when_seen_late(
+    monkeypatch: pytest.MonkeyPatch, strays: list[int]
+) -> None:
+    # The call never waits for a background child that holds none of the
+    # pipes (it returns as soon as the root has exited and the pipes are at
+    # EOF), so its being alive at the deadline is no timeout either. The
+    # deadline's kill ends it, as it ends the whole tree.
+    script = f"sleep {WORK} >/dev/null 2>&1 & echo $!"
+    _first_select_late(monkeypatch, 3.0)  # the 1 s deadline fires meanwhile
+    result = taut.run_process(["sh", "-c", script], 1.0)
+    strays.append(int(result.stdout))
+    assert result.timed_out is False
+    assert result.returncode == 0
+
+
+def _late_once_input_is_written(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """run_process's reading thread starts the first select after all input
+    was written ``seconds`` late."""
+    import selectors
+
+    from taut import process
+
+    class LateSelector(selectors.DefaultSelector):
+        late = True
+
+        def select(self, timeout: float | None = None) -> Any:
+            writing = any(k.events & selectors.EVENT_WRITE for k in self.get_map().values())
+            if LateSelector.late and not writing:
+                LateSelector.late = False
+                time.sleep(seconds)
+            return super().select(timeout)
+
+    monkeypatch.setattr(process.selectors, "DefaultSelector", LateSelector)
+
+
+# The root passes its stdin on to a background child that neither reads it nor
+# holds stdout/stderr, then exits (dash gives background jobs /dev/null as
+# stdin unless redirected explicitly, hence fd 3).
+_HOLDS_STDIN = f"exec 3<&0; sleep {WORK} <&3 >/dev/null 2>&1 3<&- & echo $!"
+
+
+def test_a_child_holding_stdin_that_the_call_still_writes_to_is_a_timeout(
+    strays: list[int],
+) -> None:
+    # More input than a pipe holds: the call is still writing when the
+    # deadline comes, to a child that never reads.
+    result = taut.run_process(["sh", "-c", _HOLDS_STDIN], 2.0, input=b"x" * 1_000_000)
+    child = int(result.stdout)
+    strays.append(child)
+    assert result.timed_out is True
+    assert result.returncode == 0
+    assert wait_gone([child]) == []
+
+
+def test_a_child_holding_stdin_after_all_input_was_written_is_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch, strays: list[int]
+) -> None:
+    # All input fits in the pipe: written at once, our end closed. The child
+    # still holding the pipe keeps nothing waiting, seen late or not.
+    _late_once_input_is_written(monkeypatch, 4.0)  # the 2 s deadline fires meanwhile
+    result = taut.run_process(["sh", "-c", _HOLDS_STDIN], 2.0, input=b"x")
+    strays.append(int(result.stdout))
+    assert result.timed_out is False
+    assert result.returncode == 0
+
+
+def test_the_deadlines_kill_reports_what_it_found(spawned: list[subprocess.Popen[bytes]]) -> None:
+    def kill_now(proc: subprocess.Popen[bytes], pipes: list[int]) -> _core.TreeKill:
+        start = _core.process_start_time(proc.pid)
+        kill = _core.signal_process_tree_at(
+            _core.Deadline(0.0), proc.pid, signal.SIGKILL, start, pipes
+        )
+        assert kill.wait(30.0)
+        return kill
+
+    # Running, and holding the watched pipe.
+    proc = sh(f"exec sleep {WORK}", stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(proc)
+    assert proc.stdout is not None
+    start = _core.process_start_time(proc.pid)
+    kill = kill_now(proc, [proc.stdout.fileno()])
+    assert (kill.state, kill.found_running, kill.root_running) == ("ran", True, True)
+    assert kill.pipe_holders == [(proc.pid, start)]
+    assert kill.signalled == [(proc.pid, start)]
+    assert kill.error is None
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+    # Exited by itself and not reaped yet: a zombie is not running.
+    proc = sh("exit 5", stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(proc)
+    assert proc.stdout is not None and proc.stdout.read() == b""
+    until = time.monotonic() + 10
+    while running(proc.pid):
+        assert time.monotonic() < until, "never exited"
+        time.sleep(0.001)
+    kill = kill_now(proc, [proc.stdout.fileno()])
+    assert (kill.state, kill.found_running, kill.root_running) == ("ran", False, False)
+    assert kill.pipe_holders == []
+    assert "found_running=False" in repr(kill)
+    assert proc.wait(timeout=10) == 5
+
+    # Cancelled before it fired: it never runs, and waiting for it ends at once.
+    proc = sh(f"exec sleep {WORK}", start_new_session=True)
+    spawned.append(proc)
+    deadline = _core.Deadline(time.monotonic() + 3600)
+    kill = _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL)
+    assert (kill.state, kill.found_running, kill.root_running) == ("pending", None, None)
+    assert kill.wait(0.001) is False
+    deadline.cancel()
+    assert kill.wait(60.0) is True
+    assert (kill.state, kill.found_running, kill.signalled) == ("not run", None, [])
+    assert running(proc.pid)
+    with pytest.raises(ValueError, match="NaN"):
+        kill.wait(float("nan"))
+
+
+def test_the_deadlines_kill_takes_only_pipes_to_watch(tmp_path: Any) -> None:
+    proc = sh(f"exec sleep {WORK}", start_new_session=True)
+    try:
+        deadline = _core.Deadline(time.monotonic() + 3600)
+        with open(tmp_path / "f", "wb") as f:
+            with pytest.raises(ValueError, match=rf"got {f.fileno()} \(not a pipe\)"):
+                _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [f.fileno()])
+        r, w = os.pipe()
+        os.close(r)
+        os.close(w)
+        with pytest.raises(OSError) as caught:
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [r])
+        assert caught.value.errno == errno.EBADF
+        with pytest.raises(TypeError, match=r"pipes must be a file descriptor.*True \(bool\)"):
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [True])
+        with pytest.raises(ValueError, match=r"pipes must be a file descriptor.*got -1"):
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, [-1])
+        with pytest.raises(TypeError, match=r"pipes must be an iterable.*got 5 \(int\)"):
+            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, None, 5)
+        assert not deadline.expired
+        deadline.cancel()
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_run_process_zero_timeout_starts_nothing() -> None:

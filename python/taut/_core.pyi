@@ -1,5 +1,6 @@
 """Type stubs for the Rust core, checked against the binary with mypy.stubtest."""
 
+from collections.abc import Iterable
 from typing import Any, Callable, final
 
 __all__ = [
@@ -8,6 +9,7 @@ __all__ = [
     "Deadline",
     "LoopChannel",
     "PoolCore",
+    "TreeKill",
     "WorkerSlot",
     "__version__",
     "_close_gil_gate",
@@ -226,12 +228,61 @@ def process_start_time(pid: int) -> int | None:
     ``/proc/PID/stat``), or ``None`` if there is no such process."""
 
 def signal_process_tree_at(
-    deadline: Deadline, pid: int, sig: int, start_time: int | None = None
-) -> None:
+    deadline: Deadline,
+    pid: int,
+    sig: int,
+    start_time: int | None = None,
+    pipes: Iterable[int] | None = None,
+) -> TreeKill:
     """At the expiry of ``deadline``, do ``signal_process_tree(pid, sig,
     start_time)`` on a short-lived Rust thread that the timer thread starts,
     without the GIL (at once if already expired; never if cancelled first).
-    A protected root is refused with ``ValueError`` now, and skipped at expiry."""
+    A protected root is refused with ``ValueError`` now, and fails the kill at
+    expiry. ``pipes``: file descriptors of the caller's ends of pipes to the
+    command (``ValueError`` for one that is not a pipe, ``OSError`` EBADF for
+    one not open); a member still holding one of them, while the caller holds
+    it too, when the kill comes is reported in ``TreeKill.pipe_holders``.
+    Returns the kill's report."""
+
+@final
+class TreeKill:
+    """What a kill armed by ``signal_process_tree_at`` found when it struck:
+    whether the command was still running (the root not yet exited, a zombie
+    has; or a member of the tree holding a watched pipe), so that a caller
+    that gets to look only after the deadline fired can tell an end the kill
+    caused from one that came by itself."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the kill is over: it ran, failed, or will never run (its
+        deadline was cancelled first). False if ``timeout`` seconds passed
+        first. Without the GIL; on the main thread Ctrl-C interrupts it."""
+
+    @property
+    def state(self) -> str:
+        """``"pending"``, ``"ran"``, ``"failed"`` or ``"not run"``."""
+
+    @property
+    def found_running(self) -> bool | None:
+        """Whether the kill found the command still running: ``root_running``
+        or any ``pipe_holders``. ``None`` unless the kill ran to its end."""
+
+    @property
+    def root_running(self) -> bool | None:
+        """Whether the root had not exited when the kill began (a zombie has);
+        ``None`` unless the kill ran."""
+
+    @property
+    def pipe_holders(self) -> list[tuple[int, int]]:
+        """The members, frozen just before the signal, that still held a
+        watched pipe, as ``(pid, start_time)``."""
+
+    @property
+    def signalled(self) -> list[tuple[int, int]]:
+        """The processes the kill signalled, as ``(pid, start_time)``."""
+
+    @property
+    def error(self) -> str | None:
+        """Why the kill failed, if it did."""
 
 # A call as the pool hands it out: (future, fn, args, kwargs or None).
 _Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]

@@ -49,6 +49,10 @@ __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
 _DRAIN_AFTER_KILL_S = 0.2
 # How long to wait for the killed root to be reaped before returning without it.
 _REAP_AFTER_KILL_S = 1.0
+# How long to wait, once the deadline fired, for its kill (a Rust thread that
+# scans /proc and freezes the tree, milliseconds as a rule) to report what it
+# found. Past this the outcome is a timeout, as it may well be one.
+_KILL_REPORT_WAIT_S = 5.0
 # Granularity of the grace wait in kill_process_tree.
 _GRACE_SLICE_S = 0.01
 
@@ -165,10 +169,12 @@ def _warn_skipped(pid: int, skipped: list[tuple[int, int]]) -> None:
 
 class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
     """The outcome of ``run_process``: a ``subprocess.CompletedProcess`` that also
-    says whether the deadline killed the tree (``timed_out``), how long the call
-    took (``elapsed_s``) and the budget it had (``timeout_s``). When timed out,
-    ``stdout``/``stderr`` hold what was read before the kill and ``returncode`` is
-    the killed root's (``-9``), or ``None`` if it could not be reaped in time."""
+    says whether the deadline's kill found the command still running
+    (``timed_out``), how long the call took (``elapsed_s``) and the budget it had
+    (``timeout_s``). When timed out, ``stdout``/``stderr`` hold what was read
+    before the kill and ``returncode`` is the root's: ``-9`` if the kill ended
+    it, its own exit status if it had exited while a process holding its pipes
+    kept the call waiting, ``None`` if it could not be reaped in time."""
 
     def __init__(
         self,
@@ -242,6 +248,10 @@ def run_process(
     returns promptly with ``timed_out=True``, even if orphaned grandchildren hold
     the output pipes; whoever still holds them then (a double-forked daemon that
     no parent link, group or session leads back to) is killed with its tree too.
+    ``timed_out`` is what that kill found: the root not yet exited, or a process
+    holding a pipe the call was still waiting on. A command that had ended by
+    itself is not timed out, even when this thread (held off the GIL) first
+    sees its end after the deadline fired.
     A daemon that closed the pipes cannot be told from an unrelated process and
     survives. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
     forever, ``0`` or less returns timed out without starting anything.
@@ -307,10 +317,16 @@ def run_process(
     start_time = _core.process_start_time(proc.pid)
     timed_out = False
     try:
+        kill = None
         if deadline is not None:
-            # Armed right after the spawn: from now on the timer thread owns the kill.
-            _core.signal_process_tree_at(deadline, proc.pid, signal.SIGKILL, start_time)
-        outputs, timed_out = _communicate(proc, deadline, input_bytes, start_time)
+            # Armed right after the spawn: from now on the timer thread owns the
+            # kill. It also notes whether it found the command still running
+            # (the root, or a member holding one of these pipes).
+            pipes = [s.fileno() for s in (proc.stdin, proc.stdout, proc.stderr) if s is not None]
+            kill = _core.signal_process_tree_at(
+                deadline, proc.pid, signal.SIGKILL, start_time, pipes
+            )
+        outputs, timed_out = _communicate(proc, deadline, kill, input_bytes, start_time)
     except BaseException:
         if deadline is not None:
             deadline.cancel()
@@ -381,12 +397,18 @@ def _reap(proc: subprocess.Popen[bytes], wait_s: float) -> int | None:
 def _communicate(
     proc: subprocess.Popen[bytes],
     deadline: _core.Deadline | None,
+    kill: _core.TreeKill | None,
     input_bytes: bytes | None,
     start_time: int | None,
 ) -> tuple[tuple[bytes | None, bytes | None], bool]:
     """Feed stdin, read stdout/stderr, until the root has exited and the pipes are
     at EOF, or the deadline expires. Sleeps in ``select`` without a timeout: the
-    pipes, a pidfd of the root and the deadline's wake-up pipe all wake it."""
+    pipes, a pidfd of the root and the deadline's wake-up pipe all wake it.
+
+    Timed out means: the deadline fired while the call was still waiting on the
+    command, as its kill (``kill``) found it, or on a process outside the tree
+    that still holds the pipes. Whether this thread saw the end before or
+    after the deadline fired does not matter (it may get the GIL back late)."""
     out_fd = proc.stdout.fileno() if proc.stdout is not None else None
     err_fd = proc.stderr.fileno() if proc.stderr is not None else None
     chunks: dict[int, list[bytes]] = {}
@@ -419,7 +441,6 @@ def _communicate(
         offset = 0
         while reading or stdin_fd >= 0 or not exited:
             if deadline is not None and deadline.expired:
-                timed_out = True
                 break
             # Without a pidfd the exit is noticed by polling, in short slices.
             events = sel.select(None if pidfd is not None else 0.05)
@@ -429,9 +450,6 @@ def _communicate(
                 fd = key.fd
                 if fd == wake_r:
                     _drain(wake_r)
-                    # The deadline fired while we still waited: what this
-                    # wake-up also brings (EOFs, the root's exit) may be its kill.
-                    timed_out = True
                 elif fd == pidfd:
                     exited = True
                     sel.unregister(fd)
@@ -450,28 +468,37 @@ def _communicate(
                 elif _read_into(fd, chunks):
                     sel.unregister(fd)
                     reading.discard(fd)
-        # timed_out is also set when the loop ended by itself in the wake-up
-        # that brought the deadline's byte: the timer thread's kill may have
-        # closed the pipes and ended the root before this thread ran again
-        # (busy GIL), all seen at once. A command whose end this thread saw
-        # before the deadline fired is not timed out, however late it gets
-        # here; one whose end it first sees after the deadline fired is:
-        # nothing tells whether the kill ended it (see the known limits).
-        if timed_out:
-            # The timer thread's kill is under way; make sure it is complete before
-            # reading what is left, and never wait on EOF for longer than a moment.
-            _core.signal_process_tree(proc.pid, signal.SIGKILL, start_time)
-            if reading:
-                # Still open: a daemon that left the tree (forked twice, the
-                # middle process gone, then setsid: no parent link, group or
-                # session leads to it) holds a write end of our pipes. Holding
-                # them makes it part of this command's output: kill it, and
-                # its own tree, too.
-                _core.signal_process_trees(_pipe_writers(reading), signal.SIGKILL)
+        # Also when the loop ended by itself: the deadline may have fired
+        # before this thread got on with the end (a busy GIL), and then the
+        # end may be the kill's doing, or not. The kill knows.
+        if deadline is not None and deadline.expired:
+            timed_out = _killed_while_running(kill)
+            if timed_out:
+                # The timer thread's kill is done; make sure nothing it could
+                # not freeze in time lives on.
+                _core.signal_process_tree(proc.pid, signal.SIGKILL, start_time)
+            # Our ends still open, with the access we have to them.
+            still_open = dict.fromkeys(reading, os.O_RDONLY)
+            if stdin_fd >= 0:
+                still_open[stdin_fd] = os.O_WRONLY
+            if still_open:
+                # A process the tree kill did not reach holds our pipes: a daemon
+                # that left the tree (forked twice, the middle process gone, then
+                # setsid: no parent link, group or session leads to it). Holding
+                # them makes it part of this command's output, and the call was
+                # waiting on it at the deadline: kill it, and its own tree, too.
+                holders = _pipe_peers(still_open)
+                if holders:
+                    timed_out = True
+                    _core.signal_process_trees(holders, signal.SIGKILL)
+            # Read what is left, never waiting on EOF for longer than a moment.
             until = time.monotonic() + _DRAIN_AFTER_KILL_S
             while reading:
                 left = until - time.monotonic()
                 if left <= 0:
+                    # Something we cannot see (another user's process) still
+                    # holds a pipe: the call was waiting on it.
+                    timed_out = True
                     break
                 for key, _ in sel.select(left):
                     if key.fd in reading and _read_into(key.fd, chunks):
@@ -497,12 +524,24 @@ def _communicate(
     return (out, err), timed_out
 
 
-def _pipe_writers(read_fds: set[int]) -> list[tuple[int, int]]:
-    """The other processes holding a write end of the pipes whose read ends
-    are ``read_fds``, as ``(pid, start_time)``, found through ``/proc``. Only
-    called at a deadline whose tree kill left a pipe open; processes whose
-    ``/proc`` entries we may not read are missed (they are not ours to kill)."""
-    links = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in read_fds}
+def _killed_while_running(kill: _core.TreeKill | None) -> bool:
+    """Whether the deadline's kill, which has fired, found the command still
+    running: its root not yet exited, or a member of its tree holding our
+    pipes. The kill runs on a thread of its own; wait for its report. A kill
+    that did not report (failed, or too slow) counts as having found it."""
+    if kill is None or not kill.wait(_KILL_REPORT_WAIT_S):
+        return True
+    return kill.found_running is not False
+
+
+def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
+    """The other processes holding the other end of the pipes whose ends we
+    hold (``ends``: our fd and its access mode, ``O_RDONLY`` or ``O_WRONLY``),
+    as ``(pid, start_time)``, found through ``/proc``: writers of our output
+    pipes, readers of our stdin. Only called at a deadline that left a pipe
+    open; processes whose ``/proc`` entries we may not read are missed (they
+    are not ours to kill)."""
+    ours = {f"pipe:[{os.fstat(fd).st_ino}]": mode for fd, mode in ends.items()}
     me = os.getpid()
     found: list[tuple[int, int]] = []
     for name in os.listdir("/proc"):
@@ -514,7 +553,8 @@ def _pipe_writers(read_fds: set[int]) -> list[tuple[int, int]]:
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{name}/fd/{fd}") not in links:
+                link = os.readlink(f"/proc/{name}/fd/{fd}")
+                if link not in ours:
                     continue
                 with open(f"/proc/{name}/fdinfo/{fd}", "rb") as info:
                     flags = next(
@@ -523,7 +563,7 @@ def _pipe_writers(read_fds: set[int]) -> list[tuple[int, int]]:
                     )
             except (OSError, ValueError, IndexError):
                 continue
-            if flags is not None and flags & os.O_ACCMODE != os.O_RDONLY:
+            if flags is not None and flags & os.O_ACCMODE != ours[link]:
                 start = _core.process_start_time(int(name))
                 if start is not None:
                     found.append((int(name), start))

@@ -124,6 +124,42 @@ def test_forked_child_cancels_the_parents_queued_calls_quietly():
     assert result.stderr == ""
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_fails_the_parents_running_calls_instead_of_hanging_on_them():
+    # A child that waits on a call the parent's worker was running waited
+    # for ever: no thread of the child would ever complete it.
+    code = """
+        import os, signal, threading, taut
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        running = ex.submit(gate.wait, 30)
+        while not running.running():
+            pass
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # the child would otherwise hang for good
+            try:
+                running.result()
+                os._exit(3)
+            except RuntimeError as exc:
+                ok = "does not run in this child process" in str(exc)
+            ok = ok and ex.submit(pow, 3, 2).result(timeout=20) == 9
+            os._exit(0 if ok else 4)
+        _, status = os.waitpid(pid, 0)
+        gate.set()
+        print("child", os.waitstatus_to_exitcode(status), "parent", running.result(30))
+        """
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "parent", "True"]
+    assert result.stderr == ""
+
+
 # -- asyncio ------------------------------------------------------------------
 
 

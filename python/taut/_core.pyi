@@ -322,6 +322,11 @@ class WorkerSlot:
     @property
     def abandoned(self) -> bool:
         """True once the executor gave up on this worker."""
+    @property
+    def running_future(self) -> Any:
+        """The ``taut.Future`` of the running call; None when idle, for an
+        ``executor.run`` call, or when its record is locked at this moment
+        (only tried, never waited for: a forked child reads it)."""
 
 @final
 class LoopChannel:

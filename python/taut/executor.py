@@ -681,9 +681,17 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _reset_after_fork(self) -> None:
         """In a forked child only this thread exists: the parent's workers
-        and queue are gone. Queued calls are cancelled (waiters woken) and
+        and queue are gone. Queued calls are cancelled and running ones
+        failed (waiters woken: nothing would ever complete them here), and
         the executor starts fresh workers on demand."""
         old = self._core
+        # The calls the parent's workers were running: in the child they
+        # never finish (their threads are not here), except the one this
+        # thread forked inside of, which goes on here.
+        me = threading.current_thread()
+        orphaned = [
+            slot.running_future for thread, slot in self._slots.items() if thread is not me
+        ]
         self._shutdown_lock = threading.Lock()
         self._room_lock = threading.Lock()
         self._workers_waiting_for_room = 0
@@ -703,6 +711,18 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 continue  # the parent's event loop does not run in the child
             if future.cancel():
                 future.set_running_or_notify_cancel()
+        for future in orphaned:
+            if future is None or future.done():
+                continue
+            try:
+                future.set_exception(
+                    RuntimeError(
+                        "this call was running on a worker thread of the parent process "
+                        "when it forked: it does not run in this child process"
+                    )
+                )
+            except _base.InvalidStateError:
+                pass  # completed meanwhile (by its own callbacks, say)
 
 
 def _after_fork_in_child() -> None:

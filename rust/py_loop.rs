@@ -21,7 +21,8 @@ use pyo3::prelude::*;
 
 use crate::gil;
 use crate::py_timer::{
-    add_or_run_inline, drop_on_callback_thread, fd_kind, write_byte, Deadline, FdKind,
+    add_or_run_inline, drop_on_callback_thread, ensure_callback_thread, fd_kind, write_byte,
+    Deadline, FdKind,
 };
 use crate::timer::Entry;
 
@@ -130,8 +131,15 @@ impl LoopChannel {
     /// A channel writing its wake-ups to `fd` (a socket, or a non-blocking
     /// pipe), which it owns from now on.
     #[new]
-    fn new(fd: i32) -> PyResult<Self> {
+    fn new(py: Python<'_>, fd: i32) -> PyResult<Self> {
         let kind = fd_kind(fd)?;
+        // What a dropped channel leaves (and what reaches it after) is let go
+        // on taut's callback thread: started now, while we hold the GIL, or
+        // those objects (a closed loop's futures, results) would wait in its
+        // queue for good, keeping the loop alive. Failing to start it (the
+        // interpreter is exiting) only risks that leak: no reason to refuse
+        // the loop.
+        let _ = ensure_callback_thread(py);
         Ok(LoopChannel {
             shared: Arc::new(Shared {
                 inbox: Mutex::new((Vec::new(), false)),

@@ -28,6 +28,7 @@ use crate::py_future_state::{
     finish_quietly, finish_waited_quietly, release_gates, start_quietly, StateLock,
 };
 use crate::py_loop::LoopChannel;
+use crate::py_timer::{call_on_callback_thread, ensure_callback_thread};
 
 /// Where a call's outcome goes.
 enum Target {
@@ -133,8 +134,12 @@ const RESULT_SPIN: Duration = Duration::from_micros(50);
 /// An asyncio submitter waiting for room in a bounded queue.
 struct RoomWaiter {
     id: u64,
-    channel: Py<LoopChannel>,
-    /// Pushed onto the waiter's loop channel when there may be room.
+    /// The waiter's loop channel; None for a loop without one (no
+    /// `add_reader`: Windows' proactor loop).
+    channel: Option<Py<LoopChannel>>,
+    /// Pushed onto the waiter's loop channel when there may be room; without
+    /// a channel, called on taut's callback thread instead (which hands it
+    /// to the loop with `call_soon_threadsafe`).
     callback: Py<PyAny>,
 }
 
@@ -185,10 +190,10 @@ impl Shared {
             };
             let Some(waiter) = waiter else { return };
             self.room_turns.fetch_add(1, Ordering::AcqRel);
-            let told = waiter
-                .channel
-                .get()
-                .push(py, (waiter.callback, None, py.None()));
+            let told = match &waiter.channel {
+                Some(channel) => channel.get().push(py, (waiter.callback, None, py.None())),
+                None => call_on_callback_thread(waiter.callback),
+            };
             if !told {
                 // Its loop closed while it waited, and taut has let go of
                 // that loop's channel: it will never come back for its turn,
@@ -792,15 +797,22 @@ impl PoolCore {
     /// in line, for `cancel_room_wait`. `place`: the id it had, for one told
     /// there was room that then lost it to a plain `submit`: it goes back
     /// to that place (ahead of those who came after it), not to the end.
-    /// Pushed soon if there is room already.
+    /// Pushed soon if there is room already. `channel` None (a loop
+    /// without one): `notice()` is called on taut's callback thread instead,
+    /// to hand the notice to its loop.
     #[pyo3(signature = (channel, notice, place=0))]
     fn wait_for_room_async(
         &self,
         py: Python<'_>,
-        channel: Py<LoopChannel>,
+        channel: Option<Py<LoopChannel>>,
         notice: Py<PyAny>,
         place: u64,
-    ) -> u64 {
+    ) -> PyResult<u64> {
+        if channel.is_none() {
+            // Here, on the loop's thread, where starting it may run Python;
+            // never from a worker handing the turn out.
+            ensure_callback_thread(py)?;
+        }
         let shared = &self.shared;
         let id = if place == 0 {
             shared.next_room_waiter.fetch_add(1, Ordering::Relaxed)
@@ -824,7 +836,14 @@ impl PoolCore {
         }
         // Room may have appeared between the refused submit and now.
         shared.wake_room_waiters(py, false);
-        id
+        Ok(id)
+    }
+
+    /// Whether asyncio submitters wait for room (or were told there is
+    /// some and have not come back yet): a newcomer that keeps their FIFO
+    /// order waits behind them (as `submit_async`'s `line` does).
+    fn has_room_line(&self) -> bool {
+        self.shared.has_line()
     }
 
     /// Withdraw a room waiter (its task was cancelled). False if it was
@@ -842,8 +861,9 @@ impl PoolCore {
         waiters.len() != before
     }
 
-    /// A room waiter that was told to try again will not: the next one gets
-    /// the turn.
+    /// A room waiter that was told to try again will not (or came back
+    /// through a plain `submit`, which knows nothing of turns): its turn
+    /// ends, and the next one in line is told if there is room.
     fn pass_room_on(&self, py: Python<'_>) {
         self.shared.end_turn();
         self.shared.wake_room_waiters(py, false);

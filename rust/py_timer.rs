@@ -128,7 +128,7 @@ static CALLBACK_THREAD_STARTED: AtomicBool = AtomicBool::new(false);
 /// it across a `fork()`.
 static CALLBACK_THREAD: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
     if queue().is_closed() {
         // An atexit hook that runs after taut's own (registered before
         // taut was imported): the callback would be dropped unrun, and an
@@ -342,6 +342,21 @@ fn is_signal_number(signum: i32) -> bool {
         libc::sigemptyset(&mut set);
         signum > 0 && libc::sigaddset(&mut set, signum) == 0
     }
+}
+
+/// Have taut's callback thread call `callable()` (with the GIL, no Rust
+/// frame below it). No Python code runs here and no GIL is needed, so a
+/// worker may call it. False once the queue is closed (interpreter exit):
+/// it will never be called. The caller started the thread before
+/// (`ensure_callback_thread`, where starting it may run Python).
+pub(crate) fn call_on_callback_thread(callable: Py<PyAny>) -> bool {
+    let q = queue();
+    if q.is_closed() {
+        std::mem::forget(callable); // as `Queue::push` does: no GIL assumed here
+        return false;
+    }
+    q.push(Job::Call(callable));
+    true
 }
 
 /// Hand `object` to the callback thread to be dropped there with the GIL

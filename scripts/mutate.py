@@ -269,7 +269,7 @@ MUTATIONS = [
     Mutation(
         "asyncio-drain-loses-the-rest-of-a-failed-batch",
         LOOP_WAKER,
-        "                loop.call_soon(self._drain, iter(rest))",
+        "                loop.call_soon(self._drain, None, iter(rest))",
         "                pass",
         ("tests/test_loop_waker.py::test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others",),
     ),
@@ -286,7 +286,62 @@ MUTATIONS = [
         LOOP_WAKER,
         "                _let_closed_loops_go()\n",
         "",
-        (f"{DELIVERY}::test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors",),
+        # A selector loop tells taut as it closes (LoopWaker._close_alarm);
+        # a loop without readers is seen closed only when the next one starts.
+        (
+            f"{ASYNC_PATH}::"
+            "test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_passes_on",
+        ),
+    ),
+    Mutation(
+        "loop-close-goes-unnoticed",
+        LOOP_WAKER,
+        "        self._close_alarm = weakref.ref(alarm, self._alarm_dropped)",
+        "        self._close_alarm = weakref.ref(alarm)",
+        (
+            f"{ASYNC_PATH}::"
+            "test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next",
+        ),
+    ),
+    Mutation(
+        "closed-loop-keeps-a-read-turn",
+        LOOP_WAKER,
+        "            owner._loop_gone()",
+        "            pass",
+        (
+            f"{ASYNC_PATH}::"
+            "test_a_turn_read_by_a_loop_that_closed_before_its_coroutine_came_back_passes_on",
+        ),
+    ),
+    Mutation(
+        "loop-without-readers-refuses-a-full-queue",
+        ASYNC,
+        "        future = await submit_when_room(executor, submit, loop)",
+        "        future = submit()",
+        (f"{ASYNC_PATH}::test_run_waits_for_room_also_on_a_loop_without_readers",),
+    ),
+    Mutation(
+        "loop-without-readers-keeps-a-turn-it-cannot-hand-over",
+        ASYNC,
+        "            except KeyError:\n"
+        "                return  # passed on already (_loop_closed, on another thread)\n"
+        "            self._core.pass_room_on()",
+        "            except KeyError:\n"
+        "                return  # passed on already (_loop_closed, on another thread)",
+        (
+            f"{ASYNC_PATH}::"
+            "test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in_line",
+        ),
+    ),
+    Mutation(
+        "agather-polls-a-full-taut-queue",
+        "python/taut/gather/drive.py",
+        "        taut_pool = pool is not None and not inline_sync",
+        "        taut_pool = False",
+        (
+            "tests/test_gather_contention.py::"
+            "test_agather_waits_in_the_pools_line_of_room_without_polling",
+        ),
     ),
     Mutation(
         "closed-loop-drops-a-room-turn",
@@ -327,14 +382,15 @@ MUTATIONS = [
     Mutation(
         "run-told-waiter-loses-its-place",
         ASYNC,
-        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)",
-        "core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), 0)",
+        "core.wait_for_room_async(waker.channel, notice, place)",
+        "core.wait_for_room_async(waker.channel, notice, 0)",
         (f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",),
     ),
     Mutation(
         "run-cancelled-told-waiter-keeps-the-turn",
         ASYNC,
         "        else:  # cancelled meanwhile: the next waiter gets the turn\n"
+        "            owners.discard(notice)\n"
         "            core.pass_room_on()",
         "",
         (f"{ASYNC_PATH}::test_a_coroutine_cancelled_after_being_told_passes_its_turn_on",),

@@ -186,3 +186,41 @@ def test_random_interleavings_on_a_bounded_queue_keep_the_line_fifo_and_lose_not
     ops: list[tuple[Any, ...]], max_queue: int
 ) -> None:
     asyncio.run(_interleave(ops, max_queue))
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors, as Windows' proactor loop: no
+    channel, so coroutines go through a plain submit and are told there is
+    room through taut's callback thread and ``call_soon_threadsafe``."""
+
+    def add_reader(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(ops=_ops, max_queue=st.integers(1, 2))
+@example(
+    ops=[
+        ("run",),
+        ("run",),
+        ("run",),
+        ("to_thread",),
+        ("pass", 2),
+        ("settle",),
+        ("pass", 2),
+        ("cancel", 2),
+    ],
+    max_queue=1,
+).via("a told coroutine cancelled, on a loop without readers")
+def test_random_interleavings_on_a_loop_without_readers_keep_the_line_fifo_and_lose_nothing(
+    ops: list[tuple[Any, ...]], max_queue: int
+) -> None:
+    loop = _LoopWithoutReaders()
+    try:
+        loop.run_until_complete(_interleave(ops, max_queue))
+    finally:
+        loop.close()

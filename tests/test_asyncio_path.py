@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import select
 import threading
 import time
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ import pytest
 from _waiting import no_line_left, running_call, wait_until
 
 import taut
+import taut._asyncio
 import taut._loop_waker
 
 LONG = 30.0
@@ -511,6 +513,61 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
     assert ran == ["second"]
 
 
+def test_a_turn_read_by_a_loop_that_closed_before_its_coroutine_came_back_passes_on() -> None:
+    # The first coroutine in line runs on a loop that reads the notice (its
+    # reader callback runs, and the coroutine's wake-up is scheduled) in the
+    # very pass in which the loop stops; the loop then closes, dropping that
+    # wake-up: the coroutine never comes back for its turn. The turn must
+    # pass on as the loop closes (no other loop starts): the second
+    # coroutine in line gets the room, while the queued call still runs.
+    ran: list[str] = []
+    first_waits, told = threading.Event(), threading.Event()
+
+    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = asyncio.new_event_loop()
+
+        async def first() -> None:
+            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            _held.append(pending)
+            await asyncio.sleep(0)  # it waits for room
+            reader = taut._loop_waker.waker_for(loop)._reader
+            first_waits.set()
+            assert told.wait(LONG)  # blocks the loop: the notice is pushed meanwhile
+            assert select.select([reader], [], [], LONG)[0]  # and its wake-up byte written
+            # Ready callbacks run in order: the next pass runs this stop,
+            # then the reader (its descriptor is readable), and ends there.
+            loop.call_soon(loop.stop)
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        assert not _held[-1].done()  # never came back
+        loop.close()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
+            thread.start()
+            assert first_waits.wait(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind "first"
+            running.set()  # room: "first" is told, on its blocked loop
+            wait_until(lambda: ex.stats().queued == 0)
+            told.set()
+            thread.join(LONG)
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            await no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
 def _wait_in_line_then_close_the_loop(ex: taut.ThreadPoolExecutor) -> None:
     """On a loop of its own, a coroutine joins the line of coroutines waiting
     for room; then the loop closes with that task still pending (never
@@ -530,30 +587,17 @@ def _never_called() -> None:
     raise AssertionError("a call whose loop closed while it waited for room ran")
 
 
-@pytest.mark.parametrize(
-    "another_loop_started",
-    [
-        True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="asyncio tells nobody when a loop closes: taut learns of it "
-                "only when another loop starts using taut, and until then the turn "
-                "waits, unread, in the closed loop's channel (and 'second' with it)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("another_loop_started", [True, False])
 def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next(
     another_loop_started: bool,
 ) -> None:
     # The first coroutine in line belongs to a loop that closed while it
-    # waited (with another loop started since: taut let go of the closed
-    # loop's channel). When room appears, that first waiter cannot be told
-    # any more: the room must go to the next coroutine in line. Before the
-    # fix the notice was dropped with its turn still counted: "second"
-    # waited for good, with the queue empty and the worker idle.
+    # waited. When room appears, that first waiter cannot be told any more:
+    # the room must go to the next coroutine in line, whether or not another
+    # loop started since (taut hears of the close as the loop closes). Before
+    # the fix, without another loop, the turn waited unread in the closed
+    # loop's channel: "second" waited for good, with the queue empty and the
+    # worker idle.
     ran: list[str] = []
 
     async def main() -> None:
@@ -570,8 +614,7 @@ def test_room_for_a_coroutine_whose_loop_closed_while_it_waited_goes_to_the_next
                 other.join(LONG)
             queued.set()
             running.set()
-            # (Without another loop this fails, slowly: a shorter bound.)
-            await asyncio.wait_for(second, LONG if another_loop_started else 2.0)
+            await asyncio.wait_for(second, LONG)
             await no_line_left(ex)
 
     asyncio.run(main())
@@ -586,12 +629,6 @@ class _LoopWithoutReaders(asyncio.SelectorEventLoop):
         raise NotImplementedError
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=taut.QueueFull,
-    reason="without add_reader, ex.run falls back to a plain submit, which on a loop's "
-    "thread refuses a full queue at once (QueueFull, telling the caller to use ex.run)",
-)
 def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
@@ -612,6 +649,217 @@ def test_run_waits_for_room_also_on_a_loop_without_readers() -> None:
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+def _run_on_a_loop_without_readers(main: Callable[[], Any]) -> None:
+    loop = _LoopWithoutReaders()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_without_readers_room_goes_in_fifo_order_and_a_cancelled_waiter_never_runs() -> None:
+    order: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            loop.set_default_executor(ex)
+            running, queued = await _fill(ex)
+            try:
+                waiting = [asyncio.ensure_future(ex.run(order.append, i)) for i in range(3)]
+                waiting.append(asyncio.ensure_future(taut.to_thread(order.append, 3)))
+                waiting.append(asyncio.ensure_future(ex.run(order.append, 4)))
+                for _ in range(5):  # the loop runs on while they wait
+                    await asyncio.sleep(0)
+                assert not any(w.done() for w in waiting)
+                assert ex.stats().queued == 1
+                waiting[1].cancel()
+                running.set()
+                queued.set()
+                await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), LONG)
+                assert waiting[1].cancelled()
+                await no_line_left(ex)
+            finally:
+                running.set()
+                queued.set()
+                await asyncio.gather(*_held)
+
+    _run_on_a_loop_without_readers(main)
+    assert order == [0, 2, 3, 4]
+
+
+class _LoopWithoutReadersTellingRoom(_LoopWithoutReaders):
+    """Sets ``room_handed`` once taut hands it a room notice (through
+    ``call_soon_threadsafe``, from its callback thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.room_handed = threading.Event()
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        handle = super().call_soon_threadsafe(callback, *args, **kwargs)
+        if isinstance(getattr(callback, "__self__", None), taut._asyncio._RoomNotice):
+            self.room_handed.set()
+        return handle
+
+
+def test_without_readers_a_waiter_cancelled_after_being_told_passes_its_turn_on() -> None:
+    # Told there is room (the notice is on its way to the loop), the first
+    # waiting coroutine is cancelled before it comes back: the second one
+    # gets the room at once, while the queued call still runs.
+    ran: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _LoopWithoutReadersTellingRoom)
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            try:
+                first = asyncio.ensure_future(ex.run(ran.append, "first"))
+                second = asyncio.ensure_future(ex.run(ran.append, "second"))
+                await asyncio.sleep(0)  # both wait for room, in this order
+                running.set()
+                assert loop.room_handed.wait(LONG)  # "first" told, not yet back
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                deadline = time.monotonic() + LONG
+                while ex.stats().queued == 0 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.001)
+                assert ex.stats().queued == 1  # "second", while "queued" still runs
+                queued.set()
+                await asyncio.wait_for(second, LONG)
+                await no_line_left(ex)
+            finally:
+                running.set()
+                queued.set()
+                await asyncio.gather(*_held)
+
+    loop = _LoopWithoutReadersTellingRoom()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert ran == ["second"]
+
+
+def test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_passes_on() -> None:
+    # The first coroutine in line runs on a loop without readers. Told there
+    # is room, its notice is handed to that loop (call_soon_threadsafe),
+    # which stops and closes before running it, dropping it. Such a loop
+    # tells nobody that it closed: taut sees it when another loop starts
+    # using taut, and the turn passes on then (the second coroutine gets the
+    # room while the queued call still runs), not "never".
+    ran: list[str] = []
+    first_waits = threading.Event()
+
+    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = _LoopWithoutReadersTellingRoom()
+
+        async def first() -> None:
+            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            _held.append(pending)
+            await asyncio.sleep(0)  # it waits for room
+            first_waits.set()
+            assert loop.room_handed.wait(LONG)  # blocks the loop: the notice is not run
+            loop.stop()  # run no further pass
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        loop.close()
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
+            thread.start()
+            try:
+                assert first_waits.wait(LONG)
+                second = asyncio.ensure_future(ex.run(ran.append, "second"))
+                await asyncio.sleep(0)  # it waits behind "first"
+                running.set()  # room: "first" is told, on its loop that closes unread
+                thread.join(LONG)
+                assert ex.stats().queued == 0  # the turn is out: nobody took the room
+                # Another loop starts (another request, here in a thread).
+                other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+                other.start()
+                other.join(LONG)
+                deadline = time.monotonic() + LONG
+                while ex.stats().queued == 0 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.001)
+                assert ex.stats().queued == 1  # "second", while "queued" still runs
+            finally:
+                running.set()
+                queued.set()
+            await asyncio.wait_for(second, LONG)
+            await no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
+def test_on_a_loop_without_readers_shutdown_wakes_waiters_with_its_error() -> None:
+    async def main() -> None:
+        ex = taut.ThreadPoolExecutor(1, max_queue=1)
+        running, queued = await _fill(ex)
+        waiting = asyncio.ensure_future(ex.run(abs, 2))
+        await asyncio.sleep(0)
+        ex.shutdown(wait=False)
+        try:
+            with pytest.raises(RuntimeError, match="after shutdown"):
+                await asyncio.wait_for(waiting, LONG)
+        finally:
+            running.set()
+            queued.set()
+            await asyncio.gather(*_held)
+
+    _run_on_a_loop_without_readers(main)
+
+
+def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in_line() -> None:
+    # One line for every loop: the first waiter runs on a loop without
+    # readers that closed while it waited (its task never cancelled), the
+    # second on a loop with readers. The notice cannot be handed to the
+    # closed loop: the turn passes on to the second one at once.
+    ran: list[str] = []
+    in_line = threading.Event()
+
+    def wait_in_line_then_close(ex: taut.ThreadPoolExecutor) -> None:
+        async def join_the_line() -> None:
+            _held.append(asyncio.ensure_future(ex.run(_never_called)))
+            await asyncio.sleep(0)  # the queue is full: it waits for room
+            assert ex.stats().queued == 1
+            assert not _held[-1].done()  # waiting, not refused
+            in_line.set()
+
+        _run_on_a_loop_without_readers(join_the_line)
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            closing = threading.Thread(target=wait_in_line_then_close, args=(ex,))
+            closing.start()
+            closing.join(LONG)
+            if not in_line.is_set():
+                running.set()
+                queued.set()
+                raise AssertionError("the first coroutine never waited in line")
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind the closed loop's coroutine
+            running.set()
+            deadline = time.monotonic() + LONG
+            while ex.stats().queued == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert ex.stats().queued == 1  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            await no_line_left(ex)
+
+    asyncio.run(main())
+    assert ran == ["second"]
 
 
 def test_submit_on_a_loop_thread_refuses_at_once_when_full() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _waiting import LONG, no_line_left, running_call
 
 import taut
 from taut.gather import default_scheduler
@@ -88,6 +89,164 @@ def test_a_single_await_on_a_full_bounded_queue_waits_for_room(narrow: Any) -> N
     finally:
         gate.set()
     assert all(f.result(timeout=30) for f in holding)
+
+
+class _CountingPool(taut.ThreadPoolExecutor):
+    """Counts the submits its full bounded queue refused."""
+
+    refused = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().submit(fn, *args, **kwargs)
+        except taut.QueueFull:
+            self.refused += 1
+            raise
+
+
+class _CountingLimiter:
+    """A limiter that counts the slots it gave out."""
+
+    def __init__(self, slots: int) -> None:
+        self._semaphore = threading.BoundedSemaphore(slots)
+        self.given = 0
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        got = self._semaphore.acquire(timeout=timeout)
+        self.given += got
+        return got
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
+async def _full_with_a_coroutine_waiting(
+    pool: taut.ThreadPoolExecutor, order: list[str]
+) -> tuple[threading.Event, asyncio.Future[Any]]:
+    """``pool`` (one worker, ``max_queue=1``): a call running and one queued,
+    both held by the gate returned, and coroutine "A" waiting for room (its task)."""
+    gate = threading.Event()
+    held = [await running_call(pool, gate.wait, 30)]
+    held.append(asyncio.ensure_future(pool.run(gate.wait, 30)))
+    await asyncio.sleep(0)
+    assert pool.stats().queued == 1
+    first = asyncio.ensure_future(pool.run(order.append, "A"))
+    await asyncio.sleep(0)  # "A" waits for room
+    _holding.extend(held)
+    return gate, first
+
+
+_holding: list[asyncio.Future[Any]] = []
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_agather_waits_in_the_pools_line_of_room_without_polling(limited: bool) -> None:
+    # A batch's call on a full bounded queue waits in the pool's own line of
+    # room, in FIFO order with the coroutines waiting there (not asking
+    # again every few milliseconds, giving its limiter slot back each time):
+    # it is never refused (it queues behind "A" at once), takes its limiter
+    # slot once, and runs between "A", before it, and "B", after it.
+    order: list[str] = []
+    limiter = _CountingLimiter(4) if limited else None
+
+    async def main() -> list[taut.Outcome]:
+        with _CountingPool(1, max_queue=1) as pool:
+            gate, first = await _full_with_a_coroutine_waiting(pool, order)
+            try:
+                batch = asyncio.ensure_future(
+                    taut.agather([taut.call(order.append, "G")], executor=pool, limiter=limiter)
+                )
+                for _ in range(10):  # the batch starts and its call waits for room
+                    await asyncio.sleep(0)
+                last = asyncio.ensure_future(pool.run(order.append, "B"))
+                await asyncio.sleep(0)
+                assert not batch.done()
+            finally:
+                gate.set()
+            outs, *_ = await asyncio.wait_for(asyncio.gather(batch, first, last), LONG)
+            assert pool.refused == 0
+            return outs  # type: ignore[no-any-return]
+
+    outs = asyncio.run(main())
+    assert [o.status for o in outs] == ["ok"]
+    assert order == ["A", "G", "B"]
+    if limiter is not None:
+        assert limiter.given == 1
+
+
+def test_a_single_await_waits_in_the_pools_line_of_room_without_polling() -> None:
+    order: list[str] = []
+
+    async def main() -> None:
+        with _CountingPool(1, max_queue=1) as pool:
+            scheduler = taut.Scheduler(executor=pool)
+            gate, first = await _full_with_a_coroutine_waiting(pool, order)
+            try:
+                single = asyncio.ensure_future(scheduler.call(order.append, "H"))
+                for _ in range(10):
+                    await asyncio.sleep(0)
+                last = asyncio.ensure_future(pool.run(order.append, "B"))
+                await asyncio.sleep(0)
+                assert not single.done()
+            finally:
+                gate.set()
+            await asyncio.wait_for(asyncio.gather(single, first, last), LONG)
+            assert pool.refused == 0
+
+    asyncio.run(main())
+    assert order == ["A", "H", "B"]
+
+
+def test_agather_cancelled_while_its_calls_wait_for_room_runs_none_of_them(narrow: Any) -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        gate, first = await _full_with_a_coroutine_waiting(narrow, [])
+        try:
+            batch = asyncio.ensure_future(
+                taut.agather([taut.call(ran.append, i) for i in range(3)], executor=narrow)
+            )
+            for _ in range(10):
+                await asyncio.sleep(0)
+            batch.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await batch
+        finally:
+            gate.set()
+        await asyncio.wait_for(first, LONG)
+        await no_line_left(narrow)  # the cancelled calls left the line
+
+    asyncio.run(main())
+    assert ran == []
+
+
+def test_agather_calls_waiting_for_room_when_the_pool_shuts_down_are_cancelled(narrow: Any) -> None:
+    # The calls that reached the pool run; those still waiting in its line
+    # are refused by the shut down pool: cancelled, as a shutdown cancels
+    # queued calls, never an error or a hang.
+    gate = threading.Event()
+
+    def held(i: int) -> int:
+        gate.wait(30)
+        return i
+
+    async def main() -> list[taut.Outcome]:
+        batch = asyncio.ensure_future(
+            taut.agather([taut.call(held, i) for i in range(4)], executor=narrow)
+        )
+        while narrow.stats().queued == 0:
+            await asyncio.sleep(0.001)
+        for _ in range(10):  # calls 2 and 3 wait in line
+            await asyncio.sleep(0)
+        narrow.shutdown(wait=False)
+        gate.set()
+        return await asyncio.wait_for(batch, LONG)
+
+    try:
+        outs = asyncio.run(main())
+    finally:
+        gate.set()
+    assert [o.status for o in outs] == ["ok", "ok", "cancelled", "cancelled"]
 
 
 # --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ import asyncio
 import gc
 import os
 import socket
+import subprocess
+import sys
 import threading
 import weakref
 
@@ -204,3 +206,61 @@ def test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others() -> None:
 
     asyncio.run(main())
     assert len(errors) == 1 and "refuses to be cancelled" in str(errors[0])
+
+
+_CLOSED_LOOPS_PROBE = """
+import asyncio, gc, sys, threading, time, weakref
+import taut
+from taut._core import _timer_info
+
+dropped = []
+
+
+class Result:
+    def __del__(self):
+        dropped.append(1)
+
+
+def call(go):
+    go.wait(60)
+    return Result()
+
+
+assert not _timer_info()["callback_thread"], "nothing should have started it yet"
+ex = taut.ThreadPoolExecutor(1)
+loops = []
+for _ in range(3):
+    loop = asyncio.new_event_loop()
+    go = threading.Event()
+
+    async def start():
+        return asyncio.ensure_future(ex.run(call, go))
+
+    task = loop.run_until_complete(start())
+    loop.run_until_complete(asyncio.sleep(0))  # the call is under way
+    loop.close()  # with the call still running: its outcome has no reader
+    loops.append(weakref.ref(loop))
+    del loop, start, task
+    go.set()
+ex.shutdown(wait=True)
+until = time.monotonic() + 30
+while (len(dropped) < 3 or any(r() is not None for r in loops)) and time.monotonic() < until:
+    gc.collect()
+    time.sleep(0.01)
+print(len(dropped), sum(r() is not None for r in loops))
+"""
+
+
+def test_closed_loops_and_their_outcomes_are_let_go_in_a_process_without_deadlines() -> None:
+    # Outcomes reaching the channel of a closed loop are dropped on taut's
+    # callback thread. In a process that never armed a deadline nothing had
+    # started that thread: they waited in its queue for good, keeping every
+    # closed loop alive and never running a result's __del__.
+    done = subprocess.run(
+        [sys.executable, "-c", _CLOSED_LOOPS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "0"], (done.stdout, done.stderr)

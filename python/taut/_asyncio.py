@@ -28,23 +28,32 @@ without blocking the loop, in FIFO order with the other waiting coroutines:
 a newcomer goes behind them even if there is room at that moment (the room
 is theirs).
 (Its calls wake workers at once: an owed wake-up would count against the
-room.)
+room.) The turn of a coroutine told there is room passes on if its loop
+closes before it comes back (see ``LoopWaker._loop_closed``).
+
+On a loop without ``add_reader`` (Windows' proactor loop) there is no
+channel: a call goes through a plain ``submit``, and waits for room in the
+same line (``submit_when_room``), told through taut's callback thread and
+``call_soon_threadsafe``. ``taut.agather`` waits for room the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import functools
 import weakref
 from typing import Any, Callable, TypeVar
 
 from taut._checks import describe
 from taut._core import Deadline, LoopChannel, PoolCore, monotonic
-from taut._loop_waker import Watch, waker_for
+from taut._loop_waker import LoopWaker, Watch, waker_for
 from taut._notices import _deliver_notices
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 
 _T = TypeVar("_T")
+_F = TypeVar("_F", bound="concurrent.futures.Future[Any]")
 
 # How long owed wake-ups may wait for the end of the loop's pass before the
 # callback thread hands them out (see _LoopLink.backstop): far longer than
@@ -62,7 +71,8 @@ class _LoopLink:
     workers owed at the end of this pass of the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        channel = waker_for(loop).channel
+        self.waker = waker = waker_for(loop)
+        channel = waker.channel
         if channel is None:  # a loop without add_reader (Windows' proactor)
             raise NotImplementedError
         self.channel: LoopChannel = channel
@@ -156,8 +166,10 @@ async def run_in(
     if loop is None:
         loop = asyncio.get_running_loop()
     link = _link(loop)
-    if link is None:
-        return await asyncio.wrap_future(executor.submit(fn, *args, **kwargs), loop=loop)
+    if link is None:  # no channel: a plain submit, waiting for room in line
+        submit = functools.partial(executor.submit, fn, *args, **kwargs)
+        future = await submit_when_room(executor, submit, loop)
+        return await asyncio.wrap_future(future, loop=loop)
     if executor._propagate_context and not in_context:
         args = (fn, *args)
         fn = contextvars.copy_context().run
@@ -180,7 +192,7 @@ async def run_in(
         except QueueFull:
             # Told, yet refused (a plain submit, or a coroutine told before
             # us, took the room): back to our place in line, not to its end.
-            place = await _room(core, link, loop, place)
+            place = await _room(core, link.waker, loop, place)
         except RuntimeError:
             executor._check_open()
             raise
@@ -253,44 +265,106 @@ def submit_for_run_in_executor(
 
 class _RoomNotice(Watch):
     """Tells one coroutine waiting for room that there may be some: pushed
-    onto its loop's channel, it holds a turn (see ``_room``). If the loop
-    closed before reading it, the turn passes on to the next coroutine in
-    line (``LoopWaker._loop_closed``), which would otherwise wait for the
-    next call to leave the queue, maybe for good."""
+    onto its loop's channel (or, for a loop without one, called on taut's
+    callback thread, which hands it to the loop), it holds a turn (see
+    ``_room``). If the loop closes before its coroutine comes back, the
+    turn passes on to the next coroutine in line (``_loop_gone``), which
+    would otherwise wait for the next call to leave the queue, maybe for
+    good: read or not, a notice is among its loop's ``closing_owners`` (or
+    in its channel) until then."""
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "_waker")
 
-    def __init__(self, on_expire: Callable[[], object], core: PoolCore) -> None:
+    def __init__(self, on_expire: Callable[[], object], core: PoolCore, waker: LoopWaker) -> None:
         super().__init__(on_expire)
         self._core = core
+        self._waker = waker
+
+    def __call__(self) -> None:
+        """On taut's callback thread, for a loop without a channel: hand the
+        notice to the loop."""
+        waker = self._waker
+        waker.closing_owners.add(self)  # first: a loop closing from now on passes it on
+        loop = waker._loop_ref()
+        try:
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:  # the loop is closed: it will never run it
+            try:
+                waker.closing_owners.remove(self)
+            except KeyError:
+                return  # passed on already (_loop_closed, on another thread)
+            self._core.pass_room_on()
 
     def _loop_gone(self) -> None:
         self._core.pass_room_on()
 
 
 async def _room(
-    core: PoolCore, link: _LoopLink, loop: asyncio.AbstractEventLoop, place: int
+    core: PoolCore, waker: LoopWaker, loop: asyncio.AbstractEventLoop, place: int
 ) -> int:
     """Wait (without blocking the loop) until told that a bounded queue may
     have room for us. Told, we hold a turn until we come back
     (``submit_async(..., turn=True)``) or pass it on (``pass_room_on``):
     newcomers queue up behind it meanwhile. Returns our place in line."""
     told: asyncio.Future[None] = loop.create_future()
+    owners = waker.closing_owners
 
     def there_may_be_room() -> None:
         if not told.done():
             told.set_result(None)
+            # Until our coroutine is back: should the loop close before
+            # that (the wake-up of the task dropped with the loop's ready
+            # callbacks), the turn passes on.
+            owners.add(notice)
         else:  # cancelled meanwhile: the next waiter gets the turn
+            owners.discard(notice)
             core.pass_room_on()
 
-    waiter_id = core.wait_for_room_async(link.channel, _RoomNotice(there_may_be_room, core), place)
+    notice = _RoomNotice(there_may_be_room, core, waker)
+    waiter_id = core.wait_for_room_async(waker.channel, notice, place)
     try:
         await told
-    except asyncio.CancelledError:
+    except BaseException:
         if not core.cancel_room_wait(waiter_id) and told.done() and not told.cancelled():
+            owners.discard(notice)
             core.pass_room_on()
         raise
+    owners.discard(notice)
     return waiter_id
+
+
+async def submit_when_room(
+    executor: ThreadPoolExecutor,
+    submit: Callable[[], _F],
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> _F:
+    """``submit()`` (one of ``executor``'s submits, returning a
+    ``concurrent.futures`` future; on a loop's thread it raises
+    ``QueueFull`` at once when the bounded queue is full) once there is
+    room: waits in line (FIFO) with the coroutines waiting for room, without
+    blocking the loop. For calls that need a ``concurrent.futures`` future
+    (a gather's), or on a loop without a channel. Cancelling the awaiting
+    task while it waits submits nothing."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    core = executor._core
+    if not core.has_room_line():
+        try:
+            return submit()
+        except QueueFull:
+            pass
+    waker = waker_for(loop)
+    place = 0
+    while True:
+        place = await _room(core, waker, loop, place)
+        try:
+            return submit()
+        except QueueFull:
+            pass  # a plain submit took the room: back to our place in line
+        finally:
+            core.pass_room_on()  # a plain submit knows nothing of turns: ours ends here
 
 
 async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:

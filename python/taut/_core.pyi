@@ -410,16 +410,22 @@ class PoolCore:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
         threads the caller must start."""
-    def wait_for_room_async(self, channel: LoopChannel, notice: Any, place: int = 0) -> int:
+    def wait_for_room_async(self, channel: LoopChannel | None, notice: Any, place: int = 0) -> int:
         """An asyncio submitter found the queue full: ``notice`` is pushed
         onto ``channel`` (as ``(notice, None, None)``; the loop's reader
-        calls ``notice._fire()``) when there may be room (FIFO). Returns an
-        id, its place in line, for ``cancel_room_wait``; ``place``: the id it
-        had, to go back to that place (told there was room, it lost it)."""
+        calls ``notice._fire()``) when there may be room (FIFO); with
+        ``channel`` None (a loop without one), ``notice()`` is called on
+        taut's callback thread instead. Returns an id, its place in line,
+        for ``cancel_room_wait``; ``place``: the id it had, to go back to
+        that place (told there was room, it lost it)."""
+    def has_room_line(self) -> bool:
+        """Whether asyncio submitters wait for room, or were told there is
+        some and are not back yet (a newcomer keeping FIFO waits behind)."""
     def cancel_room_wait(self, id: int) -> bool:
         """Withdraw a room waiter; False if it was already told."""
     def pass_room_on(self) -> None:
-        """A told room waiter will not come back: its turn goes to the next one."""
+        """A told room waiter will not come back (or came back through a
+        plain ``submit``): its turn ends, the next one is told if there is room."""
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""

@@ -16,6 +16,13 @@ and reused; the read end closes with the loop.
 A loop without ``add_reader`` (the Windows proactor loop) is woken through
 ``call_soon_threadsafe`` from taut's callback thread instead.
 
+asyncio tells nobody when a loop closes. What taut holds for a loop that
+must be let go of, or acted on, once it closes (what waits in its channel;
+a turn in a bounded queue's line held by one of its coroutines) is handled
+by :meth:`LoopWaker._loop_closed`: called as the loop closes (the loop drops
+its reader callback then, see ``_CloseAlarm``), and otherwise when the next
+loop starts using taut.
+
 The same channel carries the loop's finished asyncio-native calls
 (``taut._asyncio``: ``(future, ok, value)`` pushed by workers), so a loop
 has one wake-up descriptor and one reader callback for both.
@@ -67,10 +74,28 @@ class Watch:
             on_expire()
 
 
+class _CloseAlarm:
+    """Handed to ``add_reader`` as the reader callback's argument: the
+    loop's selector holds its only reference and drops it when the loop
+    closes (asyncio's selector loops close their selector then) or is
+    collected; its weak reference then tells the waker (``_loop_closed``)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class LoopWaker:
     """Wakes one event loop at the expiry of the deadlines armed through it."""
 
-    __slots__ = ("__weakref__", "_loop_ref", "_reader", "_reader_fd", "arm", "channel")
+    __slots__ = (
+        "__weakref__",
+        "_close_alarm",
+        "_loop_ref",
+        "_reader",
+        "_reader_fd",
+        "arm",
+        "channel",
+        "closing_owners",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop_ref = weakref.ref(loop)
@@ -86,14 +111,23 @@ class LoopWaker:
         seconds) that calls ``owner._fire()`` on the loop's thread once it
         expires (never if it is cancelled first). The channel's own method
         where there is one: a scope's entry calls it directly."""
+        self.closing_owners: set[Any] = set()
+        """Owners that must act if the loop closes before they are done (a
+        coroutine told there is room in a bounded queue, whose turn must
+        pass on): ``_loop_closed`` pops each and calls its ``_loop_gone()``;
+        one done first removes itself (``set.remove``/``pop``: exactly one
+        of the two gets it, from any thread)."""
+        self._close_alarm: weakref.ReferenceType[_CloseAlarm] | None = None
+        alarm = _CloseAlarm()
         try:
-            loop.add_reader(reader.fileno(), self._drain)
+            loop.add_reader(reader.fileno(), self._drain, alarm)
         except (NotImplementedError, AttributeError):
             reader.close()
             self.channel = None
             self.arm = self._arm_threadsafe
             return
         self.arm = self.channel.arm
+        self._close_alarm = weakref.ref(alarm, self._alarm_dropped)
         weakref.finalize(loop, self._release)
 
     def _arm_threadsafe(self, at: float, owner: Owner) -> Deadline:
@@ -119,9 +153,14 @@ class LoopWaker:
             except RuntimeError:
                 pass  # closed in between
 
-    def _drain(self, batch: Iterator[tuple[Any, bool | None, Any]] | None = None) -> None:
-        """The loop's reader callback: settle what the channel holds (or
-        ``batch``, the rest of an earlier pass)."""
+    def _drain(
+        self,
+        _alarm: _CloseAlarm | None = None,
+        batch: Iterator[tuple[Any, bool | None, Any]] | None = None,
+    ) -> None:
+        """The loop's reader callback (called with the ``_CloseAlarm``):
+        settle what the channel holds (or ``batch``, the rest of an earlier
+        pass)."""
         if batch is None:
             channel = self.channel
             if channel is None:
@@ -152,15 +191,34 @@ class LoopWaker:
             rest = list(batch)
             loop = self._loop_ref()
             if rest and loop is not None and not loop.is_closed():
-                loop.call_soon(self._drain, iter(rest))
+                loop.call_soon(self._drain, None, iter(rest))
             raise
+
+    def _alarm_dropped(self, _ref: object) -> None:
+        """The loop dropped its reader callback: it closed (``close()`` marks
+        it closed before closing its selector), or it is gone. (Not if
+        someone merely removed the reader of taut's socket: the channel must
+        then stay open for the loop's calls in flight.)"""
+        loop = self._loop_ref()
+        if loop is None or loop.is_closed():
+            self._loop_closed()
 
     def _loop_closed(self) -> None:
         """The loop closed: drop what waits in the channel, and whatever is
         pushed later. A finished call's future there references the loop,
         which (as a key of ``_wakers``) keeps this waker and the channel
         alive: kept, that cycle would hold the loop and both descriptors
-        for good. The loop then goes as usual (``_release``)."""
+        for good. The loop then goes as usual (``_release``). And the
+        owners waiting to be told of it (``closing_owners``) are told.
+        May run more than once (as the loop closes, and as the next one
+        starts): the second time finds nothing left."""
+        owners = self.closing_owners
+        while owners:
+            try:
+                owner = owners.pop()
+            except KeyError:
+                break  # done in the meantime, on another thread
+            owner._loop_gone()
         channel = self.channel
         if channel is not None:
             # Dropped here, in Python (they may hold a user object's last

@@ -90,8 +90,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
 
+from taut._asyncio import submit_when_room
 from taut._checks import describe
-from taut.executor import QueueFull, default_executor
+from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 from taut.gather.drive import SLOT_POLL, run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of
 from taut.gather.handles import (
@@ -346,13 +347,25 @@ class Scheduler:
 
 async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]:
     """Submit ``task``; a taut pool's full bounded queue refuses at once on an
-    event loop's thread (its submit never blocks the loop), so ask again
-    soon, without blocking the loop, as a plain ``result()`` would wait."""
-    while True:
+    event loop's thread (its submit never blocks the loop), so wait for room
+    without blocking the loop, as a plain ``result()`` would wait."""
+
+    def submit() -> cf.Future[Any]:
         try:
             return executor.submit(task.ref())
         except QueueFull:
             task.forget()
+            raise
+
+    if isinstance(executor, ThreadPoolExecutor):
+        # In the pool's line of room, with the coroutines waiting there (FIFO).
+        return await submit_when_room(executor, submit)
+    while True:
+        try:
+            return submit()
+        except QueueFull:
+            # Another executor raising QueueFull (a wrapper around a taut
+            # pool, say) tells nobody when there is room: ask again soon.
             await asyncio.sleep(SLOT_POLL)  # as a batch asks again
 
 

@@ -16,10 +16,11 @@ import time
 from collections import deque
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
+from taut._asyncio import submit_when_room
 from taut.deadline import move_on_at
-from taut.executor import QueueFull
+from taut.executor import QueueFull, ThreadPoolExecutor
 from taut.gather.executors import in_worker_of, is_shut_down
 from taut.gather.handles import Outcome
 from taut.gather.run import Entry, Run, timeout_error
@@ -31,8 +32,10 @@ __all__ = ["SLOT_POLL", "run_async", "run_inline", "run_sync", "steps"]
 # A single wait never exceeds this many seconds: a huge remaining time must not
 # reach threading's OS wait (OverflowError: timestamp out of range for time_t).
 _WAIT_SLICE = 3600.0
-# How often a batch short of limiter slots (or of room in a bounded queue, on an
-# event loop) asks again while calls are in flight.
+# How often a batch short of limiter slots (or of room in the bounded queue of
+# an executor that is not taut's, on an event loop) asks again while calls are
+# in flight. A limiter (any acquire(timeout=...)/release() object) tells
+# nobody when a slot frees up; taut's own pool does (see _started_when_room).
 SLOT_POLL = 0.02
 
 
@@ -94,8 +97,11 @@ def steps(
                     queue.appendleft(e)
                     if wait is not None:
                         raise  # aborted with the rest: a sync submit waits for room itself
-                    # A taut pool's bounded queue is full, and its submit never
-                    # waits on an event loop's thread: try again soon, as for a
+                    # A full bounded queue refused the call on the loop's
+                    # thread. A taut pool's never gets here (run_async waits
+                    # in its line of room); another executor raising
+                    # QueueFull (a wrapper around a taut pool, say) tells
+                    # nobody when there is room: try again soon, as for a
                     # limiter slot (the call never reached the pool: not started).
                     short_of_slots = True
                     break
@@ -224,6 +230,30 @@ def _start_sync_call(run: Run, e: Entry, task: Task, inline: bool) -> cf.Future[
     return e.future
 
 
+async def _started_when_room(
+    run: Run, e: Entry, task: Task, loop: asyncio.AbstractEventLoop
+) -> Any:
+    """Submit a call to a taut pool whose bounded queue is full (its submit
+    refuses at once on the loop's thread) once there is room, waiting in
+    the pool's line with the coroutines waiting for room (FIFO, no polling),
+    then await it. The call keeps its limiter slot meanwhile; cancelled
+    while it waits (the deadline, the batch aborted), it never reaches the
+    pool: not started. Refused by a pool shut down meanwhile: cancelled,
+    as the queued calls a shutdown cancels (see steps)."""
+
+    def submit() -> cf.Future[Any]:
+        e.future = run.submit(run.executor, task)
+        return e.future
+
+    try:
+        future = await submit_when_room(cast(ThreadPoolExecutor, run.executor), submit, loop)
+    except RuntimeError as exc:
+        if _refused_by_a_shut_down_pool(run, e, exc):
+            raise asyncio.CancelledError from None
+        raise
+    return await asyncio.wrap_future(future, loop=loop)
+
+
 def run_sync(run: Run) -> list[Outcome]:
     """Run the batch on this thread, waiting with ``concurrent.futures.wait``."""
     todo = run.begin()
@@ -248,13 +278,25 @@ async def run_async(run: Run) -> list[Outcome]:
     if todo:
         loop = asyncio.get_running_loop()
         inline_sync = in_worker_of(run.executor)
+        pool = run.executor if isinstance(run.executor, ThreadPoolExecutor) else None
+        taut_pool = pool is not None and not inline_sync
 
         def start(e: Entry) -> asyncio.Future[Any] | None:
             task = run.new_task(e)
             if e.handle._is_coroutine:
                 e.afuture = loop.create_task(task.arun())
                 return e.afuture
-            future = _start_sync_call(run, e, task, inline_sync)
+            if taut_pool and pool is not None and pool._core.has_room_line():
+                # Coroutines wait for room in the bounded queue: behind them.
+                e.afuture = loop.create_task(_started_when_room(run, e, task, loop))
+                return e.afuture
+            try:
+                future = _start_sync_call(run, e, task, inline_sync)
+            except QueueFull:
+                if not taut_pool:
+                    raise
+                e.afuture = loop.create_task(_started_when_room(run, e, task, loop))
+                return e.afuture
             if future is not None:
                 e.afuture = asyncio.wrap_future(future)
             return e.afuture

@@ -728,7 +728,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 def _after_fork_in_child() -> None:
     global _default_lock
     # A thread that no longer exists may have held these at fork time.
-    _future._state_lock = threading.Lock()
+    _future._state_lock = threading.RLock()
     _default_lock = threading.Lock()
     _worker._live_workers.clear()
     for executor in list(_live_executors):

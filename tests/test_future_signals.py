@@ -20,7 +20,7 @@ import concurrent.futures as cf
 import taut
 from taut import _future
 
-faulthandler.dump_traceback_later(60, exit=True)
+faulthandler.dump_traceback_later(30, exit=True)
 target = sys.argv[1]
 ex = taut.ThreadPoolExecutor(1)
 gate = threading.Event()

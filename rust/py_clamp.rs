@@ -219,6 +219,58 @@ fn to_secs_inner(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     }
 }
 
+/// An int argument within `lo..=hi`: `TypeError` for a bool or a non-int,
+/// `ValueError` (never `OverflowError`) for an int out of range.
+pub(crate) fn int_in(
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    lo: i64,
+    hi: i64,
+    what: &str,
+) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be {what} (int), got {}",
+            describe(value, 40)?
+        )));
+    }
+    let out_of_range = || -> PyResult<i64> {
+        Err(PyValueError::new_err(format!(
+            "{name} must be {what} between {lo} and {hi}, got {}",
+            describe(value, 40)?
+        )))
+    };
+    match value.extract::<i64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(_) => out_of_range(),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => out_of_range(),
+        Err(e) => Err(e),
+    }
+}
+
+/// `int_in` for a value that may use all 64 bits unsigned (a thread ident,
+/// C's `unsigned long`): `TypeError` for a bool or a non-int, `ValueError`
+/// (never `OverflowError`) for a negative or too large int.
+pub(crate) fn u64_in(name: &str, value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be {what} (int), got {}",
+            describe(value, 40)?
+        )));
+    }
+    match value.extract::<u64>() {
+        Ok(n) => Ok(n),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => {
+            Err(PyValueError::new_err(format!(
+                "{name} must be {what} between 0 and {}, got {}",
+                u64::MAX,
+                describe(value, 40)?
+            )))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Normalise a timeout: `None`/`inf` -> `None`, `<= 0` -> `0.0`, otherwise a
 /// float capped at `MAX_TIMEOUT`. See `_core.pyi` for the full contract.
 #[pyfunction]

@@ -4,7 +4,7 @@
 //! is only bookkeeping (see [`finish_waited_quietly`]).
 //!
 //! The Python fast paths of that class change the state under the module's
-//! `_state_lock` (a plain lock, never held across Python code that could
+//! `_state_lock` (a re-entrant lock, never held across Python code that could
 //! wait for this thread); we take the same lock without blocking, with the
 //! GIL held. `wait()`/`as_completed()` waiters create the Condition and
 //! callback registrations add to `_callbacks`, both under that lock;
@@ -18,7 +18,7 @@
 //! object (on CPython 3.11 an allocation can run the garbage collector, whose
 //! finalizers could then want the lock this thread holds) or lets go of the
 //! GIL: only attribute reads and writes on a plain instance, the C methods of
-//! a `_thread.lock`, and the pool's own Rust state.
+//! the lock and of `_thread.lock` gates, and the pool's own Rust state.
 
 use std::cell::RefCell;
 

@@ -668,6 +668,20 @@ impl WorkerSlot {
     fn abandoned(&self) -> bool {
         self.abandoned.load(Ordering::Acquire)
     }
+
+    /// The `taut.Future` of the call this worker runs; None when idle, for
+    /// an `executor.run` call (its asyncio future), or when the record is
+    /// locked at this moment. For a forked child, whose copy of the record
+    /// may be locked for good (by a thread the child does not have): so it
+    /// only tries the lock, never waits for it.
+    #[getter]
+    fn running_future(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let guard = self.current_target.try_lock().ok()?;
+        match guard.as_ref()? {
+            Target::Future(future) => Some(future.clone_ref(py)),
+            Target::Loop { .. } => None,
+        }
+    }
 }
 
 /// The Rust side of one `taut.ThreadPoolExecutor`.

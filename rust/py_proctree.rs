@@ -6,16 +6,15 @@
 //! the value (PyO3's own conversion would raise `OverflowError`), and OS errors
 //! become the `OSError` subclass their errno selects, in one function.
 
-use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
 
 use std::sync::Arc;
 
 use crate::clamp::duration_from_secs;
 use crate::gil;
 use crate::proctree::{self, ProcId};
-use crate::py_clamp::describe;
+use crate::py_clamp::{describe, int_in};
 use crate::py_timer::{Deadline, SIGNAL_SLICE};
 use crate::tree_kill::{self, KillReport, KillState};
 
@@ -31,29 +30,6 @@ fn to_py_err(err: std::io::Error) -> PyErr {
         PyValueError::new_err(err.to_string())
     } else {
         PyOSError::new_err(err.to_string())
-    }
-}
-
-/// An int argument within `lo..=hi`: `TypeError` for a bool or a non-int,
-/// `ValueError` (never `OverflowError`) for an int out of range.
-fn int_in(name: &str, value: &Bound<'_, PyAny>, lo: i64, hi: i64, what: &str) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be {what} (int), got {}",
-            describe(value, 40)?
-        )));
-    }
-    let out_of_range = || -> PyResult<i64> {
-        Err(PyValueError::new_err(format!(
-            "{name} must be {what} between {lo} and {hi}, got {}",
-            describe(value, 40)?
-        )))
-    };
-    match value.extract::<i64>() {
-        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-        Ok(_) => out_of_range(),
-        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => out_of_range(),
-        Err(e) => Err(e),
     }
 }
 

@@ -21,7 +21,7 @@ use pyo3::types::{PyBool, PyDict, PyType};
 
 use crate::clamp::duration_from_secs;
 use crate::gil;
-use crate::py_clamp::describe;
+use crate::py_clamp::{clamp_timeout, describe, int_in, u64_in};
 use crate::timer::{self, Action, Entry};
 
 /// How often a wait holding up a Python thread wakes to look for signals.
@@ -466,10 +466,7 @@ fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
     } else {
         Err(PyTypeError::new_err(format!(
             "exc_type must be an exception class, got {}",
-            exc_type
-                .repr()
-                .map(|r| r.to_string())
-                .unwrap_or_else(|_| "?".into())
+            describe(exc_type, 80)?
         )))
     }
 }
@@ -478,7 +475,13 @@ fn check_exception_class(exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
 impl Deadline {
     #[new]
     fn new(at: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let at = match at.extract::<f64>() {
+        // A bool is a float to `extract`, but never a moment in time.
+        let extracted = if at.is_instance_of::<PyBool>() {
+            Err(PyTypeError::new_err("bool"))
+        } else {
+            at.extract::<f64>()
+        };
+        let at = match extracted {
             Ok(at) => at,
             // An int beyond the float range: a moment that never comes (or
             // long gone), not an OverflowError from the conversion.
@@ -542,14 +545,13 @@ impl Deadline {
     }
 
     #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        if let Some(t) = timeout {
-            if t.is_nan() {
-                return Err(PyValueError::new_err(
-                    "timeout must not be NaN, got nan (float)",
-                ));
-            }
-        }
+    fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        // Through the one timeout gate: `wait(10**400)` is a long wait, not
+        // an OverflowError, and a bool or text is refused by name.
+        let timeout = match timeout {
+            None => None,
+            Some(t) => clamp_timeout(t, "timeout")?,
+        };
         if !self.entry.is_pending() {
             return Ok(self.entry.is_expired());
         }
@@ -566,7 +568,10 @@ impl Deadline {
         })
     }
 
-    fn notify_fd(&self, py: Python<'_>, fd: i32) -> PyResult<()> {
+    fn notify_fd(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<()> {
+        // Any int is checked here (a bool, or one beyond a C int, is not an
+        // fd), so the error names the parameter instead of an OverflowError.
+        let fd = int_in("fd", fd, 0, i32::MAX.into(), "an open file descriptor")? as i32;
         #[cfg(unix)]
         {
             let kind = fd_kind(fd)?;
@@ -635,7 +640,7 @@ impl Deadline {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err(format!(
                 "fn must be callable, got {}",
-                r#fn.repr()?
+                describe(&r#fn, 80)?
             )));
         }
         ensure_callback_thread(py)?;
@@ -650,9 +655,10 @@ impl Deadline {
     fn interrupt_thread(
         &self,
         py: Python<'_>,
-        thread_id: u64,
+        thread_id: &Bound<'_, PyAny>,
         exc_type: Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let thread_id = u64_in("thread_id", thread_id, "a thread's threading.get_ident()")?;
         check_exception_class(&exc_type)?;
         ensure_callback_thread(py)?;
         let weak: Weak<Entry> = Arc::downgrade(&self.entry);

@@ -501,6 +501,36 @@ MUTATIONS = [
             "test_a_journal_failure_while_the_pool_is_shut_down_is_not_turned_into_cancelled",
         ),
     ),
+    Mutation(
+        "future-state-lock-not-reentrant",
+        FUTURE,
+        "_state_lock = threading.RLock()",
+        "_state_lock = threading.Lock()",
+        (
+            "tests/test_future_signals.py::"
+            "test_a_signal_handler_cancelling_a_call_while_the_main_thread_waits",
+        ),
+    ),
+    Mutation(
+        "result-sleeps-on-a-future-a-signal-handler-finished",
+        FUTURE,
+        "            if self._state in _DONE_STATES:\n                # A signal handler ran",
+        "            if False:\n                # A signal handler ran",
+        (
+            "tests/test_future_signals.py::"
+            "test_a_signal_handler_cancelling_a_call_while_the_main_thread_waits",
+        ),
+    ),
+    Mutation(
+        "process-end-seen-late-counts-as-timed-out",
+        "python/taut/process.py",
+        "    return kill.found_running is not False",
+        "    return True",
+        (
+            "tests/test_process.py::"
+            "test_a_command_done_long_before_the_deadline_is_not_timed_out_when_first_seen_late",
+        ),
+    ),
 ]
 
 

@@ -72,6 +72,14 @@ def test_start_refuses_a_clock_that_is_not_callable(clock: object) -> None:
         PlanningConstraints(time_budget=30).start(clock=clock)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("constraints", [30, "PT30S", None, {"time_budget": 30}])
+def test_a_budget_of_something_else_than_constraints_is_a_clear_type_error(
+    constraints: object,
+) -> None:
+    with pytest.raises(TypeError, match=r"^constraints must be a PlanningConstraints .*, got "):
+        taut.Budget(constraints)  # type: ignore[arg-type]
+
+
 def test_huge_budgets_clamp_instead_of_overflowing() -> None:
     assert PlanningConstraints(time_budget=float("inf")).time_budget is None
     assert PlanningConstraints(time_budget="inf").time_budget is None

@@ -14,12 +14,20 @@ import subprocess
 import sys
 import textwrap
 import threading
+import traceback
 from concurrent.futures.thread import BrokenThreadPool
+from unittest import mock
 
 import pytest
 from _waiting import LONG, wait_until
 
 import taut
+
+# Each compared probe runs against both classes in the same run.
+_BOTH = [
+    pytest.param(cf.ThreadPoolExecutor, id="stdlib"),
+    pytest.param(taut.ThreadPoolExecutor, id="taut"),
+]
 
 # -- regressions found by CPython's test_concurrent_futures ------------------
 
@@ -113,6 +121,42 @@ def test_forked_child_cancels_the_parents_queued_calls_quietly():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["child", "0", "parent", "32"]
+    assert result.stderr == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_fails_the_parents_running_calls_instead_of_hanging_on_them():
+    # A child that waits on a call the parent's worker was running waited
+    # for ever: no thread of the child would ever complete it.
+    code = """
+        import os, signal, threading, taut
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        running = ex.submit(gate.wait, 30)
+        while not running.running():
+            pass
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # the child would otherwise hang for good
+            try:
+                running.result()
+                os._exit(3)
+            except RuntimeError as exc:
+                ok = "does not run in this child process" in str(exc)
+            ok = ok and ex.submit(pow, 3, 2).result(timeout=20) == 9
+            os._exit(0 if ok else 4)
+        _, status = os.waitpid(pid, 0)
+        gate.set()
+        print("child", os.waitstatus_to_exitcode(status), "parent", running.result(30))
+        """
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "parent", "True"]
     assert result.stderr == ""
 
 
@@ -376,6 +420,68 @@ def test_thread_names_follow_the_stdlib_pattern():
         assert re.fullmatch(r"ThreadPoolExecutor-\d+_0", name)
 
 
+def test_default_thread_names_never_repeat_a_stdlib_pools():
+    # One numbering for both kinds of pool: a taut pool and a stdlib pool
+    # made in turn never both call their threads "ThreadPoolExecutor-N_0"
+    # (two counters, each from 0, did).
+    prefixes = []
+    for _ in range(3):
+        for cls in (cf.ThreadPoolExecutor, taut.ThreadPoolExecutor):
+            with cls(1) as ex:
+                prefixes.append(ex._thread_name_prefix)
+    numbers = [int(re.fullmatch(r"ThreadPoolExecutor-(\d+)", p).group(1)) for p in prefixes]  # type: ignore[union-attr]
+    # Made one after the other, in one thread: the next number each time.
+    assert numbers == list(range(numbers[0], numbers[0] + 6)), prefixes
+
+
+class _PrefixFailingOnce:
+    """A thread name prefix whose str() fails the first ``failures`` times:
+    anything that stops a worker thread from being made."""
+
+    def __init__(self, failures: int = 1) -> None:
+        self.failures = failures
+
+    def __str__(self) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("no thread this time")
+        return "Prefix"
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_a_worker_that_could_not_start_leaves_its_call_queued_for_the_next(cls):
+    ex = cls(1, thread_name_prefix=_PrefixFailingOnce())
+    try:
+        with pytest.raises(RuntimeError, match="no thread this time"):
+            ex.submit(pow, 2, 2)  # queued, but no worker for it
+        # The next submit starts a worker, which runs both.
+        assert ex.submit(pow, 3, 2).result(LONG) == 9
+        assert {t.name for t in ex._threads} == {"Prefix_0"}
+    finally:
+        ex.shutdown(wait=True)
+
+
+def test_workers_that_could_not_start_give_back_every_place():
+    # resize() starts several workers at once: when the first cannot be
+    # made, the core must not go on counting the others as on their way.
+    ex = taut.ThreadPoolExecutor(1, thread_name_prefix=_PrefixFailingOnce(0))
+    gate = threading.Event()
+    try:
+        futures = [ex.submit(gate.wait, LONG) for _ in range(4)]
+        ex._thread_name_prefix = _PrefixFailingOnce(1)  # type: ignore[assignment]
+        with pytest.raises(RuntimeError, match="no thread this time"):
+            ex.resize(4)
+        assert ex.stats().workers == len(ex._threads) == 1
+        ex.resize(3)  # room for the two it could not start
+        wait_until(lambda: ex.stats().running == 3)
+        assert ex.stats().workers == len(ex._threads) == 3
+        gate.set()
+        assert all(f.result(LONG) for f in futures)
+    finally:
+        gate.set()
+        ex.shutdown(wait=True)
+
+
 class _Custom(BaseException):
     pass
 
@@ -396,3 +502,240 @@ def test_any_base_exception_in_a_call_leaves_the_worker_alive():
             assert ex.submit(threading.get_ident).result(LONG) == ident
         assert worker.is_alive() and ex._threads == {worker}
         assert ex.stats().failed == 4
+
+
+# -- map: through a subclass's submit, buffersize (3.14's) ---------------------
+
+_STDLIB_HAS_BUFFERSIZE = sys.version_info >= (3, 14)
+
+
+@pytest.mark.parametrize("base", _BOTH)
+def test_map_goes_through_a_subclass_submit(base):
+    # Libraries override submit (to wrap every call: context, tracing,
+    # metrics) and expect map to use it, as the stdlib's map does.
+    class Counting(base):  # type: ignore[misc, valid-type]
+        submitted = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            type(self).submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(2) as ex:
+        assert list(ex.map(abs, [1, -2, 3])) == [1, 2, 3]
+    assert Counting.submitted == 3
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_map_goes_through_a_submit_patched_onto_the_instance(cls):
+    # What tests do: mock.patch.object(executor, "submit", wraps=executor.submit).
+    with cls(2) as ex:
+        with mock.patch.object(ex, "submit", wraps=ex.submit) as submit:
+            assert list(ex.map(abs, [1, -2, 3])) == [1, 2, 3]
+        assert submit.call_count == 3
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param(
+            cf.ThreadPoolExecutor,
+            id="stdlib",
+            marks=pytest.mark.skipif(not _STDLIB_HAS_BUFFERSIZE, reason="buffersize is 3.14+"),
+        ),
+        pytest.param(taut.ThreadPoolExecutor, id="taut"),
+    ],
+)
+def test_map_buffersize_reads_an_endless_input_as_results_are_read(base):
+    read = []
+
+    def endless():
+        n = 0
+        while True:
+            read.append(n)
+            yield n
+            n += 1
+
+    with base(2) as ex:
+        results = ex.map(abs, endless(), buffersize=3)
+        assert len(read) == 3  # submitted ahead: exactly the buffer
+        assert [next(results) for _ in range(5)] == [0, 1, 2, 3, 4]
+        assert len(read) == 8  # one more read for each result taken
+        results.close()  # what is still queued is cancelled, nothing more is read
+        assert len(read) == 8
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param(
+            cf.ThreadPoolExecutor,
+            id="stdlib",
+            marks=pytest.mark.skipif(not _STDLIB_HAS_BUFFERSIZE, reason="buffersize is 3.14+"),
+        ),
+        pytest.param(taut.ThreadPoolExecutor, id="taut"),
+    ],
+)
+def test_map_buffersize_of_zero_or_less_is_the_stdlibs_value_error(base):
+    with base(1) as ex:
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match=r"^buffersize must be None or > 0$"):
+                ex.map(abs, [1], buffersize=bad)
+        assert list(ex.map(abs, [-1, -2], buffersize=None)) == [1, 2]
+
+
+def test_map_buffersize_of_the_wrong_type_names_it():
+    with taut.ThreadPoolExecutor(1) as ex:
+        for bad in (1.0, "2", True):
+            with pytest.raises(TypeError, match=r"^buffersize must be an int or None, got "):
+                ex.map(abs, [1], buffersize=bad)
+
+
+def test_default_max_workers_counts_the_cpus_this_process_may_use(monkeypatch):
+    # The stdlib's default from 3.13: os.process_cpu_count() (CPU affinity,
+    # PYTHON_CPU_COUNT), not the machine's os.cpu_count().
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 1, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    ex = taut.ThreadPoolExecutor()
+    try:
+        assert ex._max_workers == 5
+    finally:
+        ex.shutdown()
+    if sys.version_info >= (3, 13):
+        with cf.ThreadPoolExecutor() as theirs:
+            assert theirs._max_workers == ex._max_workers
+
+
+# -- where taut is better than the stdlib (README, "Where the standard library
+# is wrong"): each checked against the stdlib in the same run ----------------
+
+
+def _shutdown_from_inside(cls, where: str):
+    ex = cls(2)
+    done = threading.Event()
+    outcome = []
+
+    def shut_down(_future=None):
+        try:
+            ex.shutdown(wait=True)
+            outcome.append("returned")
+        except Exception as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+        done.set()
+
+    try:
+        if where == "call":
+            ex.submit(shut_down)
+        else:
+            # Done on the worker, so that its callback runs there.
+            gate = threading.Event()
+            ex.submit(gate.wait, LONG).add_done_callback(shut_down)
+            gate.set()
+        assert done.wait(LONG)
+    finally:
+        ex.shutdown(wait=True)
+    return outcome
+
+
+@pytest.mark.parametrize("where", ["call", "done-callback"])
+def test_shutdown_wait_on_a_worker_of_the_executor_waits_for_the_others(where, caplog):
+    with caplog.at_level(logging.CRITICAL, logger="concurrent.futures"):
+        assert _shutdown_from_inside(cf.ThreadPoolExecutor, where) == [
+            "RuntimeError: cannot join current thread"
+        ]
+    assert _shutdown_from_inside(taut.ThreadPoolExecutor, where) == ["returned"]
+
+
+def _settle_by_hand(cls, when: str, patience: float):
+    ex = cls(1)
+    started, release = threading.Event(), threading.Event()
+    try:
+        first = ex.submit(lambda: (started.set(), release.wait(LONG)))
+        if when == "while-running":
+            assert started.wait(LONG)
+            first.set_result("by hand")
+            settled = first
+        else:
+            settled = ex.submit(pow, 2, 2)  # queued behind `first`
+            settled.set_exception(ValueError("by hand"))
+        release.set()
+        # Does the pool still run calls? (The stdlib's only worker died.)
+        after = ex.submit(pow, 3, 2)
+        finished, _ = cf.wait([after], timeout=patience)
+        return settled._state, bool(finished)
+    finally:
+        release.set()
+        ex.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("when", ["while-running", "while-queued"])
+def test_a_future_settled_by_hand_keeps_its_outcome_and_the_pool_runs_on(when, caplog):
+    with caplog.at_level(logging.CRITICAL + 1):
+        # The stdlib's call never runs: a short look tells.
+        assert _settle_by_hand(cf.ThreadPoolExecutor, when, 1.0) == ("FINISHED", False)
+    assert _settle_by_hand(taut.ThreadPoolExecutor, when, LONG) == ("FINISHED", True)
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
+    ex = cls(1)
+    ex.shutdown()
+    assert list(ex.map(abs, [])) == []  # nothing to run: no error
+    with pytest.raises(RuntimeError, match=r"^cannot schedule new futures after shutdown$"):
+        ex.map(abs, [1])
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr failed")
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("exc_type", lambda: taut.ThreadPoolExecutor(1).interrupt(taut.Future(), _BrokenRepr())),
+        ("_work_queue.put", lambda: taut.ThreadPoolExecutor(1)._work_queue.put(_BrokenRepr())),
+        ("clock", lambda: taut.PlanningConstraints(time_budget=30).start(clock=_BrokenRepr())),
+        ("fn", lambda: taut.ToolCall("t", _BrokenRepr())),
+        ("arguments", lambda: taut.ToolCall("t", abs, _BrokenRepr())),
+        ("name", lambda: taut.ToolCall(_BrokenRepr(), abs)),
+        ("calls[0]", lambda: taut.ToolRunner(1).run([_BrokenRepr()])),
+    ],
+)
+def test_a_value_whose_repr_raises_still_gets_the_parameters_type_error(name, call):
+    with pytest.raises(TypeError, match=r"<unrepresentable> \(_BrokenRepr\)"):
+        call()
+
+
+def _traceback_of(call) -> str:
+    try:
+        call()
+    except Exception as exc:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    raise AssertionError("no exception")
+
+
+def _refusals(cls):
+    shut = cls(1)
+    shut.shutdown()
+    broken = cls(1, initializer=_raise, initargs=(ValueError("init"),))
+    broken.submit(pow, 2, 2).exception(LONG)
+    wait_until(lambda: broken._broken)
+    try:
+        return {
+            "after shutdown": _traceback_of(lambda: shut.submit(pow, 2, 2)),
+            "broken": _traceback_of(lambda: broken.submit(pow, 2, 2)),
+        }
+    finally:
+        broken.shutdown()
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_a_refused_submit_raises_one_error_not_a_chain(cls, caplog):
+    with caplog.at_level(logging.CRITICAL + 1):
+        shown = _refusals(cls)
+    for case, text in shown.items():
+        assert "During handling of the above exception" not in text, (case, text)
+    assert shown["after shutdown"].endswith(
+        "RuntimeError: cannot schedule new futures after shutdown\n"
+    )
+    assert "BrokenThreadPool: A thread initializer failed" in shown["broken"]

@@ -10,6 +10,7 @@ pass through such initialisations, so each attempt is a fresh interpreter.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -180,3 +181,133 @@ def test_child_forked_inside_a_call_ends_when_the_call_does(how: str) -> None:
             'return "returned in the child"', 'raise ValueError("raised in the child")'
         )
     _assert_child_exited_cleanly(script, 90)
+
+
+_FORK_DURING_A_THIRD_PARTY_IMPORT = textwrap.dedent(
+    """
+    import importlib.abc, os, signal, sys, tempfile, threading, time, warnings
+    warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+    import taut
+
+    STALLED = sys.argv[1]
+    folder = tempfile.mkdtemp()
+    files = {
+        "yaml": ("c.yaml", "timeouts:\\n  tools:\\n    concurrent_batch: 30\\n"),
+        "toml": ("c.toml", "[timeouts.tools]\\nconcurrent_batch = 30\\n"),
+        "iso": ("c.json", '{"timeouts": {"tools": {"concurrent_batch": "PT30S"}}}'),
+    }
+    name, text = files[sys.argv[2]]
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(text)
+
+    def use():
+        # taut's own modules are loaded already (below): only the
+        # third-party module this use needs is imported in the thread.
+        seconds = taut.resolve_timeout("tools.concurrent_batch", default=1.0, config=path)
+        assert seconds == 30.0, seconds
+
+    taut.resolve_timeout  # taut.config itself, loaded here
+    assert STALLED not in sys.modules, STALLED
+    entered, release = threading.Event(), threading.Event()
+
+    class Stall(importlib.abc.MetaPathFinder):
+        # Holds the import mid-flight (its module lock taken) until
+        # `release`, as a slow disk or a busy CPU would.
+        def find_spec(self, name, path, target=None):
+            if name == STALLED:
+                entered.set()
+                release.wait()
+            return None
+
+    sys.meta_path.insert(0, Stall())
+    threading.Thread(target=use, daemon=True).start()
+    assert entered.wait(30)
+    # The import would finish 2 s from now, long after this fork.
+    threading.Timer(2.0, release.set).start()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # the child would otherwise hang for good
+        use()
+        os._exit(0)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print(os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("child hung")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("stalled", "config"),
+    [
+        pytest.param("yaml", "yaml", id="PyYAML"),
+        pytest.param("pydantic.type_adapter", "iso", id="pydantic-TypeAdapter"),
+        pytest.param(
+            "tomllib",
+            "toml",
+            id="tomllib",
+            marks=pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+"),
+        ),
+    ],
+)
+def test_child_forked_while_another_thread_imports_a_dependency_for_taut(
+    stalled: str, config: str
+) -> None:
+    # taut imports PyYAML, pydantic's parts and tomllib on first use, inside
+    # functions. A fork while another thread is in the middle of such an
+    # import left its module lock held in the child, by a thread the child
+    # does not have: the child's first config read then waited for ever.
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORK_DURING_A_THIRD_PARTY_IMPORT, stalled, config],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0", f"child exit status {proc.stdout.strip()}"
+
+
+# Run only by `python -m taut ...` on the main thread, never in a library call.
+_COMMAND_LINE_ONLY = ("_bench", "demo.py", "cli.py", "__main__.py")
+
+
+def test_every_import_inside_a_function_goes_through_the_counted_lazy_load() -> None:
+    # The hazard above, for any module: an `import` statement inside a
+    # function runs on whatever thread first calls it, maybe while another
+    # thread forks. taut._lazy_import.load() is counted, and a fork waits for it.
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+    if not os.path.isdir(root):
+        pytest.skip("sources not present (installed from a wheel)")
+    offenders = []
+    for folder, _, names in os.walk(os.path.join(root, "taut")):
+        for name in names:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, os.path.join(root, "taut"))
+            if not name.endswith(".py") or relative.startswith(_COMMAND_LINE_ONLY):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for function in ast.walk(tree):
+                if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Import):
+                        modules = [alias.name for alias in node.names]
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        modules = [node.module or ""]
+                    else:
+                        continue
+                    # taut's own modules inside functions are loaded already
+                    # by then (their package's lazy load is counted).
+                    foreign = [m for m in modules if m.split(".")[0] != "taut"]
+                    if foreign:
+                        offenders.append(f"{relative}:{node.lineno}: import {', '.join(foreign)}")
+    assert offenders == []

@@ -287,6 +287,95 @@ def test_notify_fd_refuses_blocking_pipe_and_bad_fd() -> None:
         Deadline(soon(LONG)).notify_fd(987654)
 
 
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        # A timeout of any size is a wait (up to MAX_TIMEOUT), never an OverflowError.
+        pytest.param(lambda d: d.wait(10**400), None, None, id="wait-10**400"),
+        pytest.param(lambda d: d.wait(-(10**400)), None, None, id="wait--10**400"),
+        pytest.param(
+            lambda d: d.wait(True),
+            TypeError,
+            r"^timeout must be a number of seconds or None, "
+            r"got True \(bool\)$",
+            id="wait-bool",
+        ),
+        pytest.param(
+            lambda d: d.wait("1"), TypeError, r"^timeout must be a number of seconds", id="wait-str"
+        ),
+        pytest.param(
+            lambda d: d.notify_fd(2**40),
+            ValueError,
+            r"^fd must be an open file "
+            r"descriptor between 0 and 2147483647, got 1099511627776 \(int\)$",
+            id="notify_fd-2**40",
+        ),
+        pytest.param(
+            lambda d: d.notify_fd(-1),
+            ValueError,
+            r"^fd must be an open file descriptor",
+            id="notify_fd--1",
+        ),
+        pytest.param(
+            lambda d: d.notify_fd(True),
+            TypeError,
+            r"^fd must be an open file "
+            r"descriptor \(int\), got True \(bool\)$",
+            id="notify_fd-bool",
+        ),
+        pytest.param(
+            lambda d: d.interrupt_thread(2**64, RuntimeError),
+            ValueError,
+            r"^thread_id must be a thread's threading.get_ident\(\) between 0 and",
+            id="interrupt_thread-2**64",
+        ),
+        pytest.param(
+            lambda d: d.interrupt_thread(-1, RuntimeError),
+            ValueError,
+            r"^thread_id must be",
+            id="interrupt_thread--1",
+        ),
+        pytest.param(
+            lambda d: d.interrupt_thread(True, RuntimeError),
+            TypeError,
+            r"^thread_id must be .*got True \(bool\)$",
+            id="interrupt_thread-bool",
+        ),
+    ],
+)
+def test_absurd_arguments_get_errors_that_name_them(call, error, message) -> None:
+    d = Deadline(soon(0.01))
+    try:
+        if error is None:
+            assert call(d) in (True, False)
+        else:
+            with pytest.raises(error, match=message):
+                call(d)
+    finally:
+        d.cancel()
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr failed")
+
+
+def test_a_value_whose_repr_raises_still_gets_the_parameters_type_error() -> None:
+    d = Deadline(soon(LONG))
+    try:
+        with pytest.raises(TypeError, match=r"^fn must be callable, got <unrepresentable>"):
+            d.call_soon(_BrokenRepr())  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"^exc_type must be .*<unrepresentable> \(_Broken"):
+            d.interrupt_thread(threading.get_ident(), _BrokenRepr())  # type: ignore[arg-type]
+    finally:
+        d.cancel()
+
+
+def test_a_deadline_at_a_bool_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"^at must be .*got True \(bool\)$"):
+        Deadline(True)
+
+
 def test_notify_fd_never_blocks_on_a_full_socket() -> None:
     a, b = socket.socketpair()
     with a, b:

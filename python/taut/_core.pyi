@@ -122,14 +122,17 @@ class Deadline:
     def wait(self, timeout: float | None = None) -> bool:
         """Block with the GIL released until expiry (True), cancel or
         ``timeout`` seconds (False). Wakes every 50 ms for signals, so
-        Ctrl-C lands."""
+        Ctrl-C lands. ``timeout`` passes ``clamp_timeout``: any size is
+        accepted (``10**400`` waits up to ``MAX_TIMEOUT``), a bool or text
+        is a ``TypeError``, NaN a ``ValueError``."""
 
     def notify_fd(self, fd: int) -> None:
         """At expiry the timer thread writes one byte ``b"\\x01"`` to ``fd``,
         without the GIL and never blocking. ``fd`` must be a socket or a
         non-blocking pipe write end, and stay open until the byte arrived or
         ``cancel()`` returned (after that nothing is written, even if the
-        deadline had fired)."""
+        deadline had fired). A bool or non-int is a ``TypeError``, an int
+        outside 0..2**31-1 a ``ValueError``, a closed fd an ``OSError``."""
 
     def signal_main_thread(self, signum: int) -> None:
         """At expiry the timer thread sends signal ``signum`` to the main
@@ -145,7 +148,8 @@ class Deadline:
         """At expiry raise ``exc_type`` in thread ``thread_id`` (its
         ``threading.get_ident()``) at its next bytecode boundary, via the
         callback thread. Not inside a blocking C call; skipped if
-        ``cancel()`` is called first."""
+        ``cancel()`` is called first. A bool or non-int ``thread_id`` is a
+        ``TypeError``, one outside 0..2**64-1 a ``ValueError``."""
 
 def _take_sent_signals() -> int:
     """How many signals ``Deadline.signal_main_thread`` sent since the last call
@@ -318,6 +322,11 @@ class WorkerSlot:
     @property
     def abandoned(self) -> bool:
         """True once the executor gave up on this worker."""
+    @property
+    def running_future(self) -> Any:
+        """The ``taut.Future`` of the running call; None when idle, for an
+        ``executor.run`` call, or when its record is locked at this moment
+        (only tried, never waited for: a forked child reads it)."""
 
 @final
 class LoopChannel:

@@ -34,8 +34,12 @@ _SPIN_MICROS = 50
 
 # Guards the lazy creation of a future's Condition and of its lists, and
 # the registration of result() waiters, against the lock-free state changes
-# below. Held only for a few attribute reads and writes.
-_state_lock = threading.Lock()
+# below. Held only for a few attribute reads and writes. Re-entrant, as the
+# standard library's Condition lock: a signal handler (a graceful shutdown
+# cancelling pending calls, say) runs in the main thread between any two
+# bytecodes, also while that thread holds this lock; with a plain lock it
+# would wait for itself for good.
+_state_lock = threading.RLock()
 
 
 # A FutureCondition offers all that the stdlib uses of a Condition: typed as
@@ -212,7 +216,12 @@ class Future(_cf.Future[_T]):
                 gates.append(gate)
         woken = False
         try:
-            if timeout is None:
+            if self._state in _DONE_STATES:
+                # A signal handler ran in the block above, before our gate was
+                # in the list, and finished the future (cancel()): nobody will
+                # release the gate. The finally takes it back.
+                pass
+            elif timeout is None:
                 woken = gate.acquire()
             else:
                 end = time.monotonic() + timeout

@@ -1,4 +1,6 @@
-"""taut's own lazy imports, made safe against ``fork()``.
+"""taut's lazy imports (its own modules and the third-party ones it imports
+on first use: PyYAML, pydantic's parts, tomllib, psycopg, ...), made safe
+against ``fork()``.
 
 ``import taut`` loads the agent layer (deadline scopes, gathers, tool
 batches, ...) on first use, and that first use may be on any thread. While a
@@ -8,9 +10,10 @@ start method on Linux before 3.14) copies those locks, held, into a child
 that does not have the thread that would release them: the child's first use
 of the same name waits for ever.
 
-So every lazy load of taut's goes through :func:`load`, which counts the
-loads in flight, and a before-fork hook waits until no other thread is in
-the middle of one. Before-fork hooks run last-registered first, and some
+So every lazy load of taut's goes through :func:`load` (or :func:`load_from`,
+for a name a package itself imports on first access, as pydantic does), which
+counts the loads in flight, and a before-fork hook waits until no other
+thread is in the middle of one. Before-fork hooks run last-registered first, and some
 take locks an import may need (``logging``'s, taken by every
 ``getLogger``): the hook is registered at the first load, after those of the
 standard library modules taut imports, so that it runs before them. The
@@ -25,8 +28,9 @@ import importlib
 import os
 import threading
 import types
+from typing import Any, Callable
 
-__all__ = ["load"]
+__all__ = ["load", "load_from"]
 
 # How long a fork waits for other threads' loads to finish before it goes
 # ahead anyway. A load takes milliseconds to a second or two on a busy
@@ -41,6 +45,18 @@ _hook_registered = False
 
 def load(name: str) -> types.ModuleType:
     """``importlib.import_module(name)``, counted for the before-fork hook."""
+    module: types.ModuleType = _counted(importlib.import_module, name)
+    return module
+
+
+def load_from(name: str, attribute: str) -> Any:
+    """``from name import attribute``, counted for the before-fork hook: the
+    attribute is read inside the count, since a package may import it only
+    then (pydantic's ``TypeAdapter``, ``ValidationError``)."""
+    return _counted(lambda: getattr(importlib.import_module(name), attribute))
+
+
+def _counted(importer: Callable[..., Any], *args: Any) -> Any:
     global _hook_registered
     me = threading.get_ident()
     with _loads:
@@ -49,7 +65,7 @@ def load(name: str) -> types.ModuleType:
             _hook_registered = True
             os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
     try:
-        return importlib.import_module(name)
+        return importer(*args)
     finally:
         with _loads:
             left = _in_flight.get(me, 1) - 1

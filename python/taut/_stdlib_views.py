@@ -17,7 +17,7 @@ from concurrent.futures import Future as _ConcurrentFuture
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED
 from typing import Any, Callable
 
-from taut._checks import check_timeout
+from taut._checks import check_timeout, describe
 from taut._core import PoolCore
 
 
@@ -113,7 +113,7 @@ class WorkQueue:
         if item is not None:
             raise TypeError(
                 "taut's _work_queue accepts only None (the standard library's wake-up "
-                f"sentinel); submit work with executor.submit(), got {item!r}"
+                f"sentinel); submit work with executor.submit(), got {describe(item)}"
             )
 
     put_nowait = put

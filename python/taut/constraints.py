@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from taut import _lazy_import
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
 from taut._guidance import planning_sentence
 from taut.deadline import DeadlineScope, fail_after, move_on_after
@@ -238,8 +239,7 @@ class PlanningConstraints(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> PlanningConstraints:
         """Parse a YAML mapping (safe loader; camelCase or field names)."""
-        import yaml
-
+        yaml = _lazy_import.load("yaml")  # counted: fork-safe (see taut._lazy_import)
         return cls.model_validate(yaml.safe_load(text) or {})
 
     @classmethod
@@ -301,10 +301,16 @@ class Budget:
         clock: Callable[[], float] = time.monotonic,
         parent: Budget | None = None,
     ) -> None:
+        if not isinstance(constraints, PlanningConstraints):
+            # Budget(30) reads naturally, and failed deep inside with an
+            # AttributeError on `time_budget_s`.
+            raise TypeError(
+                "constraints must be a PlanningConstraints (a budget of 30 s: "
+                f"PlanningConstraints(time_budget=30).start()), got {describe(constraints)}"
+            )
         if not callable(clock):
             raise TypeError(
-                f"clock must be a callable returning seconds, got {clock!r} "
-                f"({type(clock).__name__})"
+                f"clock must be a callable returning seconds, got {describe(clock)}"
             )
         self._initial = constraints
         self._clock = clock

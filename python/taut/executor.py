@@ -13,6 +13,7 @@ future takes it out of the queue at once.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import itertools
 import os
@@ -120,6 +121,55 @@ def _running_loop() -> Any:
     return None if asyncio is None else asyncio._get_running_loop()
 
 
+def _usable_cpu_count() -> int | None:
+    """``os.process_cpu_count()`` where it exists (3.13+), else ``os.cpu_count()``."""
+    count = getattr(os, "process_cpu_count", os.cpu_count)
+    result: int | None = count()
+    return result
+
+
+def _buffered_results(
+    executor: ThreadPoolExecutor,
+    fn: Callable[..., _T],
+    arg_tuples: Iterator[tuple[Any, ...]],
+    buffersize: int,
+    end_time: float | None,
+) -> Iterator[_T]:
+    """``map(..., buffersize=n)``'s iterator: ``n`` calls submitted at once,
+    then one more each time a result is asked for, before waiting for it."""
+    pending = collections.deque(
+        executor.submit(fn, *args) for args in itertools.islice(arg_tuples, buffersize)
+    )
+    # Weak: an iterator left lying around does not keep the executor alive
+    # (nor, through it, its workers), as in the standard library.
+    owner = weakref.ref(executor)
+    del executor
+
+    def result_iterator() -> Iterator[_T]:
+        refill = True
+        try:
+            while pending:
+                if refill:
+                    submitter = owner()
+                    args = None if submitter is None else next(arg_tuples, None)
+                    if submitter is None or args is None:
+                        refill = False  # the input ran out, or the executor went away
+                    else:
+                        pending.append(submitter.submit(fn, *args))
+                    submitter = args = None  # held across no yield
+                # Popped inside the call: no reference to a result once
+                # it is yielded (bpo-14406).
+                if end_time is None:
+                    yield _result_or_cancel(pending.popleft(), None)
+                else:
+                    yield _result_or_cancel(pending.popleft(), end_time - time.monotonic())
+        finally:
+            for future in pending:
+                future.cancel()
+
+    return result_iterator()
+
+
 class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     """A drop-in for ``concurrent.futures.ThreadPoolExecutor`` on a Rust pool.
 
@@ -130,7 +180,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     each call in a copy of the submitter's ``contextvars`` context.
     """
 
-    _counter = itertools.count().__next__
+    # No `_counter` of our own: the base class's numbers the default thread
+    # name prefix, so a taut pool and a stdlib pool in one process never
+    # both name their threads "ThreadPoolExecutor-0_0".
 
     def __init__(
         self,
@@ -146,7 +198,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         # The base __init__ is not called: it builds the pure-Python queue
         # and thread bookkeeping that the Rust core replaces.
         if max_workers is None:
-            max_workers = min(32, (os.cpu_count() or 1) + 4)
+            # The standard library's default. From 3.13 it counts the CPUs
+            # this process may use (affinity, PYTHON_CPU_COUNT), not the
+            # machine's: so must we, or a pinned process gets more threads.
+            max_workers = min(32, (_usable_cpu_count() or 1) + 4)
         max_workers = check_count(
             max_workers, "max_workers", minimum=1, too_small="greater than 0", or_none=True
         )
@@ -162,7 +217,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             raise TypeError(f"propagate_context must be a bool, got {describe(propagate_context)}")
         self._propagate_context = propagate_context
         self._thread_name_prefix = thread_name_prefix or (
-            f"ThreadPoolExecutor-{self._counter()}"
+            f"ThreadPoolExecutor-{self._counter()}"  # type: ignore[attr-defined]
         )
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
@@ -192,12 +247,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     # -- submitting -----------------------------------------------------
 
     def _check_open(self) -> None:
+        # `from None`: called where the core refused a call, this is the
+        # error the caller gets, alone, as from the stdlib (not "During
+        # handling of the above exception" under the core's RuntimeError).
         if self._broken:
-            raise BrokenThreadPool(self._broken)
+            raise BrokenThreadPool(self._broken) from None
         if self._shutdown:
-            raise RuntimeError("cannot schedule new futures after shutdown")
+            raise RuntimeError("cannot schedule new futures after shutdown") from None
         if _worker._interpreter_exiting:
-            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown") from None
 
     def _submit(
         self,
@@ -234,13 +292,16 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                         "submit() on an event loop's thread does not wait for room: "
                         "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
                     ) from None
-                if core.in_worker():
-                    self._wait_for_room_on_a_worker()
-                else:
-                    core.wait_for_room()
             except RuntimeError:
                 self._check_open()
                 raise
+            # The queue is full: wait for room outside the `except`, so that
+            # a Ctrl-C (or our own QueueFull) meanwhile is not shown as
+            # raised while handling the core's QueueFull.
+            if core.in_worker():
+                self._wait_for_room_on_a_worker()
+            else:
+                core.wait_for_room()
         if spawn:
             self._spawn(spawn)
         if tracker is not None and waiting_at is not None:
@@ -294,6 +355,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         try:
             spawn = core.submit(future, fn, args, kwargs)
         except (QueueFull, RuntimeError):
+            spawn = None
+        if spawn is None:
+            # Outside the `except`: what _submit raises (or a Ctrl-C while
+            # it waits for room) is not shown as raised while handling the
+            # core's refusal.
             return self._submit(fn, args, kwargs, block=True)
         if spawn:
             self._spawn(spawn)
@@ -349,17 +415,40 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[_T]:
         """Like the stdlib's ``map`` (``chunksize`` is accepted and ignored,
-        as there), with the submissions made in one tight loop."""
+        as there), with the submissions made in one tight loop.
+
+        ``buffersize`` (the standard library's, from Python 3.14; accepted
+        here on every version): at most that many calls are submitted ahead
+        of the result being read, and the iterables are read as the results
+        are, so an endless iterable works."""
         left = check_timeout(timeout)
+        if buffersize is not None:
+            # The standard library's ValueError, word for word.
+            buffersize = check_count(
+                buffersize, "buffersize", minimum=1, too_small="None or > 0", or_none=True
+            )
         end_time = None if left is None else left + time.monotonic()
+        arg_tuples = zip(*iterables)
         if self._broken or self._shutdown or _worker._interpreter_exiting:
-            self._check_open()
-        if self._propagate_context or self._max_queue:
-            futures = [self.submit(fn, *args) for args in zip(*iterables)]
+            # As with the stdlib's map, the error comes with the first call:
+            # mapping over nothing on a shut down executor is no error.
+            if next(arg_tuples, None) is not None:
+                self._check_open()
+        if buffersize is not None:
+            return _buffered_results(self, fn, arg_tuples, buffersize, end_time)
+        if (
+            self._propagate_context
+            or self._max_queue
+            # A subclass's own submit (or one patched onto the instance, as
+            # mock.patch.object does) sees every call, as with the stdlib's map.
+            or getattr(self.submit, "__func__", None) is not ThreadPoolExecutor.submit
+        ):
+            futures = [self.submit(fn, *args) for args in arg_tuples]
         else:
-            futures = self._submit_all(fn, zip(*iterables))
+            futures = self._submit_all(fn, arg_tuples)
 
         def result_iterator() -> Iterator[_T]:
             try:
@@ -404,11 +493,25 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     # -- workers --------------------------------------------------------
 
     def _spawn(self, count: int) -> None:
-        for _ in range(count):
-            slot = self._core.new_worker()
+        for started in range(count):
+            try:
+                self._start_worker()
+            except BaseException:
+                # The core counted every one of them as on its way: those
+                # not started yet give their places back too, or it would
+                # wait for them for good (and never start another).
+                for _ in range(count - started - 1):
+                    self._core.worker_gone()
+                raise
+
+    def _start_worker(self) -> None:
+        slot = self._core.new_worker()
+        thread = None
+        try:
             exited = threading.Event()
             thread = threading.Thread(
-                name=f"{self._thread_name_prefix}_{next(self._thread_numbers)}",
+                # `%s`, as the stdlib names its threads: str() of the prefix.
+                name=f"{self._thread_name_prefix!s}_{next(self._thread_numbers)}",
                 target=_worker._worker_main,
                 args=(
                     self._core,
@@ -428,12 +531,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             self._slots[thread] = slot
             self._exited[thread] = exited
             _worker._live_workers[thread] = (self._core, exited)
-            try:
-                thread.start()
-            except BaseException:
+            thread.start()
+        except BaseException:
+            # No thread (it could not be named, made or started): the
+            # calls it was for stay queued, and the next submit starts a
+            # worker for them, as in the stdlib.
+            if thread is not None:
                 self._forget_thread(thread)
-                self._core.worker_gone()
-                raise
+            self._core.worker_gone()
+            raise
 
     def _drop_thread(self, thread: threading.Thread) -> None:
         with self._threads_lock:
@@ -519,7 +625,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         bytecode boundary (not inside a blocking C call; a broad ``except``
         in the call can swallow it). False if ``future`` is not running here."""
         if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
-            raise TypeError(f"exc_type must be an exception class, got {exc_type!r}")
+            raise TypeError(f"exc_type must be an exception class, got {describe(exc_type)}")
         found = self._slot_running(future)
         if found is None:
             return False
@@ -575,9 +681,17 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def _reset_after_fork(self) -> None:
         """In a forked child only this thread exists: the parent's workers
-        and queue are gone. Queued calls are cancelled (waiters woken) and
+        and queue are gone. Queued calls are cancelled and running ones
+        failed (waiters woken: nothing would ever complete them here), and
         the executor starts fresh workers on demand."""
         old = self._core
+        # The calls the parent's workers were running: in the child they
+        # never finish (their threads are not here), except the one this
+        # thread forked inside of, which goes on here.
+        me = threading.current_thread()
+        orphaned = [
+            slot.running_future for thread, slot in self._slots.items() if thread is not me
+        ]
         self._shutdown_lock = threading.Lock()
         self._room_lock = threading.Lock()
         self._workers_waiting_for_room = 0
@@ -597,12 +711,24 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 continue  # the parent's event loop does not run in the child
             if future.cancel():
                 future.set_running_or_notify_cancel()
+        for future in orphaned:
+            if future is None or future.done():
+                continue
+            try:
+                future.set_exception(
+                    RuntimeError(
+                        "this call was running on a worker thread of the parent process "
+                        "when it forked: it does not run in this child process"
+                    )
+                )
+            except _base.InvalidStateError:
+                pass  # completed meanwhile (by its own callbacks, say)
 
 
 def _after_fork_in_child() -> None:
     global _default_lock
     # A thread that no longer exists may have held these at fork time.
-    _future._state_lock = threading.Lock()
+    _future._state_lock = threading.RLock()
     _default_lock = threading.Lock()
     _worker._live_workers.clear()
     for executor in list(_live_executors):

@@ -101,13 +101,12 @@ class ToolCall:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+            raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
-            raise TypeError(f"fn must be callable, got {self.fn!r} ({type(self.fn).__name__})")
+            raise TypeError(f"fn must be callable, got {describe(self.fn)}")
         if not isinstance(self.arguments, Mapping):
             raise TypeError(
-                f"arguments must be a mapping, got {self.arguments!r} "
-                f"({type(self.arguments).__name__})"
+                f"arguments must be a mapping, got {describe(self.arguments)}"
             )
         # read_only="no" would be truthy and run the call beside its neighbours.
         if not isinstance(self.read_only, bool):
@@ -334,7 +333,7 @@ class ToolRunner:
         for i, c in enumerate(batch):
             if not isinstance(c, ToolCall):
                 raise TypeError(
-                    f"calls[{i}] must be a taut.ToolCall, got {c!r} ({type(c).__name__})"
+                    f"calls[{i}] must be a taut.ToolCall, got {describe(c)}"
                 )
             if c.call_id is not None:
                 # The results carry the ids back: two alike could not be told apart.

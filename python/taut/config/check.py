@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taut import _lazy_import
 from taut.config.files import (
     ConfigFileRefused,
     _capacity_errors,
@@ -54,7 +55,7 @@ class ConfigProblem:
 def _yaml_lines(root: Any) -> dict[tuple[str, ...], int]:
     """Key path -> line of a YAML node graph (already checked: no aliases, and
     nested no deeper than the limit)."""
-    import yaml
+    yaml = _lazy_import.load("yaml")  # counted: fork-safe (see taut._lazy_import)
 
     lines: dict[tuple[str, ...], int] = {}
 

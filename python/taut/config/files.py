@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from taut import _lazy_import
 from taut.config.models import (
     SECTIONS,
     CapacityConfig,
@@ -109,11 +110,15 @@ def _read_text(path: str) -> str:
 
 
 def _yaml_loader() -> type[Any]:
-    import yaml
+    # Third-party imports on first use go through taut's counted lazy load,
+    # so that a fork() from another thread meanwhile cannot leave their
+    # import locks held in the child (see taut._lazy_import).
+    yaml = _lazy_import.load("yaml")
 
     # libyaml's parser when PyYAML has it (much faster, and it caps flow nesting);
     # both are safe loaders: they never construct arbitrary Python objects.
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return loader
 
 
 def _float_never_zeroed(text: str) -> float:
@@ -171,7 +176,7 @@ def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
 
 
 def _check_nodes(root: Any) -> None:
-    import yaml
+    yaml = _lazy_import.load("yaml")
 
     seen: set[int] = set()
     stack = [(root, 1)]
@@ -216,12 +221,10 @@ def _parse_text(path: str, text: str) -> Any:
         if suffix == ".json":
             data = json.loads(text, parse_float=_float_never_zeroed)
         elif sys.version_info >= (3, 11):
-            import tomllib
-
+            tomllib = _lazy_import.load("tomllib")
             data = tomllib.loads(text, parse_float=_float_never_zeroed)
         else:  # pragma: no cover - exercised on 3.9/3.10 only
-            import tomli  # type: ignore[import-not-found, unused-ignore]
-
+            tomli = _lazy_import.load("tomli")
             data = tomli.loads(text, parse_float=_float_never_zeroed)
         _check_depth(data)
         return data
@@ -329,7 +332,8 @@ def _misspelled(
 
 
 def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
-    from pydantic import ValidationError
+    # Counted: fork-safe (see taut._lazy_import).
+    ValidationError = _lazy_import.load_from("pydantic", "ValidationError")
 
     if not isinstance(exc, ValidationError):
         return []

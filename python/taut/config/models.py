@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from taut import _lazy_import
 from taut._core import MAX_TIMEOUT, clamp_timeout
 
 __all__ = [
@@ -77,9 +78,9 @@ _ISO_SHAPE = re.compile(
 
 @functools.lru_cache(maxsize=1)
 def _timedelta_parser() -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(timedelta)
+    # Counted: pydantic imports TypeAdapter's module on first access (fork-safe,
+    # see taut._lazy_import).
+    return _lazy_import.load_from("pydantic", "TypeAdapter")(timedelta)
 
 
 def _iso_seconds(text: str) -> tuple[bool, float | None, str]:

@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any
 
+from taut import _lazy_import
 from taut.deadline import fail_at
 
 __all__ = ["DaskStarts", "Terms", "dask_client", "run_remote"]
@@ -74,7 +75,7 @@ def _event(name: str) -> Any:
 
 
 def _client_event(name: str, client: Any) -> Any:
-    import distributed
+    distributed = _lazy_import.load("distributed")  # counted: fork-safe
 
     # Any: distributed has no type information for Event.
     event: Any = distributed.Event

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
+from taut import _lazy_import
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
 from taut.gather.remote import DaskStarts, Terms, run_remote
@@ -335,8 +336,7 @@ def _dumps_payload(handle: Call[Any]) -> bytes | None:
     except Exception:
         pass
     try:
-        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
+        cloudpickle = _lazy_import.load("cloudpickle")  # counted: fork-safe
         return cast(bytes, cloudpickle.dumps(data))
     except Exception:  # cloudpickle is optional: without it the call cannot travel
         return None

@@ -12,6 +12,7 @@ import threading
 import weakref
 from typing import Any, Callable, TypeVar
 
+from taut import _lazy_import
 from taut._checks import int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
@@ -51,7 +52,8 @@ _live: weakref.WeakSet[PostgresJournal] = weakref.WeakSet()
 
 def _import_psycopg() -> Any:
     try:
-        import psycopg
+        # Counted: fork-safe (see taut._lazy_import).
+        psycopg = _lazy_import.load("psycopg")
     except ImportError as exc:
         raise ImportError(
             "taut.PostgresJournal needs psycopg 3: pip install 'taut[postgres]' "

@@ -531,6 +531,16 @@ MUTATIONS = [
             "test_a_command_done_long_before_the_deadline_is_not_timed_out_when_first_seen_late",
         ),
     ),
+    Mutation(
+        "fork-copies-a-module-lock-another-thread-holds",
+        "python/taut/_fork_locks.py",
+        "        lock._at_fork_reinit()  # type: ignore[attr-defined]",
+        "        pass",
+        (
+            "tests/test_fork_safety.py::"
+            "test_child_forked_while_another_thread_holds_tauts_module_locks_gets_them_free",
+        ),
+    ),
 ]
 
 

@@ -311,3 +311,88 @@ def test_every_import_inside_a_function_goes_through_the_counted_lazy_load() -> 
                     if foreign:
                         offenders.append(f"{relative}:{node.lineno}: import {', '.join(foreign)}")
     assert offenders == []
+
+
+_FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS = textwrap.dedent(
+    """
+    import os, signal, threading, time, warnings
+    warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+    import taut, taut.config.files, taut.gather
+    from taut import _fork_locks
+
+    locks = list(_fork_locks._locks)
+    assert len(locks) >= 5, locks
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        # As a thread reading a config file holds the files' lock meanwhile.
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        release.wait()
+        for lock in locks:
+            lock.release()
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(30)
+    threading.Timer(1.0, release.set).start()
+    pid = os.fork()  # waits for the holder to let go
+    if pid == 0:
+        signal.alarm(20)  # the child would otherwise hang for good
+        free = all(lock.acquire(timeout=5) for lock in locks)
+        os._exit(0 if free else 3)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print(os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("child hung")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_child_forked_while_another_thread_holds_tauts_module_locks_gets_them_free() -> None:
+    # taut's module-level locks (the config files' cache, the loop wakers,
+    # the gather's call states...) copied held into a child, by a thread the
+    # child does not have: its first use of them waited for good.
+    _assert_child_exited_cleanly(_FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS, 90)
+
+
+# Module-level locks that their own module's after-fork hook makes anew.
+_RENEWED_BY_THEIR_MODULE = {
+    ("journal/lease.py", "_lock"),
+    ("_lazy_import.py", "_loads"),
+    ("executor.py", "_default_lock"),
+    ("_future.py", "_state_lock"),
+}
+
+
+def test_every_module_level_lock_is_fork_safe() -> None:
+    # The hazard above for any lock made at import: it must come from
+    # fork_safe_lock() or be renewed by its module's own after-fork hook.
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+    if not os.path.isdir(root):
+        pytest.skip("sources not present (installed from a wheel)")
+    found = set()
+    for folder, _, names in os.walk(os.path.join(root, "taut")):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in tree.body:
+                value = getattr(node, "value", None)
+                if not isinstance(value, ast.Call):
+                    continue
+                made = ast.unparse(value.func)
+                if made.startswith("threading.") and made[10:] in ("Lock", "RLock", "Condition"):
+                    target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                    rel = os.path.relpath(path, os.path.join(root, "taut")).replace(os.sep, "/")
+                    found.add((rel, ast.unparse(target)))
+    assert found == _RENEWED_BY_THEIR_MODULE

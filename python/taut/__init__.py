@@ -19,6 +19,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from taut import (
+    _fork_locks,  # noqa: F401  (first: its fork hooks run before the others)
     _lazy_import,
     _timer,  # noqa: F401  (fork and exit hooks of the timer thread)
 )

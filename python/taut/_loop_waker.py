@@ -39,12 +39,12 @@ import concurrent.futures
 import functools
 import socket
 import sys
-import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 from taut._core import Deadline, LoopChannel
+from taut._fork_locks import fork_safe_lock
 
 __all__ = ["LoopWaker", "Owner", "Watch", "last", "waker_for"]
 
@@ -272,7 +272,7 @@ def awaitable_error(exc: BaseException) -> BaseException:
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
-_wakers_lock = threading.Lock()
+_wakers_lock = fork_safe_lock()
 # The last loop looked up, its waker's ``arm``, and whether that loop tells
 # which thread runs it: read directly by deadline scopes, which arm through
 # it when their loop is that one. Most programs run one loop, and a

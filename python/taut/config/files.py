@@ -21,7 +21,6 @@ import os
 import re
 import stat
 import sys
-import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from taut import _lazy_import
+from taut._fork_locks import fork_safe_lock
 from taut.config.models import (
     SECTIONS,
     CapacityConfig,
@@ -240,7 +240,7 @@ class _FileState:
 
 
 _files: dict[str, _FileState] = {}
-_files_lock = threading.Lock()
+_files_lock = fork_safe_lock()
 
 
 def _warn(message: str, stacklevel: int) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
+from taut._fork_locks import fork_safe_lock
 from taut.journal import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def nested_argument(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | Non
 COLD, RUNNING, DONE = 0, 1, 2
 # Guards every handle's state transitions: claiming a batch takes all its
 # handles or none, which needs one lock over all of them.
-STATE_LOCK = threading.Lock()
+STATE_LOCK = fork_safe_lock()
 
 
 class Call(Generic[T]):

@@ -32,6 +32,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from taut._fork_locks import fork_safe_lock
+
 __all__ = ["Slots", "check_limiter"]
 
 # A huge remaining time must never reach an OS wait in one piece.
@@ -102,7 +104,7 @@ class Slots:
 
 _releases: queue.SimpleQueue[Any] = queue.SimpleQueue()
 _releaser: threading.Thread | None = None
-_releaser_lock = threading.Lock()
+_releaser_lock = fork_safe_lock()
 
 
 def _release_soon(limiter: Any) -> None:

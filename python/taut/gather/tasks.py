@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
 from taut import _lazy_import
+from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
 from taut.gather.remote import DaskStarts, Terms, run_remote
@@ -179,7 +180,7 @@ class Submission(Protocol):
 
 _task_counter = itertools.count()
 _TASKS: dict[str, Task] = {}
-_TASKS_LOCK = threading.Lock()
+_TASKS_LOCK = fork_safe_lock()
 
 
 class Task:

@@ -20,6 +20,24 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
+# The end of a forking script, in the parent: print the child's exit status
+# (or "child hung", having killed it after 15 s).
+_WAIT_FOR_THE_CHILD = textwrap.dedent(
+    """
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print(os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("child hung")
+    """
+)
+
+
 _FORK_DURING_FIRST_TASK = textwrap.dedent(
     """
     import os, signal, time, warnings
@@ -48,7 +66,6 @@ _FORK_DURING_FIRST_TASK = textwrap.dedent(
 )
 
 
-
 def _assert_child_exited_cleanly(script: str, timeout: float, what: str = "child") -> None:
     """Run ``script`` in a fresh interpreter; it prints its forked child's
     exit status, which must be 0 (as must its own)."""
@@ -57,6 +74,7 @@ def _assert_child_exited_cleanly(script: str, timeout: float, what: str = "child
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0", f"{what}: child exit status {proc.stdout.strip()}"
+
 
 @pytest.mark.timeout(180)
 def test_child_forked_during_the_first_tasks_gets_results() -> None:
@@ -86,8 +104,9 @@ def test_no_lazy_once_cells_in_the_rust_bindings() -> None:
     assert offenders == []
 
 
-_FORK_DURING_A_LAZY_IMPORT = textwrap.dedent(
-    """
+_FORK_DURING_A_LAZY_IMPORT = (
+    textwrap.dedent(
+        """
     import importlib.abc, os, signal, sys, threading, time, warnings
     warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
     import taut
@@ -115,17 +134,9 @@ _FORK_DURING_A_LAZY_IMPORT = textwrap.dedent(
         with taut.move_on_after(5):
             pass
         os._exit(0)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            print(os.waitstatus_to_exitcode(status))
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        print("child hung")
     """
+    )
+    + _WAIT_FOR_THE_CHILD
 )
 
 
@@ -183,8 +194,9 @@ def test_child_forked_inside_a_call_ends_when_the_call_does(how: str) -> None:
     _assert_child_exited_cleanly(script, 90)
 
 
-_FORK_DURING_A_THIRD_PARTY_IMPORT = textwrap.dedent(
-    """
+_FORK_DURING_A_THIRD_PARTY_IMPORT = (
+    textwrap.dedent(
+        """
     import importlib.abc, os, signal, sys, tempfile, threading, time, warnings
     warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
     import taut
@@ -230,17 +242,9 @@ _FORK_DURING_A_THIRD_PARTY_IMPORT = textwrap.dedent(
         signal.alarm(20)  # the child would otherwise hang for good
         use()
         os._exit(0)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            print(os.waitstatus_to_exitcode(status))
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        print("child hung")
     """
+    )
+    + _WAIT_FOR_THE_CHILD
 )
 
 
@@ -313,8 +317,9 @@ def test_every_import_inside_a_function_goes_through_the_counted_lazy_load() -> 
     assert offenders == []
 
 
-_FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS = textwrap.dedent(
-    """
+_FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS = (
+    textwrap.dedent(
+        """
     import os, signal, threading, time, warnings
     warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
     import taut, taut.config.files, taut.gather
@@ -341,17 +346,9 @@ _FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS = textwrap.dedent(
         signal.alarm(20)  # the child would otherwise hang for good
         free = all(lock.acquire(timeout=5) for lock in locks)
         os._exit(0 if free else 3)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            print(os.waitstatus_to_exitcode(status))
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        print("child hung")
     """
+    )
+    + _WAIT_FOR_THE_CHILD
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from hypothesis import settings
 
 # Hypothesis fails an example that takes longer than 200 ms by default: a
@@ -9,3 +11,11 @@ from hypothesis import settings
 # test_config's junk test at 454 ms). The tests' own bounds stay lopsided.
 settings.register_profile("taut", deadline=None)
 settings.load_profile("taut")
+
+# A run started in the background by a shell without job control (`cmd &` in
+# a script, nohup) inherits SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler: the tests of Ctrl-C would fail for want of one.
+# Installed here, the handler also reaches the interpreters the tests start
+# (exec resets a handled signal to its default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -23,6 +23,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::convert::Infallible;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering as AO};
@@ -354,11 +355,7 @@ impl Entry {
     /// Wait until the deadline fires (true), is cancelled (false) or
     /// `timeout` passes (false). Wakes by unpark, not by polling.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        match self.wait_interruptible::<std::convert::Infallible>(timeout, Duration::MAX, || Ok(()))
-        {
-            Ok(expired) => expired,
-            Err(never) => match never {},
-        }
+        wait_unchecked(|check| self.wait_interruptible(timeout, Duration::MAX, check))
     }
 
     /// [`Entry::wait`] that wakes at least every `slice` to call `check`
@@ -382,18 +379,39 @@ impl Entry {
             if !self.is_pending() {
                 return Ok(self.is_expired());
             }
-            let now = Instant::now();
-            let left = match until {
-                Some(u) if now >= u => return Ok(false),
-                Some(u) => u - now,
-                None => Duration::MAX,
+            let Some(pause) = next_pause(until, slice) else {
+                return Ok(false);
             };
-            thread::park_timeout(left.min(slice).min(Duration::from_secs(3600)));
+            thread::park_timeout(pause);
             if !self.is_pending() {
                 return Ok(self.is_expired());
             }
             check()?;
         }
+    }
+}
+
+/// How long a wait ending at `until` (None: never) sleeps next, waking at
+/// least every `slice` (and every hour: some platforms' waits take no
+/// longer); None once `until` has passed.
+pub(crate) fn next_pause(until: Option<Instant>, slice: Duration) -> Option<Duration> {
+    let left = match until {
+        Some(u) => u
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())?,
+        None => Duration::MAX,
+    };
+    Some(left.min(slice).min(Duration::from_secs(3600)))
+}
+
+/// A `wait_interruptible` run with no check at all (it cannot fail): the
+/// plain `wait` of the waits that have both.
+pub(crate) fn wait_unchecked<T>(
+    wait: impl FnOnce(fn() -> Result<(), Infallible>) -> Result<T, Infallible>,
+) -> T {
+    match wait(|| Ok(())) {
+        Ok(value) => value,
+        Err(never) => match never {},
     }
 }
 

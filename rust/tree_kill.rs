@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::proctree::{self, Outcome};
-use crate::timer::Entry;
+use crate::timer::{next_pause, wait_unchecked, Entry};
 
 /// Where an armed kill stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,11 +77,7 @@ impl KillReport {
 
     /// Wait until the report is settled (true) or `timeout` passes (false).
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        match self.wait_interruptible::<std::convert::Infallible>(timeout, Duration::MAX, || Ok(()))
-        {
-            Ok(settled) => settled,
-            Err(never) => match never {},
-        }
+        wait_unchecked(|check| self.wait_interruptible(timeout, Duration::MAX, check))
     }
 
     /// [`KillReport::wait`] that wakes at least every `slice` to call `check`
@@ -99,14 +95,9 @@ impl KillReport {
                 if *state != KillState::Pending {
                     return Ok(true);
                 }
-                let left = match until {
-                    Some(u) => match u.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => left,
-                        _ => return Ok(false),
-                    },
-                    None => Duration::MAX,
+                let Some(pause) = next_pause(until, slice) else {
+                    return Ok(false);
                 };
-                let pause = left.min(slice).min(Duration::from_secs(3600));
                 let (state, _) = self
                     .settled
                     .wait_timeout(state, pause)

@@ -374,10 +374,11 @@ class Future(_cf.Future[_T]):
         return True
 
 
-def _result_or_cancel(future: _cf.Future[_T], timeout: float | None) -> _T:
-    """The result, cancelling the future if waiting fails (timeout, Ctrl-C)."""
+def _result_or_cancel(future: _cf.Future[_T], end_time: float | None) -> _T:
+    """The result, waited for until ``end_time`` (``time.monotonic()``; None:
+    no limit), cancelling the future if waiting fails (timeout, Ctrl-C)."""
     try:
-        return future.result(timeout)
+        return future.result(None if end_time is None else end_time - time.monotonic())
     except BaseException:
         future.cancel()
         raise

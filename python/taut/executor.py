@@ -159,10 +159,7 @@ def _buffered_results(
                     submitter = args = None  # held across no yield
                 # Popped inside the call: no reference to a result once
                 # it is yielded (bpo-14406).
-                if end_time is None:
-                    yield _result_or_cancel(pending.popleft(), None)
-                else:
-                    yield _result_or_cancel(pending.popleft(), end_time - time.monotonic())
+                yield _result_or_cancel(pending.popleft(), end_time)
         finally:
             for future in pending:
                 future.cancel()
@@ -456,10 +453,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 while futures:
                     # Popped inside the call, so the iterator keeps no
                     # reference to a result once it is yielded (bpo-14406).
-                    if end_time is None:
-                        yield _result_or_cancel(futures.pop(), None)
-                    else:
-                        yield _result_or_cancel(futures.pop(), end_time - time.monotonic())
+                    yield _result_or_cancel(futures.pop(), end_time)
             finally:
                 for future in futures:
                     future.cancel()

@@ -90,6 +90,21 @@ def test_shutdown_cancel_futures_runs_calls_a_worker_was_started_for():
     assert running.result(LONG) is True
 
 
+def _run_forking_script(code: str) -> list[str]:
+    """Run ``code`` (it forks) in a fresh interpreter; the words it printed.
+    Python 3.12+ warns about any fork of a multi-threaded process; that
+    warning is expected here, anything else on stderr is a failure."""
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout.split()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_cancels_the_parents_queued_calls_quietly():
     """CPython's test_hang_global_shutdown_lock forks with a pool alive: the
@@ -111,17 +126,7 @@ def test_forked_child_cancels_the_parents_queued_calls_quietly():
         gate.set()
         print("child", os.waitstatus_to_exitcode(status), "parent", queued.result(30))
         """
-    result = subprocess.run(
-        # Python 3.12+ warns about any fork of a multi-threaded process; that
-        # warning is expected here, anything else on stderr is a failure.
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["child", "0", "parent", "32"]
-    assert result.stderr == ""
+    assert _run_forking_script(code) == ["child", "0", "parent", "32"]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -149,15 +154,7 @@ def test_forked_child_fails_the_parents_running_calls_instead_of_hanging_on_them
         gate.set()
         print("child", os.waitstatus_to_exitcode(status), "parent", running.result(30))
         """
-    result = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["child", "0", "parent", "True"]
-    assert result.stderr == ""
+    assert _run_forking_script(code) == ["child", "0", "parent", "True"]
 
 
 # -- asyncio ------------------------------------------------------------------

@@ -76,10 +76,14 @@ pub enum Refused<J> {
 pub struct Submitted {
     /// The job's sequence number, its identity inside the pool.
     pub seq: u64,
-    /// How many worker threads the caller must start: usually 0 or 1, more
-    /// when earlier calls left their wake-ups owed (`submit_waking`) and no
-    /// parked worker is left to wake for them.
+    /// How many worker threads this submission asked for: usually 0 or 1,
+    /// more when earlier calls left their wake-ups owed (`submit_waking`)
+    /// and no parked worker is left to wake for them.
     pub spawn: usize,
+    /// Worker starts asked for and not claimed yet (`claim_start`), this
+    /// submission's included: those an interrupted caller never got to are
+    /// claimed by the next one.
+    pub unclaimed: usize,
     /// `Some(position)` (1-based) when the job cannot start at once.
     pub waiting_at: Option<usize>,
 }
@@ -158,6 +162,12 @@ struct State<J> {
     notified: usize,
     /// Worker threads the caller was told to start that have not arrived.
     starting: usize,
+    /// Of those, the starts no caller has claimed yet (`claim_start`). The
+    /// caller asked to start a thread may be interrupted before it does
+    /// (a Ctrl-C lands between any two bytecodes): the start stays owed
+    /// here, and whoever submits next claims it, instead of the pool
+    /// waiting for good for a thread nobody starts.
+    unclaimed: usize,
     running: usize,
     shutdown: bool,
     stats: Stats,
@@ -249,6 +259,7 @@ impl<J> Pool<J> {
                 parked: 0,
                 notified: 0,
                 starting: 0,
+                unclaimed: 0,
                 running: 0,
                 shutdown: false,
                 stats: Stats::default(),
@@ -357,6 +368,7 @@ impl<J> Pool<J> {
         self.queued.store(st.queue.len(), Ordering::Release);
         let top_up = Self::top_up_waking(&mut st, wake);
         let spawn = top_up.spawn;
+        let unclaimed = st.unclaimed;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
         let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
@@ -371,6 +383,7 @@ impl<J> Pool<J> {
             Submitted {
                 seq,
                 spawn,
+                unclaimed,
                 waiting_at,
             },
             top_up.owed,
@@ -750,6 +763,7 @@ impl<J> Pool<J> {
             } else if st.workers < st.max_workers {
                 st.workers += 1;
                 st.starting += 1;
+                st.unclaimed += 1;
                 top_up.spawn += 1;
             } else {
                 break;
@@ -853,8 +867,33 @@ impl<J> Pool<J> {
         !result.timed_out()
     }
 
-    /// A worker thread that never reached the loop (its initializer failed,
-    /// or starting the thread failed) gives back its place.
+    /// Claim one of the worker starts the pool asked for: true if one was
+    /// owed, and the caller must now start its thread (or `unclaim_start`).
+    /// One at a time, so two callers never start a thread for one place.
+    pub fn claim_start(&self) -> bool {
+        let mut st = self.lock();
+        if st.unclaimed == 0 {
+            return false;
+        }
+        st.unclaimed -= 1;
+        true
+    }
+
+    /// A claimed start whose thread was never made: the start is owed
+    /// again, for the next caller to claim. The place stays counted
+    /// (`workers`, `starting`), so nothing starts beyond the ceiling.
+    pub fn unclaim_start(&self) {
+        let mut st = self.lock();
+        st.unclaimed += 1;
+    }
+
+    /// Worker starts owed and not claimed (see `claim_start`).
+    pub fn unclaimed(&self) -> usize {
+        self.lock().unclaimed
+    }
+
+    /// A worker thread that was started but never reached the loop (its
+    /// initializer failed) gives back its place.
     pub fn worker_gone(&self) {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);

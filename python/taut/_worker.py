@@ -136,7 +136,6 @@ def _work(slot: WorkerSlot) -> None:
 
 
 def _worker_main(
-    core: PoolCore,
     slot: WorkerSlot,
     exited: threading.Event,
     initializer: Callable[..., object] | None,
@@ -149,7 +148,7 @@ def _worker_main(
                 initializer(*initargs)
             except BaseException:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=True)
-                core.worker_gone()
+                slot.leave()
                 executor = executor_ref()
                 if executor is not None:
                     executor._initializer_failed()

@@ -786,6 +786,7 @@ impl<J> Pool<J> {
     pub fn resize(&self, max_workers: usize) -> usize {
         let mut st = self.lock();
         st.max_workers = max_workers;
+        Self::drop_surplus_starts(&mut st);
         let top_up = Self::top_up_waking(&mut st, true);
         let shrunk = st.workers > st.max_workers;
         drop(st);
@@ -868,10 +869,12 @@ impl<J> Pool<J> {
     }
 
     /// Claim one of the worker starts the pool asked for: true if one was
-    /// owed, and the caller must now start its thread (or `unclaim_start`).
-    /// One at a time, so two callers never start a thread for one place.
+    /// owed, and the caller must now start its thread (or, if it never
+    /// does, give the place back: `worker_gone`). One at a time, so two
+    /// callers never start a thread for one place.
     pub fn claim_start(&self) -> bool {
         let mut st = self.lock();
+        Self::drop_surplus_starts(&mut st);
         if st.unclaimed == 0 {
             return false;
         }
@@ -879,12 +882,13 @@ impl<J> Pool<J> {
         true
     }
 
-    /// A claimed start whose thread was never made: the start is owed
-    /// again, for the next caller to claim. The place stays counted
-    /// (`workers`, `starting`), so nothing starts beyond the ceiling.
-    pub fn unclaim_start(&self) {
-        let mut st = self.lock();
-        st.unclaimed += 1;
+    /// Starts still unclaimed when the ceiling came down (`resize`) are
+    /// not made: a thread started for one would only retire.
+    fn drop_surplus_starts(st: &mut State<J>) {
+        let surplus = st.unclaimed.min(st.workers.saturating_sub(st.max_workers));
+        st.unclaimed -= surplus;
+        st.workers -= surplus;
+        st.starting = st.starting.saturating_sub(surplus);
     }
 
     /// Worker starts owed and not claimed (see `claim_start`).
@@ -892,8 +896,9 @@ impl<J> Pool<J> {
         self.lock().unclaimed
     }
 
-    /// A worker thread that was started but never reached the loop (its
-    /// initializer failed) gives back its place.
+    /// A claimed worker start that never reached the loop (its thread was
+    /// never made, or its initializer failed) gives back its place: the
+    /// calls it was for are topped up for by the next submission.
     pub fn worker_gone(&self) {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);
@@ -959,6 +964,12 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::thread;
+
+    /// The caller claims the worker starts it was asked for (its threads
+    /// then count as started: a shrink retires them, not the starts).
+    fn claim_every_start<J>(pool: &Pool<J>) {
+        while pool.claim_start() {}
+    }
 
     fn job(t: Take<u32>) -> Option<u32> {
         match t {
@@ -1081,6 +1092,7 @@ mod tests {
         }
         assert_eq!(pool.resize(3), 2);
         assert_eq!(pool.stats().workers, 3);
+        claim_every_start(&pool);
         pool.resize(1);
         assert_eq!(pool.try_take(), Take::Exit);
         assert_eq!(pool.try_take(), Take::Exit);
@@ -1797,6 +1809,7 @@ mod tests {
         for i in 0..2 {
             pool.submit(i, false).unwrap();
         }
+        claim_every_start(&pool);
         for _ in 0..2 {
             assert!(job(pool.first_take(None)).is_some());
             pool.done(true);
@@ -1881,5 +1894,62 @@ mod tests {
             1,
             "its place is free again"
         );
+    }
+
+    #[test]
+    fn a_start_nobody_claimed_is_reported_to_the_next_submission() {
+        // The caller told to start a thread was interrupted before it
+        // claimed the start: the next submission is told of it, and one
+        // claim (only) makes it good.
+        let pool = Pool::new(1, 0);
+        let s = pool.submit(0, false).unwrap();
+        assert_eq!((s.spawn, s.unclaimed), (1, 1));
+        let s = pool.submit(1, false).unwrap();
+        assert_eq!(
+            (s.spawn, s.unclaimed),
+            (0, 1),
+            "still owed, not asked again"
+        );
+        assert!(pool.claim_start());
+        assert!(!pool.claim_start(), "one thread per place");
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 1));
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.try_take()), Some(1));
+    }
+
+    #[test]
+    fn a_claimed_start_given_back_is_asked_for_again() {
+        // Its thread was never made: the place is free, and the next
+        // submission asks for a thread for the calls still queued.
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(pool.claim_start());
+        pool.worker_gone();
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 0));
+        let s = pool.submit(1, false).unwrap();
+        assert_eq!((s.spawn, s.unclaimed), (1, 1));
+        assert!(pool.claim_start());
+        assert_eq!(job(pool.first_take(None)), Some(0));
+    }
+
+    #[test]
+    fn shrinking_drops_the_starts_nobody_claimed() {
+        // A thread started for one would only retire, and live threads
+        // would outnumber the new ceiling meanwhile.
+        let pool = Pool::new(3, 0);
+        for i in 0..3 {
+            pool.submit(i, false).unwrap();
+        }
+        assert!(pool.claim_start());
+        assert!(job(pool.first_take(None)).is_some());
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (2, 3));
+        pool.resize(2);
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (1, 2));
+        pool.resize(1);
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 1));
+        assert!(!pool.claim_start());
+        // The one worker takes the rest in turn.
+        assert_eq!(job(pool.done_and_try_take(true)), Some(1));
+        assert_eq!(job(pool.done_and_try_take(true)), Some(2));
     }
 }

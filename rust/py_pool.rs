@@ -382,7 +382,7 @@ pub struct WorkerSlot {
     abandoned: AtomicBool,
     interrupted: AtomicBool,
     /// True from `PoolCore.claim` until the worker thread reports in
-    /// (`take`) or the start is given back (`give_back`, or dropping a slot
+    /// (`take`) or the place is given back (`give_back`, or dropping a slot
     /// no thread reported in for). Whichever comes first wins, so a thread
     /// is never counted twice, nor a place lost for good.
     start_pending: AtomicBool,
@@ -392,19 +392,19 @@ impl Drop for WorkerSlot {
     fn drop(&mut self) {
         // The thread meant to report in with this slot never did, and now
         // never can: an interrupt cut its start short (before or inside
-        // `Thread.start`). Its place is owed again, for the next claim. In
-        // a forked child the pool is never touched (see `orphaned`).
+        // `Thread.start`) where Python could not give the place back. In a
+        // forked child the pool is never touched (see `orphaned`).
         if !self.shared.orphaned.load(Ordering::Acquire) {
-            self.give_back_start();
+            self.give_back_place();
         }
     }
 }
 
 impl WorkerSlot {
-    fn give_back_start(&self) -> bool {
+    fn give_back_place(&self) -> bool {
         let pending = self.start_pending.swap(false, Ordering::AcqRel);
         if pending {
-            self.shared.pool.unclaim_start();
+            self.shared.pool.worker_gone();
         }
         pending
     }
@@ -643,22 +643,13 @@ impl WorkerSlot {
         self.step(py, take, &mut StateLock::new(py, &self.shared.names))
     }
 
-    /// The thread claimed for this slot will never report in (`take`): its
-    /// start is owed again, for the next claim. False (and nothing done)
-    /// if the thread reported in already, or the start was given back.
+    /// The thread claimed for this slot will never report in (`take`): it
+    /// was never made, or its initializer failed. Its place is free again,
+    /// and the next submission starts a worker for the calls it was for.
+    /// False (and nothing done) if the thread reported in already, or the
+    /// place was given back before.
     fn give_back(&self) -> bool {
-        self.give_back_start()
-    }
-
-    /// The thread started but leaves before its first `take` (its
-    /// initializer failed): its place is free again. False if it was no
-    /// longer counted (its start was given back).
-    fn leave(&self) -> bool {
-        let pending = self.start_pending.swap(false, Ordering::AcqRel);
-        if pending {
-            self.shared.pool.worker_gone();
-        }
-        pending
+        self.give_back_place()
     }
 
     /// After a `False` step: wait (GIL released) for work.
@@ -772,7 +763,7 @@ impl PoolCore {
     /// or None when no start is owed. The caller starts the thread; a slot
     /// whose thread never reports in gives its place back (`give_back`, or
     /// when it is dropped), so an interrupted start is made good by the
-    /// next caller rather than lost.
+    /// next submission rather than lost.
     fn claim(&self) -> Option<WorkerSlot> {
         if self.shared.orphaned.load(Ordering::Acquire) || !self.shared.pool.claim_start() {
             return None;

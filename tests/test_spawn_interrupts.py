@@ -187,3 +187,32 @@ def test_an_interrupt_after_thread_start_started_the_thread(
         executor.submit(ran.append, 1)
     monkeypatch.undo()
     _calls_all_run(executor, ran)
+
+
+def test_a_start_left_owed_is_dropped_when_the_ceiling_comes_down() -> None:
+    # An interrupted submit left its worker start owed; the ceiling then
+    # comes down to the one worker running. That start is not made (a
+    # thread beyond the new ceiling), and the running worker stays on for
+    # the queued call instead of retiring as if it were the surplus.
+    ex = taut.ThreadPoolExecutor(2, thread_name_prefix=f"spawnsafe{next(_executors)}")
+    gate = threading.Event()
+    try:
+        blocking = ex.submit(gate.wait, LONG)
+        wait_until(lambda: ex.stats().running == 1)
+        ran: list[int] = []
+        spawn = ThreadPoolExecutor._spawn.__code__
+        fired = _interrupt_at(lambda frame, event, _: event == "call" and frame.f_code is spawn)
+        with pytest.raises(KeyboardInterrupt):
+            ex.submit(ran.append, 1)
+        sys.setprofile(None)
+        assert fired
+        ex.resize(1)
+        assert _live_workers(ex) == 1
+        gate.set()
+        assert blocking.result(LONG)
+        assert ex.submit(_live_workers, ex).result(LONG) == 1
+        wait_until(lambda: ran == [1])
+    finally:
+        sys.setprofile(None)
+        gate.set()
+        ex.shutdown(wait=False, cancel_futures=True)

@@ -302,14 +302,11 @@ class WorkerSlot:
 
     def take(self) -> Any:
         """The first step; waits (GIL released) until there is work. None
-        (exit) if the start was given back before the thread reported in."""
+        (exit) if the place was given back before the thread reported in."""
     def give_back(self) -> bool:
-        """The thread claimed for this slot will never report in: its start
-        is owed again, for the next claim (dropping such a slot does the
-        same). False if the thread reported in already."""
-    def leave(self) -> bool:
-        """The thread started but leaves before its first ``take`` (its
-        initializer failed): its place is free. False if it no longer counted."""
+        """The thread claimed for this slot will never report in (never made,
+        or its initializer failed): its place is free again (dropping such
+        a slot does the same). False if the thread reported in already."""
     def park(self) -> Any:
         """After a ``False`` step: wait (GIL released) for work."""
     def ok(self, value: Any) -> Any:
@@ -375,7 +372,7 @@ class PoolCore:
     def claim(self) -> WorkerSlot | None:
         """Claim one worker start the pool owes (submissions return how many
         are unclaimed): the slot for the new thread, or None when none is
-        owed. A slot whose thread never reports in gives its start back."""
+        owed. A slot whose thread never reports in gives its place back."""
     def submit(
         self,
         future: Any,

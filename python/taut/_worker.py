@@ -148,7 +148,7 @@ def _worker_main(
                 initializer(*initargs)
             except BaseException:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=True)
-                slot.leave()
+                slot.give_back()
                 executor = executor_ref()
                 if executor is not None:
                     executor._initializer_failed()

@@ -112,7 +112,7 @@ def _thread_exists(thread: threading.Thread, error: BaseException) -> bool:
     reached), made the thread: it reported in, or ``start`` was waiting for
     it to (an interrupt in that wait leaves a thread that runs anyway).
     An interrupt landing between the thread being made and that wait is
-    taken for "not made": such a thread finds its start given back and
+    taken for "not made": such a thread finds its place given back and
     exits before taking any work (``WorkerSlot.take``)."""
     if thread._started.is_set():  # type: ignore[attr-defined]
         return True
@@ -522,8 +522,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """Claim one worker start and start its thread; False if none is
         owed. A Ctrl-C (or any asynchronous exception) may land between any
         two bytecodes here: a start it cuts short before the thread exists
-        is given back to the core, which owes it to the next caller; a
-        thread that does exist keeps its place and takes work as usual."""
+        gives its place back (the next submission starts a worker for the
+        calls it was for); a thread that does exist keeps its place."""
         slot = thread = None
         try:
             slot = self._core.claim()
@@ -553,9 +553,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             _worker._live_workers[thread] = (self._core, exited)
             thread.start()
         except BaseException as error:
-            # Given back first: a second Ctrl-C may cut this short too (and
-            # if it does, the slot gives its start back when it is dropped).
-            if slot is not None and not (thread is not None and _thread_exists(thread, error)):
+            # The place goes back unless the thread exists (it then reports
+            # in and works as usual). Should a second Ctrl-C cut this short,
+            # the slot gives its place back once it is dropped.
+            if slot is not None and (thread is None or not _thread_exists(thread, error)):
                 slot.give_back()
                 if thread is not None:
                     self._forget_thread(thread)

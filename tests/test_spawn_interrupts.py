@@ -56,14 +56,21 @@ def _live_workers(ex: ThreadPoolExecutor) -> int:
     return sum(t.is_alive() for t in threading.enumerate() if t.name.startswith(prefix))
 
 
-def _calls_all_run(ex: ThreadPoolExecutor, interrupted: list[int]) -> None:
+def _calls_all_run(ex: ThreadPoolExecutor, interrupted: list[int]) -> set[str]:
     """The call queued by the interrupted submit runs, and so do later ones,
-    on one worker thread at a time."""
-    later = [ex.submit(lambda i=i: interrupted.append(i) or _live_workers(ex)) for i in (2, 3)]
-    assert [f.result(LONG) for f in later] == [1, 1]
+    on one worker thread at a time. Returns the names of the threads the
+    later ones ran on."""
+
+    def call(i: int) -> tuple[str, int]:
+        interrupted.append(i)
+        return threading.current_thread().name, _live_workers(ex)
+
+    later = [ex.submit(call, i).result(LONG) for i in (2, 3)]
+    assert [live for _, live in later] == [1, 1]
     wait_until(lambda: sorted(interrupted) == [1, 2, 3])
     assert _live_workers(ex) <= 1
     assert ex.stats().workers <= 1
+    return {name for name, _ in later}
 
 
 def test_an_interrupt_before_the_worker_start_is_made_good_by_the_next_submit(
@@ -167,7 +174,8 @@ def test_an_interrupt_while_thread_start_waits_for_the_new_thread(
     monkeypatch.undo()
     assert fired and not ran
     may_report_in.set()
-    _calls_all_run(executor, ran)
+    # The thread whose start was interrupted is the one that works.
+    assert _calls_all_run(executor, ran) == {f"{executor._thread_name_prefix}_0"}
 
 
 def test_an_interrupt_after_thread_start_started_the_thread(
@@ -186,7 +194,7 @@ def test_an_interrupt_after_thread_start_started_the_thread(
     with pytest.raises(KeyboardInterrupt):
         executor.submit(ran.append, 1)
     monkeypatch.undo()
-    _calls_all_run(executor, ran)
+    assert _calls_all_run(executor, ran) == {f"{executor._thread_name_prefix}_0"}
 
 
 def test_a_start_left_owed_is_dropped_when_the_ceiling_comes_down() -> None:
@@ -215,4 +223,28 @@ def test_a_start_left_owed_is_dropped_when_the_ceiling_comes_down() -> None:
     finally:
         sys.setprofile(None)
         gate.set()
+        ex.shutdown(wait=False, cancel_futures=True)
+
+
+def test_a_full_queue_starts_the_workers_interrupted_submits_left_owed() -> None:
+    # Two submits interrupted before their worker start fill the bounded
+    # queue: no submission is accepted any more (each would start the owed
+    # worker), so a refused one must start it, or nothing ever makes room.
+    ex = taut.ThreadPoolExecutor(1, max_queue=1, thread_name_prefix=f"spawnsafe{next(_executors)}")
+    ran: list[int] = []
+    spawn = ThreadPoolExecutor._spawn.__code__
+    try:
+        for i in (1, 2):
+            fired = _interrupt_at(lambda frame, event, _: event == "call" and frame.f_code is spawn)
+            with pytest.raises(KeyboardInterrupt):
+                ex.submit(ran.append, i)
+            sys.setprofile(None)
+            assert fired
+        assert not ran
+        with pytest.raises(taut.QueueFull):
+            ex.try_submit(ran.append, 3)
+        wait_until(lambda: ran == [1, 2])
+        assert ex.submit(_live_workers, ex).result(LONG) == 1
+    finally:
+        sys.setprofile(None)
         ex.shutdown(wait=False, cancel_futures=True)

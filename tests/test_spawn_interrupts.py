@@ -19,10 +19,10 @@ from types import FrameType
 from typing import Any, Callable
 
 import pytest
+from tests._waiting import LONG, wait_until
 
 import taut
 from taut.executor import ThreadPoolExecutor
-from tests._waiting import LONG, wait_until
 
 
 def _interrupt_at(is_the_spot: Callable[[FrameType, str, Any], bool]) -> list[bool]:
@@ -117,9 +117,11 @@ def test_an_interrupt_as_the_slot_for_the_thread_is_handed_out(
     ran: list[int] = []
     start_worker = ThreadPoolExecutor._start_worker.__code__
     fired = _interrupt_at(
-        lambda frame, event, arg: event == "c_return"
-        and frame.f_code is start_worker
-        and getattr(arg, "__name__", "") in ("claim", "new_worker")
+        lambda frame, event, arg: (
+            event == "c_return"
+            and frame.f_code is start_worker
+            and getattr(arg, "__name__", "") in ("claim", "new_worker")
+        )
     )
     with pytest.raises(KeyboardInterrupt):
         executor.submit(ran.append, 1)
@@ -163,10 +165,12 @@ def test_an_interrupt_while_thread_start_waits_for_the_new_thread(
     thread_start = threading.Thread.start.__code__
     event_wait = threading.Event.wait.__code__
     fired = _interrupt_at(
-        lambda frame, event, _: event == "call"
-        and frame.f_code is event_wait
-        and frame.f_back is not None
-        and frame.f_back.f_code is thread_start
+        lambda frame, event, _: (
+            event == "call"
+            and frame.f_code is event_wait
+            and frame.f_back is not None
+            and frame.f_back.f_code is thread_start
+        )
     )
     with pytest.raises(KeyboardInterrupt):
         executor.submit(ran.append, 1)

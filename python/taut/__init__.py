@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
 
 from taut import (
     _fork_locks,  # noqa: F401  (first: its fork hooks run before the others)
@@ -31,6 +30,15 @@ from taut.executor import (
     ThreadPoolExecutor,
     default_executor,
 )
+
+# `import taut` imports no `typing`: that alone would cost about as much as
+# the rest of `import taut`. So this module and every module it loads has a
+# TYPE_CHECKING of its own (type checkers take any module-level name
+# TYPE_CHECKING as theirs) and imports from `typing` only what type checkers
+# read; PoolStats is built by taut._named_tuple (tests/test_import.py checks).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
     from taut._asyncio import to_thread

@@ -27,7 +27,6 @@ from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from sys import _getframe
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
@@ -44,11 +43,15 @@ __all__ = [
     "default_executor",
 ]
 
-_T = TypeVar("_T")
-if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; annotations only
-    from typing import ParamSpec
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:  # (typing.ParamSpec is 3.10+: for annotations only)
+    from typing import Any, Callable, NamedTuple, ParamSpec, TypeVar
 
+    _T = TypeVar("_T")
     _P = ParamSpec("_P")
+else:  # typing.NamedTuple's class syntax, for PoolStats
+    from taut._named_tuple import NamedTuple
+
 
 class QueueFull(queue.Full):
     """``try_submit`` found the bounded queue (``max_queue``) full."""

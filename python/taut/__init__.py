@@ -31,11 +31,14 @@ from taut.executor import (
     default_executor,
 )
 
-# `import taut` imports no `typing`: that alone would cost about as much as
-# the rest of `import taut`. So this module and every module it loads has a
-# TYPE_CHECKING of its own (type checkers take any module-level name
-# TYPE_CHECKING as theirs) and imports from `typing` only what type checkers
-# read; PoolStats is built by taut._named_tuple (tests/test_import.py checks).
+# `import taut` imports no `typing`: with what it pulls in beyond
+# concurrent.futures, it made `import taut` a sixth slower (README). So this
+# module and every module it loads has a TYPE_CHECKING of its own (type
+# checkers take any module-level name TYPE_CHECKING as theirs) and imports
+# from `typing` only what type checkers read; PoolStats is built by
+# taut._named_tuple (tests/test_import.py checks). One consequence:
+# typing.get_type_hints() cannot resolve the annotations of taut's own
+# functions (Any, Callable); users' annotations naming taut's types resolve.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -465,10 +465,16 @@ impl WorkerSlot {
         };
         let shared = &self.shared;
         let names = &shared.names;
-        *self
+        let previous = self
             .current_target
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(job.target.clone_ref(py));
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(job.target.clone_ref(py));
+        // Dropped after the lock is let go (it is None in practice): its
+        // last reference could run a `__del__`, and Python code run while
+        // the record is locked could let another thread fork with it
+        // locked (see `running_future`).
+        drop(previous);
         self.current.store(seq, Ordering::Release);
         self.started_ns
             .store(shared.pool.now_ns(), Ordering::Relaxed);
@@ -671,9 +677,11 @@ impl WorkerSlot {
 
     /// The `taut.Future` of the call this worker runs; None when idle, for
     /// an `executor.run` call (its asyncio future), or when the record is
-    /// locked at this moment. For a forked child, whose copy of the record
-    /// may be locked for good (by a thread the child does not have): so it
-    /// only tries the lock, never waits for it.
+    /// locked at this moment. Read in a forked child too: every lock of the
+    /// record is taken with the GIL held and let go before any Python code
+    /// runs, and a fork happens with the GIL held by the forking thread, so
+    /// the child's copy is never locked. It only tries the lock all the
+    /// same: a copy locked for good would hang the child.
     #[getter]
     fn running_future(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         let guard = self.current_target.try_lock().ok()?;

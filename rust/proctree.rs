@@ -740,17 +740,52 @@ pub fn pipe_inode(link: &[u8]) -> Option<u64> {
 /// The inodes of the pipes `pid` holds open (empty if its descriptors cannot be
 /// read: gone, exited, or another user's).
 pub fn pipes_held_by(pid: i32) -> HashSet<u64> {
-    use std::os::unix::ffi::OsStrExt;
+    pipes_held_under(std::path::Path::new("/proc"), pid)
+}
+
+/// [`pipes_held_by`] with `proc` as the procfs mount (a test passes a fake one).
+///
+/// `PID/fd` is the descriptor table of the process's main thread. Once that
+/// thread has ended while others run on (the process then shows `Z`), it is
+/// empty, though the table the other threads share, with our pipes in it,
+/// lives on: they hold the pipes, and the process must not be missed. So
+/// when it is empty or unreadable, `PID/task/TID/fd` is read instead, for the
+/// first thread that shows one (an ending thread shows none either).
+fn pipes_held_under(proc: &std::path::Path, pid: i32) -> HashSet<u64> {
     let mut out = HashSet::new();
-    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    if pid <= 0 {
+        return out;
+    }
+    let process = proc.join(pid.to_string());
+    if read_pipe_links(&process.join("fd"), &mut out) {
+        return out;
+    }
+    let Ok(tasks) = std::fs::read_dir(process.join("task")) else {
         return out;
     };
+    for task in tasks.flatten() {
+        if read_pipe_links(&task.path().join("fd"), &mut out) {
+            break;
+        }
+    }
+    out
+}
+
+/// Add the pipe inodes that the descriptor links in `dir` name to `out`;
+/// whether `dir` could be read and held any descriptor at all.
+fn read_pipe_links(dir: &std::path::Path, out: &mut HashSet<u64>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut any = false;
     for entry in entries.flatten() {
+        any = true;
         if let Ok(link) = std::fs::read_link(entry.path()) {
             out.extend(pipe_inode(link.as_os_str().as_bytes()));
         }
     }
-    out
+    any
 }
 
 /// The inode of the pipe open as `fd` in this process; `InvalidInput` if `fd`
@@ -1443,6 +1478,52 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(err.to_string().ends_with("(not a pipe)"), "{err}");
         assert!(pipes_held_by(-1).is_empty());
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_ended_shows_its_pipes_through_another_thread() {
+        use std::os::unix::fs::symlink;
+        use std::path::Path;
+        let root = std::env::temp_dir().join(format!(
+            "taut-fake-proc-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let links = |dir: &str, targets: &[(&str, &str)]| {
+            let dir = root.join(dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, target) in targets {
+                symlink(target, dir.join(name)).unwrap();
+            }
+        };
+        // A normal process: its own table, its threads' never read.
+        links("100/fd", &[("0", "/dev/null"), ("1", "pipe:[11]")]);
+        links("100/task/101/fd", &[("1", "pipe:[12]")]);
+        // The main thread has ended: an empty table; an ending thread shows
+        // none either; a live one shows the table they all shared.
+        links("200/fd", &[]);
+        links("200/task/200/fd", &[]);
+        links("200/task/201/fd", &[("1", "pipe:[21]"), ("2", "pipe:[22]")]);
+        // The main thread's table unreadable (here: missing).
+        links("300/task/301/fd", &[("5", "pipe:[31]")]);
+        // No table anywhere.
+        links("400/fd", &[]);
+        links("400/task/400/fd", &[]);
+        let held = |pid| {
+            let mut v: Vec<u64> = pipes_held_under(Path::new(&root), pid)
+                .into_iter()
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(held(100), vec![11]);
+        assert_eq!(held(200), vec![21, 22]);
+        assert_eq!(held(300), vec![31]);
+        assert!(held(400).is_empty());
+        assert!(held(500).is_empty()); // gone
+        assert!(held(0).is_empty() && held(-1).is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -316,6 +316,61 @@ mod tests {
     }
 
     #[test]
+    fn a_grandchild_whose_main_thread_ended_first_still_holds_the_pipe() {
+        // Its main thread ends (pthread_exit) while another sleeps on: its
+        // /proc/PID/fd is then empty, yet its threads still hold our stdout.
+        // The root exits at once, so only the pipe says the call waits on it.
+        let code = "import ctypes, threading, time\n\
+                    threading.Thread(target=time.sleep, args=(30,)).start()\n\
+                    ctypes.CDLL(None).pthread_exit(None)\n";
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("python3 -c \"$CODE\" & echo $!")
+            .env("CODE", code)
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        {
+            use std::io::BufRead;
+            let stdout = child.stdout.as_mut().unwrap();
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .unwrap();
+        }
+        let grandchild = id_of(line.trim().parse().unwrap());
+        let root = id_of(child.id() as i32);
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stat = crate::proctree::read_stat(grandchild.pid).expect("python3 never ran");
+            if stat.state == b'Z' && stat.threads > 1 && !is_running(root) {
+                break;
+            }
+            assert!(
+                Instant::now() < until,
+                "the main thread never ended: {stat:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let inode = stdout_inode(&child);
+        let leader_fds = std::fs::read_dir(format!("/proc/{}/fd", grandchild.pid));
+        assert_eq!(leader_fds.map(|d| d.count()).unwrap_or(0), 0);
+        assert!(crate::proctree::pipes_held_by(grandchild.pid).contains(&inode));
+        let report = kill_now(&child, vec![inode]);
+        let outcome = ran(&report);
+        assert!(!outcome.root_running);
+        assert_eq!(outcome.pipe_holders, vec![grandchild]);
+        assert!(outcome.signalled.contains(&grandchild));
+        assert_eq!(report.found_running(), Some(true));
+        while is_running(grandchild) {
+            assert!(Instant::now() < until, "the grandchild survived");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = child.wait();
+    }
+
+    #[test]
     fn a_pipe_the_caller_has_closed_keeps_nobody_waiting() {
         // The member holds the pipe, but we no longer do: we wait for nothing.
         let mut child = spawn_piped("exec sleep 30");

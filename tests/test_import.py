@@ -9,9 +9,12 @@ machine is noise, the module list is not.
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import os
+import pickle
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,60 @@ def test_the_command_lines_version_loads_none_of_them() -> None:
         "    assert end.code in (0, None), end.code\n"
     )
     assert sorted(set(HEAVY) & loaded) == []
+
+
+def test_import_taut_imports_no_typing() -> None:
+    # `typing` made `import taut` a sixth slower, and `import taut` is meant
+    # to cost what `import concurrent.futures` costs (README).
+    # Using the executor, its futures and their run-time subscripts
+    # (`taut.Future[int]`, in annotations evaluated at run time) needs none;
+    # only `stats()` loads it, with its PoolStats (a typing.NamedTuple).
+    startup = run_python("import sys; print('typing' in sys.modules)")
+    if startup.stdout.strip() != "False":  # a .pth file or sitecustomize imports it
+        pytest.skip(f"this interpreter imports typing at startup: {startup.stdout}{startup.stderr}")
+    loaded = imported_by(
+        "import taut\n"
+        "with taut.ThreadPoolExecutor(2) as ex:\n"
+        "    future = ex.submit(pow, 2, 10)\n"
+        "    assert future.result() == 1024\n"
+        "    assert list(ex.map(abs, [-1, -2])) == [1, 2]\n"
+        "assert taut.Future[int].__origin__ is taut.Future\n"
+    )
+    assert "typing" not in loaded
+
+
+def test_pool_stats_and_run_time_subscripts_are_what_typing_gave() -> None:
+    """``PoolStats`` loads on first use, and taut's TypeVars exist for type
+    checkers only: what users see at run time is what it was when
+    ``import taut`` imported typing."""
+    stats = taut.PoolStats(*range(9))
+    assert type(stats).__mro__ == (taut.PoolStats, tuple, object)
+    fields = "max_workers workers idle running queued completed failed cancelled abandoned"
+    assert taut.PoolStats._fields == tuple(fields.split())
+    assert repr(stats) == (
+        "PoolStats(max_workers=0, workers=1, idle=2, running=3, queued=4, completed=5,"
+        " failed=6, cancelled=7, abandoned=8)"
+    )
+    assert taut.PoolStats.__doc__ == "A snapshot of one executor's pool."
+    assert taut.PoolStats.__module__ == "taut._pool_stats"
+    again = pickle.loads(pickle.dumps(stats))
+    assert type(again) is taut.PoolStats and again == stats
+    assert typing.get_type_hints(taut.PoolStats) == dict.fromkeys(taut.PoolStats._fields, int)
+
+    # Subscripts of the executor's types in annotations evaluated at run time.
+    def handler(
+        pool: taut.ThreadPoolExecutor, pending: taut.Future[int]
+    ) -> concurrent.futures.Future[taut.PoolStats]:
+        raise NotImplementedError
+
+    assert typing.get_type_hints(handler) == {
+        "pool": taut.ThreadPoolExecutor,
+        "pending": taut.Future[int],
+        "return": concurrent.futures.Future[taut.PoolStats],
+    }
+    assert typing.get_args(taut.Future[int]) == (int,)
+    assert typing.get_origin(taut.Future[int]) is taut.Future
+    assert taut.Future.__mro__ == (taut.Future, concurrent.futures.Future, object)
 
 
 def test_the_agent_layer_loads_on_first_use() -> None:
@@ -157,13 +214,14 @@ def test_type_checkers_see_every_lazy_name() -> None:
         ):
             for stmt in node.body:
                 assert isinstance(stmt, ast.ImportFrom) and stmt.module
+                if stmt.module == "typing":
+                    continue  # for annotations (`import taut` imports no typing)
                 for alias in stmt.names:
                     checked[alias.asname or alias.name] = stmt.module
     assert checked == taut._LAZY
     eager = {n for n in taut.__all__ if n not in taut._LAZY}
     assert eager == {
         "Future",
-        "PoolStats",
         "QueueFull",
         "ThreadPoolExecutor",
         "__version__",

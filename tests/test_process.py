@@ -847,6 +847,88 @@ def test_a_graceful_kill_escalates_for_a_process_whose_main_thread_ended_first(
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
+def runs_on(pid: int) -> bool:
+    """Has not exited: also a process whose main thread has ended while others
+    run on, which psutil (and ``running``) take for a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except OSError:
+        return False
+    return fields[0] != b"Z" or int(fields[17]) > 1  # state, num_threads
+
+
+# Forks a process whose main thread ends while another holds stdout (inherited)
+# and, once the main thread is gone, prints the process's pid, then sleeps on.
+# Its /proc/PID/fd is empty from then on: the pipe shows only in
+# /proc/PID/task/TID/fd. With the same first line as the daemon below.
+_HOLDER_WITHOUT_MAIN_THREAD = (
+    "import ctypes, os, threading, time\n"
+    "def hold():\n"
+    "    while True:\n"
+    "        with open(f'/proc/{os.getpid()}/stat', 'rb') as f:\n"
+    "            if f.read().rpartition(b')')[2].split()[0] == b'Z':\n"
+    "                break\n"
+    "        time.sleep(0.001)\n"
+    "    os.write(1, b'%d\\n' % os.getpid())\n"
+    f"    time.sleep({WORK})\n"
+    "def main_thread_ends_first():\n"
+    "    threading.Thread(target=hold).start()\n"
+    "    ctypes.CDLL(None).pthread_exit(None)\n"
+)
+
+
+def test_run_process_times_out_on_a_child_holding_the_pipes_after_its_main_thread_ended(
+    strays: list[int],
+) -> None:
+    # The root exits at once; its child, in the tree, holds stdout with its
+    # main thread gone. The call waits on it at the deadline: timed out, and
+    # killed. Taken for a process without descriptors, it was killed as a
+    # member of the tree, but the call, waiting on its pipe, was not timed out.
+    code = _HOLDER_WITHOUT_MAIN_THREAD + (
+        "if os.fork() == 0:\n"
+        "    main_thread_ends_first()\n"
+        "os._exit(0)\n"
+    )
+    # 3 s for a Python to start, fork and end its main thread: lopsided.
+    result = taut.run_process([sys.executable, "-c", code], 3.0)
+    assert result.stdout, "the main thread did not end before the deadline"
+    holder = int(result.stdout)
+    strays.append(holder)
+    assert result.timed_out is True
+    assert result.returncode == 0  # the root itself had finished
+    until = time.monotonic() + 10
+    while runs_on(holder):
+        assert time.monotonic() < until, "the holder survived the deadline"
+        time.sleep(0.01)
+
+
+def test_run_process_kills_a_double_forked_daemon_whose_main_thread_ended(
+    strays: list[int],
+) -> None:
+    # A daemon outside the tree (fork, setsid, fork, the middle gone) is found
+    # only by the pipe it holds; here held by a thread other than its main
+    # one, which has ended. Missed, it lives on after the call returns.
+    code = _HOLDER_WITHOUT_MAIN_THREAD + (
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        main_thread_ends_first()\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    result = taut.run_process([sys.executable, "-c", code], 3.0)
+    assert result.stdout, "the main thread did not end before the deadline"
+    daemon = int(result.stdout)
+    strays.append(daemon)
+    assert result.timed_out is True
+    assert result.returncode == 0
+    until = time.monotonic() + 10
+    while runs_on(daemon):
+        assert time.monotonic() < until, "the daemon survived the deadline"
+        time.sleep(0.01)
+
+
 def test_a_pipe_holder_is_named_by_the_start_time_read_before_its_descriptors(
     monkeypatch: pytest.MonkeyPatch, spawned: list[subprocess.Popen[bytes]]
 ) -> None:

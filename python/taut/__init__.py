@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
 
 from taut import (
     _fork_locks,  # noqa: F401  (first: its fork hooks run before the others)
@@ -26,14 +25,25 @@ from taut import (
 from taut._core import __version__
 from taut.executor import (
     Future,
-    PoolStats,
     QueueFull,
     ThreadPoolExecutor,
     default_executor,
 )
 
+# `import taut` imports no `typing`: with what it pulls in beyond
+# concurrent.futures, it made `import taut` a sixth slower (README). So this
+# module and every module it loads has a TYPE_CHECKING of its own (type
+# checkers take any module-level name TYPE_CHECKING as theirs) and imports
+# from `typing` only what type checkers read; PoolStats, a typing.NamedTuple,
+# loads on first use (tests/test_import.py checks). One consequence:
+# typing.get_type_hints() cannot resolve the annotations of taut's own
+# functions (Any, Callable); users' annotations naming taut's types resolve.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
+    from typing import Any
+
     from taut._asyncio import to_thread
+    from taut._pool_stats import PoolStats
     from taut.bounded import run_bounded_async, run_bounded_sync
     from taut.config import (
         ConfigWarning,
@@ -86,6 +96,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
 # spaces). Keep in step with the TYPE_CHECKING imports above
 # (tests/test_import.py checks both ways).
 _LAZY_MODULES: dict[str, str] = {
+    "taut._pool_stats": "PoolStats",
     "taut._asyncio": "to_thread",
     "taut.bounded": "run_bounded_async run_bounded_sync",
     "taut.config": (

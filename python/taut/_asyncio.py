@@ -177,7 +177,7 @@ async def run_in(
         executor._check_open()
     core = executor._core
     waiter: asyncio.Future[_T] = loop.create_future()
-    place = 0  # our place in the line of coroutines waiting for room, once in it
+    turn = None  # told there is room: our turn, and our place in line (see _room)
     while True:
         try:
             # A newcomer goes behind the coroutines waiting for room (line);
@@ -186,7 +186,7 @@ async def run_in(
             # keywords slowly (632 against 362 ns per call, measured).
             wake = executor._max_queue != 0
             spawn, seq, owed = core.submit_async(
-                link.channel, waiter, fn, args, kwargs, wake, not place, place != 0
+                link.channel, waiter, fn, args, kwargs, wake, turn is None, turn is not None
             )
             break
         except QueueFull:
@@ -195,10 +195,19 @@ async def run_in(
             executor._spawn()
             # Told, yet refused (a plain submit, or a coroutine told before
             # us, took the room): back to our place in line, not to its end.
-            place = await _room(core, link.waker, loop, place)
+            place = 0
+            if turn is not None:
+                turn.spent()  # the refused submit ended it
+                place = turn.place
+            turn = await _room(core, link.waker, loop, place)
         except RuntimeError:
+            if turn is not None:
+                turn.spent()
             executor._check_open()
             raise
+    # Only now, the turn spent: a Ctrl-C landing before would lose it (_room).
+    if turn is not None:
+        turn.spent()
     _after_queueing(executor, link, loop, spawn, owed)
     try:
         return await waiter
@@ -267,75 +276,101 @@ def submit_for_run_in_executor(
 
 
 class _RoomNotice(Watch):
-    """Tells one coroutine waiting for room that there may be some: pushed
-    onto its loop's channel (or, for a loop without one, called on taut's
-    callback thread, which hands it to the loop), it holds a turn (see
-    ``_room``). If the loop closes before its coroutine comes back, the
-    turn passes on to the next coroutine in line (``_loop_gone``), which
-    would otherwise wait for the next call to leave the queue, maybe for
-    good: read or not, a notice is among its loop's ``closing_owners`` (or
-    in its channel) until then."""
+    """One coroutine's wait for room in a bounded queue, then its turn (see
+    ``_room``). Pushed onto its loop's channel when there may be room (or,
+    for a loop without one, called on taut's callback thread, which hands it
+    to the loop), it tells the coroutine.
 
-    __slots__ = ("_core", "_waker")
+    From before it joins the line until its coroutine has spent its turn, it
+    is among its loop's ``closing_owners``: if the loop closes first, it
+    leaves the line, or, told already, passes the turn on (``_loop_gone``)
+    to the next coroutine in line, which would otherwise wait for the next
+    call to leave the queue, maybe for good. Whoever takes it out of that set
+    (``set.remove``/``pop``: exactly one, from any thread) does the one or
+    the other; so nothing between the turn's arrival and its use (the loop's
+    reader, the wake-up of the coroutine, its way back to ``submit_async``)
+    can lose it, a Ctrl-C landing anywhere on that way included."""
 
-    def __init__(self, on_expire: Callable[[], object], core: PoolCore, waker: LoopWaker) -> None:
+    __slots__ = ("_core", "_waker", "place")
+
+    def __init__(
+        self, on_expire: Callable[[], object], core: PoolCore, waker: LoopWaker, place: int
+    ) -> None:
         super().__init__(on_expire)
         self._core = core
         self._waker = waker
+        self.place = place
 
     def __call__(self) -> None:
         """On taut's callback thread, for a loop without a channel: hand the
         notice to the loop."""
-        waker = self._waker
-        waker.closing_owners.add(self)  # first: a loop closing from now on passes it on
-        loop = waker._loop_ref()
+        loop = self._waker._loop_ref()
         try:
             if loop is None:
                 raise RuntimeError("the loop is gone")
             loop.call_soon_threadsafe(self._fire)
         except RuntimeError:  # the loop is closed: it will never run it
-            try:
-                waker.closing_owners.remove(self)
-            except KeyError:
-                return  # passed on already (_loop_closed, on another thread)
-            self._core.pass_room_on()
+            self._let_go()
+
+    def spent(self) -> None:
+        """Its coroutine came back and spent the turn (``submit_async`` with
+        ``turn``, or ``pass_room_on``): nothing is left to pass on."""
+        self._waker.closing_owners.discard(self)
+
+    def _let_go(self) -> None:
+        """Its coroutine will not come back for it: unless someone else
+        took it out of ``closing_owners`` already (and acts), leave the line
+        or pass the turn on."""
+        try:
+            self._waker.closing_owners.remove(self)
+        except KeyError:
+            return
+        self._loop_gone()
 
     def _loop_gone(self) -> None:
-        self._core.pass_room_on()
+        """Taken out of ``closing_owners``: still in line, it leaves it;
+        told there is room (in its loop's channel, read, or back in its
+        coroutine), its turn passes on. (Should a Ctrl-C have cut its
+        coroutine short between spending the turn and ``spent()``, this
+        passes on one turn too many: the next in line is told to try, and
+        if the room is taken meanwhile, goes back to its place. A turn lost
+        would leave the line waiting.)"""
+        if not self._core.cancel_room_wait(self.place):
+            self._core.pass_room_on()
 
 
 async def _room(
     core: PoolCore, waker: LoopWaker, loop: asyncio.AbstractEventLoop, place: int
-) -> int:
+) -> _RoomNotice:
     """Wait (without blocking the loop) until told that a bounded queue may
-    have room for us. Told, we hold a turn until we come back
-    (``submit_async(..., turn=True)``) or pass it on (``pass_room_on``):
-    newcomers queue up behind it meanwhile. Returns our place in line."""
+    have room for us; ``place``: ours in line, 0 for a newcomer. Told, we
+    hold a turn until we come back (``submit_async(..., turn=True)``) or
+    pass it on (``pass_room_on``): newcomers queue up behind it meanwhile.
+    Returns the turn, a notice still among the loop's ``closing_owners``:
+    the caller calls its ``spent()`` once the turn is spent, not before, so
+    a loop closing before then (a Ctrl-C between the two) passes it on."""
+    if not place:
+        # Known before joining the line: a Ctrl-C landing as the joining
+        # call returns would lose a place assigned there.
+        place = core.reserve_room_place()
     told: asyncio.Future[None] = loop.create_future()
-    owners = waker.closing_owners
 
     def there_may_be_room() -> None:
+        # A task cancelled meanwhile passes its turn on itself (below).
         if not told.done():
             told.set_result(None)
-            # Until our coroutine is back: should the loop close before
-            # that (the wake-up of the task dropped with the loop's ready
-            # callbacks), the turn passes on.
-            owners.add(notice)
-        else:  # cancelled meanwhile: the next waiter gets the turn
-            owners.discard(notice)
-            core.pass_room_on()
 
-    notice = _RoomNotice(there_may_be_room, core, waker)
-    waiter_id = core.wait_for_room_async(waker.channel, notice, place)
+    notice = _RoomNotice(there_may_be_room, core, waker, place)
+    # First: from here on a loop closing withdraws it from the line, or
+    # passes its turn on, wherever the turn is.
+    waker.closing_owners.add(notice)
     try:
+        core.wait_for_room_async(waker.channel, notice, place)
         await told
     except BaseException:
-        if not core.cancel_room_wait(waiter_id) and told.done() and not told.cancelled():
-            owners.discard(notice)
-            core.pass_room_on()
+        notice._let_go()
         raise
-    owners.discard(notice)
-    return waiter_id
+    return notice
 
 
 async def submit_when_room(
@@ -363,13 +398,14 @@ async def submit_when_room(
             pass
     waker = waker_for(loop)
     while True:
-        place = await _room(core, waker, loop, place)
+        turn = await _room(core, waker, loop, place)
         try:
             return submit()
         except QueueFull:
-            pass  # a plain submit took the room: back to our place in line
+            place = turn.place  # a plain submit took the room: back to our place in line
         finally:
             core.pass_room_on()  # a plain submit knows nothing of turns: ours ends here
+            turn.spent()
 
 
 async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:

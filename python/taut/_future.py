@@ -9,16 +9,18 @@ import time
 from _thread import allocate_lock
 from concurrent import futures as _cf
 from concurrent.futures import _base
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from taut._checks import OS_WAIT_SLICE, check_timeout
 from taut._future_condition import FutureCondition
 from taut._notices import _deliver_notices
 
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
 if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+
     from taut._core import PoolCore
 
-_T = TypeVar("_T")
+    _T = TypeVar("_T")
 
 _PENDING = _base.PENDING
 _RUNNING = _base.RUNNING
@@ -53,7 +55,9 @@ def _release_all(gates: list[Any]) -> None:
         gate.release()
 
 
-class Future(_cf.Future[_T]):
+# "_T" in quotes: the TypeVar exists for type checkers only. At run time the
+# base is concurrent.futures.Future itself, as with any subscript of it.
+class Future(_cf.Future["_T"]):
     """A ``concurrent.futures.Future`` that is cheap to create and complete.
 
     The standard future builds a ``threading.Condition`` for every call,

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import time
 from _thread import RLock, allocate_lock
-from typing import Any, Callable, TypeVar
 
 from taut._core import OS_WAIT_SLICE
 
-_R = TypeVar("_R")
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+
+    _R = TypeVar("_R")
 
 
 # The gates of the threads in a FutureCondition's wait(), oldest first, by

@@ -28,7 +28,10 @@ import importlib
 import os
 import threading
 import types
-from typing import Any, Callable
+
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["load", "load_from"]
 

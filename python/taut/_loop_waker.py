@@ -113,10 +113,11 @@ class LoopWaker:
         where there is one: a scope's entry calls it directly."""
         self.closing_owners: set[Any] = set()
         """Owners that must act if the loop closes before they are done (a
-        coroutine told there is room in a bounded queue, whose turn must
-        pass on): ``_loop_closed`` pops each and calls its ``_loop_gone()``;
-        one done first removes itself (``set.remove``/``pop``: exactly one
-        of the two gets it, from any thread)."""
+        coroutine waiting for room in a bounded queue, whose place in line
+        must be given up, or told there is some, whose turn must pass on):
+        ``_loop_closed`` pops each and calls its ``_loop_gone()``; one done
+        first removes itself (``set.remove``/``pop``: exactly one of the two
+        gets it, from any thread)."""
         self._close_alarm: weakref.ReferenceType[_CloseAlarm] | None = None
         alarm = _CloseAlarm()
         try:
@@ -223,12 +224,14 @@ class LoopWaker:
         if channel is not None:
             # Dropped here, in Python (they may hold a user object's last
             # reference). A notice whose owner must act even though the loop
-            # will never run it (a turn to pass on) is told so.
+            # will never run it (a turn to pass on) is told so, unless it
+            # was taken out of closing_owners already (a room notice is
+            # there until its turn is spent: popped above, or spent).
             for target, ok, _ in channel.close_inbox():
                 if ok is None:
-                    loop_gone = getattr(target, "_loop_gone", None)
-                    if loop_gone is not None:
-                        loop_gone()
+                    let_go = getattr(target, "_let_go", None)
+                    if let_go is not None:
+                        let_go()
 
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import _base
-from typing import Any, Callable
+
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class _Tracker:

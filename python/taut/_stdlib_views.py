@@ -15,10 +15,13 @@ import queue
 import time
 from concurrent.futures import Future as _ConcurrentFuture
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED
-from typing import Any, Callable
 
 from taut._checks import check_timeout, describe
 from taut._core import PoolCore
+
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class WorkItem:

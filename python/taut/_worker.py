@@ -7,13 +7,15 @@ from __future__ import annotations
 import threading
 import weakref
 from concurrent.futures import _base
-from typing import TYPE_CHECKING, Any, Callable
 
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED
 from taut._notices import _deliver_notices
 
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
 if TYPE_CHECKING:
+    from typing import Any, Callable
+
     from taut.executor import ThreadPoolExecutor
 
 

@@ -27,7 +27,6 @@ from concurrent import futures as _cf
 from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 from sys import _getframe
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar
 
 from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
@@ -38,34 +37,23 @@ from taut._stdlib_views import IdleSemaphore, WorkQueue
 
 __all__ = [
     "Future",
-    "PoolStats",
     "QueueFull",
     "ThreadPoolExecutor",
     "default_executor",
 ]
 
-_T = TypeVar("_T")
-if TYPE_CHECKING:  # typing.ParamSpec is 3.10+; annotations only
-    from typing import ParamSpec
+TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
+if TYPE_CHECKING:  # (typing.ParamSpec is 3.10+: for annotations only)
+    from typing import Any, Callable, ParamSpec, TypeVar
 
+    from taut._pool_stats import PoolStats
+
+    _T = TypeVar("_T")
     _P = ParamSpec("_P")
+
 
 class QueueFull(queue.Full):
     """``try_submit`` found the bounded queue (``max_queue``) full."""
-
-
-class PoolStats(NamedTuple):
-    """A snapshot of one executor's pool."""
-
-    max_workers: int
-    workers: int
-    idle: int
-    running: int
-    queued: int
-    completed: int
-    failed: int
-    cancelled: int
-    abandoned: int
 
 
 # Every executor alive, to reset in a forked child.
@@ -670,7 +658,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def stats(self) -> PoolStats:
         """Workers, idle, running, queued and the outcome counters."""
-        return PoolStats(*self._core.stats())
+        pool_stats: type[PoolStats] = _lazy_import.load_from("taut._pool_stats", "PoolStats")
+        return pool_stats(*self._core.stats())
 
     def position(self, future: _cf.Future[Any]) -> int | None:
         """The 1-based queue position of ``future``, None once it started."""

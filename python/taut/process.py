@@ -553,16 +553,16 @@ def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
         start = _core.process_start_time(int(name))
         if start is None:
             continue
-        try:
-            fds = os.listdir(f"/proc/{name}/fd")
-        except OSError:
+        table = _fd_table(f"/proc/{name}")
+        if table is None:
             continue
+        base, fds = table
         for fd in fds:
             try:
-                link = os.readlink(f"/proc/{name}/fd/{fd}")
+                link = os.readlink(f"{base}/fd/{fd}")
                 if link not in ours:
                     continue
-                with open(f"/proc/{name}/fdinfo/{fd}", "rb") as info:
+                with open(f"{base}/fdinfo/{fd}", "rb") as info:
                     flags = next(
                         (int(line.split()[1], 8) for line in info if line.startswith(b"flags:")),
                         None,
@@ -573,6 +573,35 @@ def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
                 found.append((int(name), start))
                 break
     return found
+
+
+def _fd_table(process: str) -> tuple[str, list[str]] | None:
+    """Where the descriptors of the process at ``process`` (``/proc/PID``) can
+    be read, and their numbers: ``process`` itself, or one of its threads
+    (``process/task/TID``); ``None`` if there are none to read.
+
+    ``/proc/PID/fd`` is the main thread's table: empty once that thread has
+    ended while others run on (the process then shows ``Z``), though the table
+    they share, our pipes in it, lives on. Then the first thread that shows
+    one is read (an ending thread shows none either)."""
+    try:
+        fds = os.listdir(f"{process}/fd")
+    except OSError:
+        fds = []
+    if fds:
+        return process, fds
+    try:
+        tasks = os.listdir(f"{process}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            fds = os.listdir(f"{process}/task/{tid}/fd")
+        except OSError:
+            continue
+        if fds:
+            return f"{process}/task/{tid}", fds
+    return None
 
 
 def _read_into(fd: int, chunks: dict[int, list[bytes]]) -> bool:

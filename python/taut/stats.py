@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from taut.executor import PoolStats, default_executor
+from taut._pool_stats import PoolStats
+from taut.executor import default_executor
 
 __all__ = ["TautStats", "counters", "stats"]
 

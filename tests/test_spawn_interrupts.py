@@ -290,6 +290,53 @@ def starts_left_owed_then_the_queue_is_full() -> None:
         assert ex.submit(_live_workers, ex).result(LONG) == 1
 
 
+def _interrupt_at_opcode(codes: set[Any], n: int) -> Any:
+    """A trace hook raising KeyboardInterrupt at the bytecode numbered ``n``
+    (from 0) that this thread runs in a frame of one of ``codes``."""
+    seen = 0
+
+    def per_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal seen
+        if event == "opcode":
+            seen += 1
+            if seen == n + 1:
+                raise KeyboardInterrupt  # CPython drops a hook that raises
+        return per_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code not in codes:
+            return None
+        frame.f_trace_opcodes = True
+        return per_opcode
+
+    return on_call
+
+
+def on_every_bytecode_of_the_worker_start() -> None:
+    # One run per bytecode of taut's own part of the worker start (`_spawn`,
+    # `_start_worker`), the interrupt landing on the n-th: wherever it
+    # lands, the call runs and the ceiling holds.
+    codes = {ThreadPoolExecutor._spawn.__code__, ThreadPoolExecutor._start_worker.__code__}
+    landed = 0
+    while True:
+        ran: list[int] = []
+        with _executor() as ex:
+            sys.settrace(_interrupt_at_opcode(codes, landed))
+            try:
+                ex.submit(ran.append, 1)
+            except KeyboardInterrupt:
+                interrupted = True
+            else:
+                interrupted = False
+            finally:
+                sys.settrace(None)
+            _calls_all_run(ex, ran)
+        if not interrupted:
+            break
+        landed += 1
+    assert landed > 20, landed  # the runs went through the whole start
+
+
 # -- the tests ----------------------------------------------------------------
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -339,6 +386,10 @@ def test_a_start_left_owed_is_dropped_when_the_ceiling_comes_down() -> None:
 
 def test_a_full_queue_starts_the_workers_interrupted_submits_left_owed() -> None:
     _run_alone(starts_left_owed_then_the_queue_is_full)
+
+
+def test_an_interrupt_on_any_bytecode_of_the_worker_start() -> None:
+    _run_alone(on_every_bytecode_of_the_worker_start)
 
 
 if __name__ == "__main__":

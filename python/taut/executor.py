@@ -228,11 +228,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         )
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
-        # Copy-on-write (under _threads_lock), never changed in place: code
-        # in the wild (and CPython's own tests) holds on to `_threads` and
-        # iterates it while workers exit.
-        self._threads: set[threading.Thread] = set()
-        self._threads_lock = threading.Lock()
+        # The worker threads (`_threads` is a snapshot of them). Changed by
+        # single dict operations, atomic under the GIL: a lock held across
+        # bytecodes would stay held for good if a Ctrl-C landed on the
+        # bytecode before its release, and the next worker start or exit
+        # would wait for it forever.
+        self._worker_threads: dict[threading.Thread, None] = {}
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._thread_numbers = itertools.count()
@@ -534,8 +535,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # past its deadline) are left behind at exit.
                 daemon=True,
             )
-            with self._threads_lock:
-                self._threads = self._threads | {thread}
+            self._worker_threads[thread] = None
             self._slots[thread] = slot
             self._exited[thread] = exited
             _worker._live_workers[thread] = (self._core, exited)
@@ -551,10 +551,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             raise
         return True
 
+    @property
+    def _threads(self) -> set[threading.Thread]:  # type: ignore[override]
+        """The standard library's private, as a snapshot: code in the wild
+        (and CPython's own tests) holds on to it and iterates it while
+        workers exit."""
+        return set(self._worker_threads)
+
     def _drop_thread(self, thread: threading.Thread) -> None:
-        with self._threads_lock:
-            if thread in self._threads:
-                self._threads = self._threads - {thread}
+        self._worker_threads.pop(thread, None)
 
     def _forget_thread(self, thread: threading.Thread) -> None:
         # Called by the worker itself as it leaves, or for a thread that
@@ -624,7 +629,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # No new thread at interpreter shutdown (CPython 3.12+). With
                 # no worker thread left, the waiting calls would never run:
                 # fail them, so that whoever waits for them is woken.
-                if not self._threads:
+                if not self._worker_threads:
                     self._fail_queued(
                         RuntimeError("cannot start a worker thread at interpreter shutdown")
                     )
@@ -716,8 +721,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._shutdown_lock = threading.Lock()
         self._room_lock = threading.Lock()
         self._workers_waiting_for_room = 0
-        self._threads = set()
-        self._threads_lock = threading.Lock()
+        self._worker_threads = {}
         self._slots = {}
         self._exited = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)

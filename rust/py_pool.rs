@@ -22,6 +22,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
+use crate::async_exc;
 use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
 use crate::py_future_state::{
@@ -419,18 +420,18 @@ impl WorkerSlot {
     /// The call ended: no interrupt may be aimed at it any more, and one
     /// already sent but not yet raised (the call ended before a bytecode
     /// boundary) must not land in the worker loop or the next call.
-    fn end_call(&self) {
+    fn end_call(&self, py: Python<'_>) {
         self.current.store(0, Ordering::Release);
         let pool = &self.shared.pool;
         let started = self.started_ns.load(Ordering::Relaxed);
         pool.record_service(pool.now_ns().saturating_sub(started));
         if self.interrupted.swap(false, Ordering::AcqRel) {
-            // SAFETY: called with the GIL held; NULL clears a pending one.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    self.thread_id.load(Ordering::Acquire) as _,
-                    std::ptr::null_mut(),
-                );
+            // Called on the worker's own thread. Only a signal handler's
+            // exception could land meanwhile, and those run on the main
+            // thread only: shown as unraisable should it ever happen,
+            // rather than lose the call's outcome.
+            if let Err(err) = async_exc::take_back_own(py) {
+                err.write_unraisable(py, None);
             }
         }
     }
@@ -458,7 +459,7 @@ impl WorkerSlot {
 
     /// The call was cancelled before it started: on to the next step.
     fn skipped(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         drop(self.take_current());
         self.shared.pool.skipped_cancelled();
         let take = self.shared.pool.try_take();
@@ -667,7 +668,7 @@ impl WorkerSlot {
 
     /// The running call returned `value`.
     fn ok(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyRuntimeError::new_err(
                 "taut worker: ok() without a running call",
@@ -680,7 +681,7 @@ impl WorkerSlot {
     /// `exc`. With no call running, `exc` is raised again: it is the
     /// worker loop's own failure.
     fn fail(&self, py: Python<'_>, exc: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyErr::from_value(exc));
         };
@@ -1046,9 +1047,7 @@ impl PoolCore {
             return false;
         }
         slot.interrupted.store(true, Ordering::Release);
-        let tid = slot.thread_id.load(Ordering::Acquire);
-        // SAFETY: called with the GIL held, on a live exception type.
-        unsafe { ffi::PyThreadState_SetAsyncExc(tid as _, exc_type.as_ptr()) == 1 }
+        async_exc::send(slot.thread_id.load(Ordering::Acquire), exc_type)
     }
 
     /// Change the ceiling; returns how many worker starts are unclaimed

@@ -1045,3 +1045,30 @@ def test_run_process_kills_the_tree_when_the_caller_is_interrupted() -> None:
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+def test_a_pipe_holder_whose_table_fails_half_read_is_read_through_a_thread(
+    monkeypatch: pytest.MonkeyPatch, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    # The main thread ends while its table is read: listed, its links then
+    # fail (ENOENT). The table the other threads share still holds our pipe:
+    # taken for read, it hid the holder (a daemon outside the tree lived on).
+    from taut import process
+
+    proc = sh(f"exec sleep {WORK}", stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(proc)
+    assert proc.stdout is not None
+    start = _core.process_start_time(proc.pid)
+    real_readlink = os.readlink
+    failed = []
+
+    def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(f"/proc/{proc.pid}/fd/"):
+            failed.append(path)
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(process.os, "readlink", readlink)
+    found = process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY})
+    assert failed
+    assert found == [(proc.pid, start)]

@@ -1,6 +1,7 @@
 //! The Rust core of taut. This file only declares modules and registers the
 //! Python module `taut._core`; the logic lives in one file per concern.
 
+mod async_exc;
 pub mod pool;
 mod py_future_state;
 mod py_loop;
@@ -50,6 +51,7 @@ mod _core {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        crate::async_exc::init(m.py())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 }

@@ -76,10 +76,14 @@ pub enum Refused<J> {
 pub struct Submitted {
     /// The job's sequence number, its identity inside the pool.
     pub seq: u64,
-    /// How many worker threads the caller must start: usually 0 or 1, more
-    /// when earlier calls left their wake-ups owed (`submit_waking`) and no
-    /// parked worker is left to wake for them.
+    /// How many worker threads this submission asked for: usually 0 or 1,
+    /// more when earlier calls left their wake-ups owed (`submit_waking`)
+    /// and no parked worker is left to wake for them.
     pub spawn: usize,
+    /// Worker starts asked for and not claimed yet (`claim_start`), this
+    /// submission's included: those an interrupted caller never got to are
+    /// claimed by the next one.
+    pub unclaimed: usize,
     /// `Some(position)` (1-based) when the job cannot start at once.
     pub waiting_at: Option<usize>,
 }
@@ -158,6 +162,12 @@ struct State<J> {
     notified: usize,
     /// Worker threads the caller was told to start that have not arrived.
     starting: usize,
+    /// Of those, the starts no caller has claimed yet (`claim_start`). The
+    /// caller asked to start a thread may be interrupted before it does
+    /// (a Ctrl-C lands between any two bytecodes): the start stays owed
+    /// here, and whoever submits next claims it, instead of the pool
+    /// waiting for good for a thread nobody starts.
+    unclaimed: usize,
     running: usize,
     shutdown: bool,
     stats: Stats,
@@ -249,6 +259,7 @@ impl<J> Pool<J> {
                 parked: 0,
                 notified: 0,
                 starting: 0,
+                unclaimed: 0,
                 running: 0,
                 shutdown: false,
                 stats: Stats::default(),
@@ -357,6 +368,7 @@ impl<J> Pool<J> {
         self.queued.store(st.queue.len(), Ordering::Release);
         let top_up = Self::top_up_waking(&mut st, wake);
         let spawn = top_up.spawn;
+        let unclaimed = st.unclaimed;
         let index = st.queue.len() - 1;
         let in_flight = st.takers_in_flight();
         let waiting_at = (index >= in_flight).then(|| index - in_flight + 1);
@@ -371,6 +383,7 @@ impl<J> Pool<J> {
             Submitted {
                 seq,
                 spawn,
+                unclaimed,
                 waiting_at,
             },
             top_up.owed,
@@ -750,6 +763,7 @@ impl<J> Pool<J> {
             } else if st.workers < st.max_workers {
                 st.workers += 1;
                 st.starting += 1;
+                st.unclaimed += 1;
                 top_up.spawn += 1;
             } else {
                 break;
@@ -772,6 +786,7 @@ impl<J> Pool<J> {
     pub fn resize(&self, max_workers: usize) -> usize {
         let mut st = self.lock();
         st.max_workers = max_workers;
+        Self::drop_surplus_starts(&mut st);
         let top_up = Self::top_up_waking(&mut st, true);
         let shrunk = st.workers > st.max_workers;
         drop(st);
@@ -853,8 +868,37 @@ impl<J> Pool<J> {
         !result.timed_out()
     }
 
-    /// A worker thread that never reached the loop (its initializer failed,
-    /// or starting the thread failed) gives back its place.
+    /// Claim one of the worker starts the pool asked for: true if one was
+    /// owed, and the caller must now start its thread (or, if it never
+    /// does, give the place back: `worker_gone`). One at a time, so two
+    /// callers never start a thread for one place.
+    pub fn claim_start(&self) -> bool {
+        let mut st = self.lock();
+        Self::drop_surplus_starts(&mut st);
+        if st.unclaimed == 0 {
+            return false;
+        }
+        st.unclaimed -= 1;
+        true
+    }
+
+    /// Starts still unclaimed when the ceiling came down (`resize`) are
+    /// not made: a thread started for one would only retire.
+    fn drop_surplus_starts(st: &mut State<J>) {
+        let surplus = st.unclaimed.min(st.workers.saturating_sub(st.max_workers));
+        st.unclaimed -= surplus;
+        st.workers -= surplus;
+        st.starting = st.starting.saturating_sub(surplus);
+    }
+
+    /// Worker starts owed and not claimed (see `claim_start`).
+    pub fn unclaimed(&self) -> usize {
+        self.lock().unclaimed
+    }
+
+    /// A claimed worker start that never reached the loop (its thread was
+    /// never made, or its initializer failed) gives back its place: the
+    /// calls it was for are topped up for by the next submission.
     pub fn worker_gone(&self) {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);
@@ -920,6 +964,12 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::thread;
+
+    /// The caller claims the worker starts it was asked for (its threads
+    /// then count as started: a shrink retires them, not the starts).
+    fn claim_every_start<J>(pool: &Pool<J>) {
+        while pool.claim_start() {}
+    }
 
     fn job(t: Take<u32>) -> Option<u32> {
         match t {
@@ -1042,6 +1092,7 @@ mod tests {
         }
         assert_eq!(pool.resize(3), 2);
         assert_eq!(pool.stats().workers, 3);
+        claim_every_start(&pool);
         pool.resize(1);
         assert_eq!(pool.try_take(), Take::Exit);
         assert_eq!(pool.try_take(), Take::Exit);
@@ -1758,6 +1809,7 @@ mod tests {
         for i in 0..2 {
             pool.submit(i, false).unwrap();
         }
+        claim_every_start(&pool);
         for _ in 0..2 {
             assert!(job(pool.first_take(None)).is_some());
             pool.done(true);
@@ -1842,5 +1894,62 @@ mod tests {
             1,
             "its place is free again"
         );
+    }
+
+    #[test]
+    fn a_start_nobody_claimed_is_reported_to_the_next_submission() {
+        // The caller told to start a thread was interrupted before it
+        // claimed the start: the next submission is told of it, and one
+        // claim (only) makes it good.
+        let pool = Pool::new(1, 0);
+        let s = pool.submit(0, false).unwrap();
+        assert_eq!((s.spawn, s.unclaimed), (1, 1));
+        let s = pool.submit(1, false).unwrap();
+        assert_eq!(
+            (s.spawn, s.unclaimed),
+            (0, 1),
+            "still owed, not asked again"
+        );
+        assert!(pool.claim_start());
+        assert!(!pool.claim_start(), "one thread per place");
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 1));
+        assert_eq!(job(pool.first_take(None)), Some(0));
+        assert_eq!(job(pool.try_take()), Some(1));
+    }
+
+    #[test]
+    fn a_claimed_start_given_back_is_asked_for_again() {
+        // Its thread was never made: the place is free, and the next
+        // submission asks for a thread for the calls still queued.
+        let pool = Pool::new(1, 0);
+        pool.submit(0, false).unwrap();
+        assert!(pool.claim_start());
+        pool.worker_gone();
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 0));
+        let s = pool.submit(1, false).unwrap();
+        assert_eq!((s.spawn, s.unclaimed), (1, 1));
+        assert!(pool.claim_start());
+        assert_eq!(job(pool.first_take(None)), Some(0));
+    }
+
+    #[test]
+    fn shrinking_drops_the_starts_nobody_claimed() {
+        // A thread started for one would only retire, and live threads
+        // would outnumber the new ceiling meanwhile.
+        let pool = Pool::new(3, 0);
+        for i in 0..3 {
+            pool.submit(i, false).unwrap();
+        }
+        assert!(pool.claim_start());
+        assert!(job(pool.first_take(None)).is_some());
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (2, 3));
+        pool.resize(2);
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (1, 2));
+        pool.resize(1);
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 1));
+        assert!(!pool.claim_start());
+        // The one worker takes the rest in turn.
+        assert_eq!(job(pool.done_and_try_take(true)), Some(1));
+        assert_eq!(job(pool.done_and_try_take(true)), Some(2));
     }
 }

@@ -22,6 +22,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 
+use crate::async_exc;
 use crate::gil;
 use crate::pool::{spin_until, Pool, Refused, Take};
 use crate::py_future_state::{
@@ -64,7 +65,7 @@ struct Job {
     tracker: Option<Py<PyAny>>,
 }
 
-/// `(spawn, waiting_at, seq, owed)`: see `Pool::submit_waking`.
+/// `(unclaimed, waiting_at, seq, owed)`: see `Pool::submit_waking`.
 type EnqueueResult = PyResult<(usize, Option<usize>, u64, bool)>;
 
 impl Job {
@@ -381,9 +382,34 @@ pub struct WorkerSlot {
     started_ns: AtomicU64,
     abandoned: AtomicBool,
     interrupted: AtomicBool,
+    /// True from `PoolCore.claim` until the worker thread reports in
+    /// (`take`) or the place is given back (`give_back`, or dropping a slot
+    /// no thread reported in for). Whichever comes first wins, so a thread
+    /// is never counted twice, nor a place lost for good.
+    start_pending: AtomicBool,
+}
+
+impl Drop for WorkerSlot {
+    fn drop(&mut self) {
+        // The thread meant to report in with this slot never did, and now
+        // never can: an interrupt cut its start short (before or inside
+        // `Thread.start`) where Python could not give the place back. In a
+        // forked child the pool is never touched (see `orphaned`).
+        if !self.shared.orphaned.load(Ordering::Acquire) {
+            self.give_back_place();
+        }
+    }
 }
 
 impl WorkerSlot {
+    fn give_back_place(&self) -> bool {
+        let pending = self.start_pending.swap(false, Ordering::AcqRel);
+        if pending {
+            self.shared.pool.worker_gone();
+        }
+        pending
+    }
+
     fn take_current(&self) -> Option<Target> {
         self.current_target
             .lock()
@@ -394,18 +420,18 @@ impl WorkerSlot {
     /// The call ended: no interrupt may be aimed at it any more, and one
     /// already sent but not yet raised (the call ended before a bytecode
     /// boundary) must not land in the worker loop or the next call.
-    fn end_call(&self) {
+    fn end_call(&self, py: Python<'_>) {
         self.current.store(0, Ordering::Release);
         let pool = &self.shared.pool;
         let started = self.started_ns.load(Ordering::Relaxed);
         pool.record_service(pool.now_ns().saturating_sub(started));
         if self.interrupted.swap(false, Ordering::AcqRel) {
-            // SAFETY: called with the GIL held; NULL clears a pending one.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    self.thread_id.load(Ordering::Acquire) as _,
-                    std::ptr::null_mut(),
-                );
+            // Called on the worker's own thread. Only a signal handler's
+            // exception could land meanwhile, and those run on the main
+            // thread only: shown as unraisable should it ever happen,
+            // rather than lose the call's outcome.
+            if let Err(err) = async_exc::take_back_own(py) {
+                err.write_unraisable(py, None);
             }
         }
     }
@@ -433,7 +459,7 @@ impl WorkerSlot {
 
     /// The call was cancelled before it started: on to the next step.
     fn skipped(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         drop(self.take_current());
         self.shared.pool.skipped_cancelled();
         let take = self.shared.pool.try_take();
@@ -610,13 +636,27 @@ impl WorkerSlot {
 #[pymethods]
 impl WorkerSlot {
     /// The worker's first step; blocks (GIL released) until there is work.
+    /// None (exit) if its start was given back meanwhile: the place is
+    /// someone else's to start, and this thread never counted.
     fn take(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if !self.start_pending.swap(false, Ordering::AcqRel) {
+            return Ok(py.None());
+        }
         let ident = unsafe { ffi::PyThread_get_thread_ident() } as u64;
         self.thread_id.store(ident, Ordering::Release);
         CURRENT_POOL.with(|c| c.set(self.shared.id));
         let shared = Arc::clone(&self.shared);
         let take = gil::detach(py, move || shared.pool.first_take(shared.idle_timeout));
         self.step(py, take, &mut StateLock::new(py, &self.shared.names))
+    }
+
+    /// The thread claimed for this slot will never report in (`take`): it
+    /// was never made, or its initializer failed. Its place is free again,
+    /// and the next submission starts a worker for the calls it was for.
+    /// False (and nothing done) if the thread reported in already, or the
+    /// place was given back before.
+    fn give_back(&self) -> bool {
+        self.give_back_place()
     }
 
     /// After a `False` step: wait (GIL released) for work.
@@ -628,7 +668,7 @@ impl WorkerSlot {
 
     /// The running call returned `value`.
     fn ok(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyRuntimeError::new_err(
                 "taut worker: ok() without a running call",
@@ -641,7 +681,7 @@ impl WorkerSlot {
     /// `exc`. With no call running, `exc` is raised again: it is the
     /// worker loop's own failure.
     fn fail(&self, py: Python<'_>, exc: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call();
+        self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyErr::from_value(exc));
         };
@@ -727,9 +767,17 @@ impl PoolCore {
         })
     }
 
-    /// A handle for a new worker thread (see `WorkerSlot`).
-    fn new_worker(&self) -> WorkerSlot {
-        WorkerSlot {
+    /// Claim one worker start the pool asked for (submissions return how
+    /// many are unclaimed): the slot for the new thread to take work with,
+    /// or None when no start is owed. The caller starts the thread; a slot
+    /// whose thread never reports in gives its place back (`give_back`, or
+    /// when it is dropped), so an interrupted start is made good by the
+    /// next submission rather than lost.
+    fn claim(&self) -> Option<WorkerSlot> {
+        if self.shared.orphaned.load(Ordering::Acquire) || !self.shared.pool.claim_start() {
+            return None;
+        }
+        Some(WorkerSlot {
             shared: Arc::clone(&self.shared),
             thread_id: AtomicU64::new(0),
             current: AtomicU64::new(0),
@@ -737,11 +785,13 @@ impl PoolCore {
             started_ns: AtomicU64::new(0),
             abandoned: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
-        }
+            start_pending: AtomicBool::new(true),
+        })
     }
 
-    /// Queue a call and set `future._seq`. Returns how many worker threads
-    /// the caller must start (usually 0 or 1). Raises `taut.QueueFull` when the bounded queue
+    /// Queue a call and set `future._seq`. Returns how many worker starts
+    /// are unclaimed (usually 0 or 1): the caller claims them (`claim`) and
+    /// starts their threads. Raises `taut.QueueFull` when the bounded queue
     /// is full and `RuntimeError` once the pool is shut down.
     #[pyo3(signature = (future, func, args, kwargs=None))]
     fn submit(
@@ -758,7 +808,8 @@ impl PoolCore {
     }
 
     /// Queue a call whose outcome settles the asyncio future `waiter` on
-    /// its loop, through `channel`. Returns `(spawn, seq, owed)`; raises
+    /// its loop, through `channel`. Returns `(unclaimed, seq, owed)`
+    /// (`unclaimed`: as for `submit`); raises
     /// like `submit`. `seq` removes the call (`remove`) if the awaiting task
     /// is cancelled before a worker takes it. `wake` false: see
     /// `Pool::submit_waking`; `owed` says `wake_owed` should follow.
@@ -789,15 +840,16 @@ impl PoolCore {
         }
         let target = Target::Loop { channel, waiter };
         let job = Job::new(py, target, func, args, kwargs, None);
-        let (spawn, _, seq, owed) = self.enqueue(py, job, wake)?;
-        Ok((spawn, seq, owed))
+        let (unclaimed, _, seq, owed) = self.enqueue(py, job, wake)?;
+        Ok((unclaimed, seq, owed))
     }
 
     /// Wake parked workers for queued calls that `submit_async(...,
-    /// wake=False)` left without one. Returns how many worker threads the
-    /// caller must start.
+    /// wake=False)` left without one. Returns how many worker starts are
+    /// unclaimed (see `submit`).
     fn wake_owed(&self) -> usize {
-        self.shared.pool.wake_owed()
+        self.shared.pool.wake_owed();
+        self.shared.pool.unclaimed()
     }
 
     /// An asyncio submitter found the bounded queue full: `notice` is
@@ -887,8 +939,8 @@ impl PoolCore {
         self.shared.wake_room_waiters(py, false);
     }
 
-    /// `submit` with queue notices through `tracker`. Returns `(spawn,
-    /// position)`: the 1-based queue position when the call cannot start at
+    /// `submit` with queue notices through `tracker`. Returns `(unclaimed,
+    /// position)` (`unclaimed`: as for `submit`), position: the 1-based queue position when the call cannot start at
     /// once, else None.
     #[pyo3(signature = (future, func, args, kwargs, tracker))]
     fn submit_tracked(
@@ -936,11 +988,6 @@ impl PoolCore {
         }
     }
 
-    /// A worker thread that will never run the loop gives back its place.
-    fn worker_gone(&self) {
-        self.shared.pool.worker_gone();
-    }
-
     /// Remove a queued call whose future was cancelled. Returns None if a
     /// worker already took it, else `(notices, job)`: the `(tracker,
     /// position)` pairs of the calls behind it, for the caller to deliver,
@@ -972,18 +1019,18 @@ impl PoolCore {
     }
 
     /// Give up on the worker running call `seq`: it leaves the ceiling (a
-    /// replacement may start: the second value says how many threads the
-    /// caller must start) and exits after the call. False if `seq` is not
-    /// running there.
+    /// replacement may start: the second value says how many worker starts
+    /// are unclaimed, see `submit`) and exits after the call. False if
+    /// `seq` is not running there.
     fn abandon(&self, slot: &Bound<'_, WorkerSlot>, seq: u64) -> (bool, usize) {
         let slot = slot.get();
         if seq == 0 || slot.current.load(Ordering::Acquire) != seq {
             return (false, 0);
         }
-        if slot.abandoned.swap(true, Ordering::AcqRel) {
-            return (true, 0);
+        if !slot.abandoned.swap(true, Ordering::AcqRel) {
+            self.shared.pool.abandon_worker();
         }
-        (true, self.shared.pool.abandon_worker())
+        (true, self.shared.pool.unclaimed())
     }
 
     /// Raise `exc_type` in the worker thread running call `seq`, at its next
@@ -1000,19 +1047,18 @@ impl PoolCore {
             return false;
         }
         slot.interrupted.store(true, Ordering::Release);
-        let tid = slot.thread_id.load(Ordering::Acquire);
-        // SAFETY: called with the GIL held, on a live exception type.
-        unsafe { ffi::PyThreadState_SetAsyncExc(tid as _, exc_type.as_ptr()) == 1 }
+        async_exc::send(slot.thread_id.load(Ordering::Acquire), exc_type)
     }
 
-    /// Change the ceiling; returns how many worker threads to start.
+    /// Change the ceiling; returns how many worker starts are unclaimed
+    /// (see `submit`).
     fn resize(&self, py: Python<'_>, max_workers: usize) -> PyResult<usize> {
         if max_workers == 0 {
             return Err(PyValueError::new_err("max_workers must be greater than 0"));
         }
-        let spawn = self.shared.pool.resize(max_workers);
+        self.shared.pool.resize(max_workers);
         self.shared.wake_room_waiters(py, false);
-        Ok(spawn)
+        Ok(self.shared.pool.unclaimed())
     }
 
     /// Refuse new calls; queued ones still run; idle workers exit; every
@@ -1168,7 +1214,9 @@ impl PoolCore {
                 if let (Some(tracker), Some(_)) = (tracker_for_queue, s.waiting_at) {
                     shared.waiting.bind(py).set_item(s.seq, tracker)?;
                 }
-                Ok((s.spawn, s.waiting_at, s.seq, owed))
+                // Every start still unclaimed, not only this call's: one an
+                // interrupted caller left behind is started by this one.
+                Ok((s.unclaimed, s.waiting_at, s.seq, owed))
             }
             // The refused job is dropped here, with the GIL held, on the
             // submitting thread: the caller still holds every object in it.

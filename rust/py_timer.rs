@@ -15,10 +15,10 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyType};
 
+use crate::async_exc;
 use crate::clamp::duration_from_secs;
 use crate::gil;
 use crate::py_clamp::{clamp_timeout, describe, int_in, u64_in};
@@ -200,10 +200,8 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                     interrupt_later(entry, thread_id, exc_type, attempt);
                     continue;
                 }
-                // SAFETY: GIL held; exc_type was checked to be an exception class.
-                unsafe {
-                    ffi::PyThreadState_SetAsyncExc(thread_id as _, exc_type.as_ptr());
-                }
+                // exc_type was checked to be an exception class.
+                async_exc::send(thread_id, exc_type.bind(py));
                 entry.mark_delivered();
             }
         }
@@ -289,17 +287,13 @@ impl Deadline {
     /// After a `cancel()` that found the deadline fired: an interrupt may
     /// have been set for this thread but not yet raised (it lands at the
     /// next bytecode boundary). The owner is leaving its scope: discard it
-    /// so it cannot hit unrelated code. Called with the GIL held.
-    fn undo_delivery(&self) {
+    /// so it cannot hit unrelated code. An exception a signal handler
+    /// raises meanwhile (Ctrl-C) is returned (see `async_exc::take_back_own`).
+    fn undo_delivery(&self, py: Python<'_>) -> PyResult<()> {
         if self.entry.was_delivered() {
-            // SAFETY: GIL held (called from Python methods); NULL clears.
-            unsafe {
-                ffi::PyThreadState_SetAsyncExc(
-                    ffi::PyThread_get_thread_ident() as _,
-                    ptr::null_mut(),
-                );
-            }
+            return async_exc::take_back_own(py);
         }
+        Ok(())
     }
 
     /// Arm a deadline at `at` (absolute `time.monotonic()` seconds).
@@ -524,24 +518,24 @@ impl Deadline {
         (self.at - monotonic()).max(0.0)
     }
 
-    fn cancel(&self) -> bool {
+    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
         let was_pending = self.entry.cancel();
         if !was_pending {
-            self.undo_delivery();
+            self.undo_delivery(py)?;
         }
-        was_pending
+        Ok(was_pending)
     }
 
     /// `cancel()`, and whether the owner left in time: True if the deadline
     /// had not fired and the clock still reads before `at`.
-    fn cancel_in_time(&self) -> bool {
+    fn cancel_in_time(&self, py: Python<'_>) -> PyResult<bool> {
         // Only a deadline that had not fired (so nothing was delivered) can
         // be in time: the undoing in `cancel` is never needed here.
         if !self.entry.cancel() {
-            self.undo_delivery();
-            return false;
+            self.undo_delivery(py)?;
+            return Ok(false);
         }
-        monotonic() < self.at
+        Ok(monotonic() < self.at)
     }
 
     #[pyo3(signature = (timeout = None))]

@@ -67,6 +67,7 @@ ASYNC_PATH = "tests/test_asyncio_path.py"
 DELIVERY = "tests/test_asyncio_delivery.py"
 SIGNAL_INTERRUPT = "python/taut/_signal_interrupt.py"
 SCOPE_INTERRUPT = "tests/test_scope_interrupt.py"
+SPAWN = "tests/test_spawn_interrupts.py"
 
 MUTATIONS = [
     Mutation(
@@ -110,15 +111,44 @@ MUTATIONS = [
     Mutation(
         "submit-starts-one-thread-for-many",
         EXECUTOR,
-        "        if spawn:\n            self._spawn(spawn)\n        return future",
-        "        if spawn:\n            self._spawn(1)\n        return future",
-        (f"{WAKEUPS}::test_calls_queued_with_owed_wake_ups_get_every_thread_they_need",),
+        "        while self._start_worker():\n            pass",
+        "        self._start_worker()",
+        (
+            f"{WAKEUPS}::test_calls_queued_with_owed_wake_ups_get_every_thread_they_need",
+            "tests/test_executor_compat.py::test_workers_that_could_not_start_give_back_every_place",
+        ),
+    ),
+    # A worker start cut short by a Ctrl-C before its thread existed keeps
+    # its place for good (while the traceback holds the slot, as an
+    # interactive prompt holds the last one): queued calls wait forever.
+    Mutation(
+        "interrupted-start-keeps-its-place",
+        EXECUTOR,
+        "                slot.give_back()\n",
+        "",
+        (f"{SPAWN}::test_an_interrupt_in_thread_start_before_the_thread_exists",),
+    ),
+    # A thread that exists, interrupted in Thread.start's wait for it, taken
+    # for gone: its place is given back and a second thread starts beside it.
+    Mutation(
+        "started-thread-taken-for-gone",
+        EXECUTOR,
+        "            return inner is not None and inner.tb_frame.f_code is _EVENT_WAIT",
+        "            return False",
+        (f"{SPAWN}::test_an_interrupt_while_thread_start_waits_for_the_new_thread",),
+    ),
+    Mutation(
+        "full-queue-starts-no-owed-worker",
+        EXECUTOR,
+        "                # queue accepts none).\n                self._spawn()\n",
+        "                # queue accepts none).\n",
+        (f"{SPAWN}::test_a_full_queue_starts_the_workers_interrupted_submits_left_owed",),
     ),
     Mutation(
         "abandon-starts-no-replacement",
         EXECUTOR,
-        "        if spawn:\n            try:\n                self._spawn(spawn)",
-        "        if False:\n            try:\n                self._spawn(spawn)",
+        "        if unclaimed:\n            try:\n                self._spawn()",
+        "        if False:\n            try:\n                self._spawn()",
         (
             f"{WAKEUPS}::test_abandon_starts_a_replacement_for_a_queued_call",
             f"{WAKEUPS}::test_abandon_of_every_worker_keeps_the_ceiling_for_queued_calls",

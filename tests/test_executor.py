@@ -521,7 +521,7 @@ def test_an_executor_made_during_interpreter_exit_refuses_work():
 def test_a_worker_that_cannot_start_leaves_the_call_queued_once(monkeypatch):
     ex = taut.ThreadPoolExecutor(1)
 
-    def cannot_start(count: int) -> None:
+    def cannot_start() -> None:
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(ex, "_spawn", cannot_start)

@@ -145,8 +145,8 @@ def test_a_channel_let_go_last_by_a_worker_drops_the_outcome_off_the_worker() ->
 
     reader, channel = _channel()
     with reader, taut.ThreadPoolExecutor(1) as ex:
-        spawn, _, _ = ex._core.submit_async(channel, Waiter(), call, (), None, True, False, False)
-        ex._spawn(spawn)
+        ex._core.submit_async(channel, Waiter(), call, (), None, True, False, False)
+        ex._spawn()
         wait_until(lambda: ran_on)
         del channel  # from here the running job holds the last reference
         go.set()

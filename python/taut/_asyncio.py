@@ -108,7 +108,7 @@ class _LoopLink:
         for executor in tuple(self.owed):
             spawn = executor._core.wake_owed()
             if spawn:
-                executor._spawn(spawn)
+                executor._spawn()
 
     def flush(self) -> None:
         """Hand out the owed wake-ups (a loop callback, once per pass)."""
@@ -117,7 +117,7 @@ class _LoopLink:
         for executor in owed:
             spawn = executor._core.wake_owed()
             if spawn:
-                executor._spawn(spawn)
+                executor._spawn()
 
 
 _links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopLink | None] = (
@@ -190,6 +190,9 @@ async def run_in(
             )
             break
         except QueueFull:
+            # Only workers make room: start any an interrupted submit left
+            # unstarted (each accepted submission does, a full queue none).
+            executor._spawn()
             # Told, yet refused (a plain submit, or a coroutine told before
             # us, took the room): back to our place in line, not to its end.
             place = 0
@@ -216,10 +219,10 @@ async def run_in(
 def _after_queueing(
     executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: int, owed: bool
 ) -> None:
-    """A call is queued: start the worker thread it asked for, and leave the
+    """A call is queued: start the worker threads the core asks for, and leave the
     wake-up it owes for the end of this loop pass (see ``Pool::submit_waking``)."""
     if spawn:
-        executor._spawn(spawn)
+        executor._spawn()
     if owed:
         link.owe(loop, executor)
 
@@ -266,7 +269,7 @@ def submit_for_run_in_executor(
     except (QueueFull, RuntimeError):
         return None
     if spawn:
-        executor._spawn(spawn)
+        executor._spawn()
     if owed:
         link.owe(loop, executor)
     return waiter

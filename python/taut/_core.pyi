@@ -289,7 +289,7 @@ _Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]
 
 @final
 class WorkerSlot:
-    """One worker thread's handle on its pool (``PoolCore.new_worker()``).
+    """One worker thread's handle on its pool (``PoolCore.claim()``).
 
     The worker loop is Python (``taut._worker._work``); every method here
     returns the next *step* before any user code runs: ``None`` (exit),
@@ -301,7 +301,12 @@ class WorkerSlot:
     (complete the future with its own method, then ``done(ok)``)."""
 
     def take(self) -> Any:
-        """The first step; waits (GIL released) until there is work."""
+        """The first step; waits (GIL released) until there is work. None
+        (exit) if the place was given back before the thread reported in."""
+    def give_back(self) -> bool:
+        """The thread claimed for this slot will never report in (never made,
+        or its initializer failed): its place is free again (dropping such
+        a slot does the same). False if the thread reported in already."""
     def park(self) -> Any:
         """After a ``False`` step: wait (GIL released) for work."""
     def ok(self, value: Any) -> Any:
@@ -364,8 +369,10 @@ class PoolCore:
     def __new__(
         cls, max_workers: int, max_queue: int = 0, idle_timeout: float | None = None
     ) -> PoolCore: ...
-    def new_worker(self) -> WorkerSlot:
-        """A handle for a new worker thread."""
+    def claim(self) -> WorkerSlot | None:
+        """Claim one worker start the pool owes (submissions return how many
+        are unclaimed): the slot for the new thread, or None when none is
+        owed. A slot whose thread never reports in gives its place back."""
     def submit(
         self,
         future: Any,
@@ -374,8 +381,9 @@ class PoolCore:
         kwargs: dict[str, Any] | None = None,
     ) -> int:
         """Queue a call; sets ``future._seq``. Returns how many worker
-        threads to start (usually 0 or 1). Raises ``taut.QueueFull`` when the bounded queue
-        is full and ``RuntimeError`` once shut down."""
+        starts are unclaimed (usually 0 or 1; ``claim`` them), an earlier
+        caller's left behind included. Raises ``taut.QueueFull`` when the
+        bounded queue is full and ``RuntimeError`` once shut down."""
     def submit_tracked(
         self,
         future: Any,
@@ -385,7 +393,7 @@ class PoolCore:
         tracker: Any,
     ) -> tuple[int, int | None]:
         """``submit`` with queue notices through ``tracker``; returns
-        ``(spawn, position)``, position None when the call starts at once."""
+        ``(unclaimed, position)``, position None when the call starts at once."""
     def submit_async(
         self,
         channel: LoopChannel,
@@ -398,7 +406,7 @@ class PoolCore:
         turn: bool = False,
     ) -> tuple[int, int, bool]:
         """Queue a call whose outcome settles the asyncio future ``waiter``
-        on its loop through ``channel``; ``(spawn, seq, owed)``. Raises like
+        on its loop through ``channel``; ``(unclaimed, seq, owed)``. Raises like
         ``submit``; ``remove(seq)`` withdraws it while queued. ``wake``
         False: wake a parked worker only if none is on its way already;
         ``owed`` then says ``wake_owed()`` should follow (soon, not
@@ -409,7 +417,7 @@ class PoolCore:
     def wake_owed(self) -> int:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
-        threads the caller must start."""
+        starts are unclaimed."""
     def wait_for_room_async(self, channel: LoopChannel | None, notice: Any, place: int = 0) -> int:
         """An asyncio submitter found the queue full: ``notice`` is pushed
         onto ``channel`` (as ``(notice, None, None)``; the loop's reader
@@ -433,8 +441,6 @@ class PoolCore:
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""
-    def worker_gone(self) -> None:
-        """A worker thread that will never run the loop gives back its place."""
     def remove(self, seq: int) -> tuple[list[tuple[Any, int]], _Call] | None:
         """Take a cancelled call out of the queue: ``(notices, call)`` for
         the caller to deliver and drop; None if a worker has it."""
@@ -442,12 +448,12 @@ class PoolCore:
         """Take the oldest queued call out by hand (``_work_queue.get()``):
         ``(notices, call)``, None if the queue is empty."""
     def abandon(self, slot: WorkerSlot, seq: int) -> tuple[bool, int]:
-        """Give up on the worker running ``seq``: ``(abandoned, threads to
-        start)``."""
+        """Give up on the worker running ``seq``: ``(abandoned, worker
+        starts unclaimed)``."""
     def interrupt(self, slot: WorkerSlot, seq: int, exc_type: Any) -> bool:
         """Raise ``exc_type`` in the worker running ``seq``."""
     def resize(self, max_workers: int) -> int:
-        """Change the ceiling; returns how many worker threads to start."""
+        """Change the ceiling; returns how many worker starts are unclaimed."""
     def shutdown(self) -> None:
         """Refuse new calls; queued ones still run; idle workers exit."""
     def drain(self, waiting_only: bool = False) -> list[_Call]:

@@ -138,7 +138,6 @@ def _work(slot: WorkerSlot) -> None:
 
 
 def _worker_main(
-    core: PoolCore,
     slot: WorkerSlot,
     exited: threading.Event,
     initializer: Callable[..., object] | None,
@@ -151,7 +150,7 @@ def _worker_main(
                 initializer(*initargs)
             except BaseException:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=True)
-                core.worker_gone()
+                slot.give_back()
                 executor = executor_ref()
                 if executor is not None:
                     executor._initializer_failed()

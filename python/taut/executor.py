@@ -103,6 +103,28 @@ def _submit_for_loop(
     return _submit_for_run_in_executor(executor, loop, fn, args)
 
 
+_THREAD_START = threading.Thread.start.__code__
+_EVENT_WAIT = threading.Event.wait.__code__
+
+
+def _thread_exists(thread: threading.Thread, error: BaseException) -> bool:
+    """Whether ``thread.start()``, which raised ``error`` (or was not
+    reached), made the thread: it reported in, or ``start`` was waiting for
+    it to (an interrupt in that wait leaves a thread that runs anyway).
+    An interrupt landing between the thread being made and that wait is
+    taken for "not made": such a thread finds its place given back and
+    exits before taking any work (``WorkerSlot.take``)."""
+    if thread._started.is_set():  # type: ignore[attr-defined]
+        return True
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _THREAD_START:
+            inner = tb.tb_next
+            return inner is not None and inner.tb_frame.f_code is _EVENT_WAIT
+        tb = tb.tb_next
+    return False
+
+
 # taut._asyncio's run_in, once loaded: asyncio loads on first use only.
 _run_in: Any = None
 
@@ -218,11 +240,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         )
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
-        # Copy-on-write (under _threads_lock), never changed in place: code
-        # in the wild (and CPython's own tests) holds on to `_threads` and
-        # iterates it while workers exit.
-        self._threads: set[threading.Thread] = set()
-        self._threads_lock = threading.Lock()
+        # The worker threads (`_threads` is a snapshot of them). Changed by
+        # single dict operations, atomic under the GIL: a lock held across
+        # bytecodes would stay held for good if a Ctrl-C landed on the
+        # bytecode before its release, and the next worker start or exit
+        # would wait for it forever.
+        self._worker_threads: dict[threading.Thread, None] = {}
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
         self._thread_numbers = itertools.count()
@@ -279,6 +302,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                     spawn, waiting_at = core.submit_tracked(future, fn, args, kwargs, tracker)
                 break
             except QueueFull:
+                # Only workers make room: start any an interrupted submit
+                # left unstarted (each accepted submission does, but a full
+                # queue accepts none).
+                self._spawn()
                 if not block:
                     raise
                 if _running_loop() is not None:
@@ -300,7 +327,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             else:
                 core.wait_for_room()
         if spawn:
-            self._spawn(spawn)
+            self._spawn()
         if tracker is not None and waiting_at is not None:
             tracker.wait(waiting_at)
         return future
@@ -359,7 +386,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # core's refusal.
             return self._submit(fn, args, kwargs, block=True)
         if spawn:
-            self._spawn(spawn)
+            self._spawn()
         return future
 
     def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
@@ -473,9 +500,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             for args in arg_tuples:
                 future: Future[Any] = Future()
                 future._core = core
-                spawn = submit(future, fn, args)
-                if spawn:
-                    self._spawn(spawn)
+                if submit(future, fn, args):
+                    self._spawn()
                 append(future)
         except RuntimeError:
             for queued in futures:
@@ -486,29 +512,30 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     # -- workers --------------------------------------------------------
 
-    def _spawn(self, count: int) -> None:
-        for started in range(count):
-            try:
-                self._start_worker()
-            except BaseException:
-                # The core counted every one of them as on its way: those
-                # not started yet give their places back too, or it would
-                # wait for them for good (and never start another).
-                for _ in range(count - started - 1):
-                    self._core.worker_gone()
-                raise
+    def _spawn(self) -> None:
+        """Start the worker threads the core asked for. Called when a
+        submission (or resize, abandon, ...) says starts are unclaimed:
+        this one's, and any an interrupt kept an earlier caller from."""
+        while self._start_worker():
+            pass
 
-    def _start_worker(self) -> None:
-        slot = self._core.new_worker()
-        thread = None
+    def _start_worker(self) -> bool:
+        """Claim one worker start and start its thread; False if none is
+        owed. A Ctrl-C (or any asynchronous exception) may land between any
+        two bytecodes here: a start it cuts short before the thread exists
+        gives its place back (the next submission starts a worker for the
+        calls it was for); a thread that does exist keeps its place."""
+        slot = thread = None
         try:
+            slot = self._core.claim()
+            if slot is None:
+                return False
             exited = threading.Event()
             thread = threading.Thread(
                 # `%s`, as the stdlib names its threads: str() of the prefix.
                 name=f"{self._thread_name_prefix!s}_{next(self._thread_numbers)}",
                 target=_worker._worker_main,
                 args=(
-                    self._core,
                     slot,
                     exited,
                     self._initializer,
@@ -520,25 +547,31 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # past its deadline) are left behind at exit.
                 daemon=True,
             )
-            with self._threads_lock:
-                self._threads = self._threads | {thread}
+            self._worker_threads[thread] = None
             self._slots[thread] = slot
             self._exited[thread] = exited
             _worker._live_workers[thread] = (self._core, exited)
             thread.start()
-        except BaseException:
-            # No thread (it could not be named, made or started): the
-            # calls it was for stay queued, and the next submit starts a
-            # worker for them, as in the stdlib.
-            if thread is not None:
-                self._forget_thread(thread)
-            self._core.worker_gone()
+        except BaseException as error:
+            # The place goes back unless the thread exists (it then reports
+            # in and works as usual). Should a second Ctrl-C cut this short,
+            # the slot gives its place back once it is dropped.
+            if slot is not None and (thread is None or not _thread_exists(thread, error)):
+                slot.give_back()
+                if thread is not None:
+                    self._forget_thread(thread)
             raise
+        return True
+
+    @property
+    def _threads(self) -> set[threading.Thread]:  # type: ignore[override]
+        """The standard library's private, as a snapshot: code in the wild
+        (and CPython's own tests) holds on to it and iterates it while
+        workers exit."""
+        return set(self._worker_threads)
 
     def _drop_thread(self, thread: threading.Thread) -> None:
-        with self._threads_lock:
-            if thread in self._threads:
-                self._threads = self._threads - {thread}
+        self._worker_threads.pop(thread, None)
 
     def _forget_thread(self, thread: threading.Thread) -> None:
         # Called by the worker itself as it leaves, or for a thread that
@@ -591,7 +624,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         if found is None:
             return False
         thread, slot = found
-        abandoned, spawn = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
+        abandoned, unclaimed = self._core.abandon(slot, future._seq)  # type: ignore[attr-defined]
         if abandoned:
             # Neither shutdown(wait=True) nor the exit hook waits for it; one
             # of them may be waiting already (a call abandoned while the
@@ -601,14 +634,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             _worker._live_workers.pop(thread, None)
             if exited is not None:
                 exited.set()
-        if spawn:
+        if unclaimed:
             try:
-                self._spawn(spawn)
+                self._spawn()
             except RuntimeError:
                 # No new thread at interpreter shutdown (CPython 3.12+). With
-                # no worker left, the waiting calls would never run: fail
-                # them, so that whoever waits for them is woken.
-                if self._core.stats()[1] == 0:
+                # no worker thread left, the waiting calls would never run:
+                # fail them, so that whoever waits for them is woken.
+                if not self._worker_threads:
                     self._fail_queued(
                         RuntimeError("cannot start a worker thread at interpreter shutdown")
                     )
@@ -631,10 +664,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         """Change the worker ceiling now: growing starts waiting calls at
         once, shrinking lets running calls finish and retires the surplus."""
         max_workers = check_count(max_workers, "max_workers", minimum=1, too_small="greater than 0")
-        spawn = self._core.resize(max_workers)
+        unclaimed = self._core.resize(max_workers)
         self._max_workers = max_workers
-        if spawn:
-            self._spawn(spawn)
+        if unclaimed:
+            self._spawn()
 
     def in_worker(self) -> bool:
         """True when called on one of this executor's worker threads."""
@@ -657,6 +690,13 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         with self._shutdown_lock:
             self._shutdown = True
             self._core.shutdown()
+            # Queued calls still run: start the workers an interrupted
+            # submit left unstarted (no later submit will).
+            try:
+                self._spawn()
+            except RuntimeError:
+                pass  # no new thread at interpreter exit: as before shutdown
+
             if cancel_futures:
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
@@ -687,11 +727,13 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         orphaned = [
             slot.running_future for thread, slot in self._slots.items() if thread is not me
         ]
+        # Before the slots go: one whose thread never reported in would give
+        # its start back to the old pool, whose lock may be held for good.
+        old.orphan()
         self._shutdown_lock = threading.Lock()
         self._room_lock = threading.Lock()
         self._workers_waiting_for_room = 0
-        self._threads = set()
-        self._threads_lock = threading.Lock()
+        self._worker_threads = {}
         self._slots = {}
         self._exited = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
@@ -700,7 +742,6 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
         queued = old.drain_after_fork()
-        old.orphan()
         for future, *_ in queued or ():
             if not isinstance(future, Future):
                 continue  # the parent's event loop does not run in the child

@@ -750,7 +750,9 @@ pub fn pipes_held_by(pid: i32) -> HashSet<u64> {
 /// empty, though the table the other threads share, with our pipes in it,
 /// lives on: they hold the pipes, and the process must not be missed. So
 /// when it is empty or unreadable, `PID/task/TID/fd` is read instead, for the
-/// first thread that shows one (an ending thread shows none either).
+/// first thread that shows one (an ending thread shows none either). A table
+/// that shrank while it was read (its thread ended between the listing and
+/// the links: they then fail) does not count as read: the next one is.
 fn pipes_held_under(proc: &std::path::Path, pid: i32) -> HashSet<u64> {
     let mut out = HashSet::new();
     if pid <= 0 {
@@ -772,20 +774,30 @@ fn pipes_held_under(proc: &std::path::Path, pid: i32) -> HashSet<u64> {
 }
 
 /// Add the pipe inodes that the descriptor links in `dir` name to `out`;
-/// whether `dir` could be read and held any descriptor at all.
+/// whether `dir` was read whole: it listed a descriptor, and every link it
+/// listed could be read. A link that fails was there a moment before: its
+/// thread ended meanwhile (then they all fail from there on, our pipe's
+/// among them), or the descriptor was closed; either way another thread's
+/// copy of the table is read too, or the holder would be missed.
 fn read_pipe_links(dir: &std::path::Path, out: &mut HashSet<u64>) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;
     };
     let mut any = false;
-    for entry in entries.flatten() {
+    let mut whole = true;
+    for entry in entries {
+        let Ok(entry) = entry else {
+            whole = false;
+            continue;
+        };
         any = true;
-        if let Ok(link) = std::fs::read_link(entry.path()) {
-            out.extend(pipe_inode(link.as_os_str().as_bytes()));
+        match std::fs::read_link(entry.path()) {
+            Ok(link) => out.extend(pipe_inode(link.as_os_str().as_bytes())),
+            Err(_) => whole = false,
         }
     }
-    any
+    any && whole
 }
 
 /// The inode of the pipe open as `fd` in this process; `InvalidInput` if `fd`
@@ -1507,6 +1519,14 @@ mod tests {
         links("200/task/201/fd", &[("1", "pipe:[21]"), ("2", "pipe:[22]")]);
         // The main thread's table unreadable (here: missing).
         links("300/task/301/fd", &[("5", "pipe:[31]")]);
+        // A thread that ends while its table is read: listed, its links
+        // then fail (here: a file that is no link); the next thread's
+        // table is read.
+        links("600/fd", &[]);
+        links("600/task/600/fd", &[]);
+        links("600/task/601/fd", &[]);
+        std::fs::write(root.join("600/task/601/fd/1"), b"").unwrap();
+        links("600/task/602/fd", &[("1", "pipe:[61]")]);
         // No table anywhere.
         links("400/fd", &[]);
         links("400/task/400/fd", &[]);
@@ -1520,6 +1540,15 @@ mod tests {
         assert_eq!(held(100), vec![11]);
         assert_eq!(held(200), vec![21, 22]);
         assert_eq!(held(300), vec![31]);
+        assert_eq!(held(600), vec![61]);
+        // Whichever order the threads are listed in: a table whose links
+        // fail does not count as read.
+        let mut partial = HashSet::new();
+        assert!(!read_pipe_links(
+            &root.join("600/task/601/fd"),
+            &mut partial
+        ));
+        assert!(read_pipe_links(&root.join("600/task/602/fd"), &mut partial));
         assert!(held(400).is_empty());
         assert!(held(500).is_empty()); // gone
         assert!(held(0).is_empty() && held(-1).is_empty());

@@ -228,3 +228,19 @@ def test_type_checkers_see_every_lazy_name() -> None:
         "default_executor",
     }
     assert set(taut._LAZY) <= set(taut.__all__)
+
+
+def test_stats_loads_pool_stats_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loaded on first use, then kept: a lazy load on every call cost stats()
+    # seven times its own work.
+    from taut import executor
+
+    with taut.ThreadPoolExecutor(1) as ex:
+        first = ex.stats()
+
+        def load_from(name: str, attribute: str) -> object:
+            raise AssertionError(f"loaded {name}.{attribute} again")
+
+        monkeypatch.setattr(executor._lazy_import, "load_from", load_from)
+        again = ex.stats()
+    assert type(again) is type(first) is taut.PoolStats

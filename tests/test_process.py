@@ -929,19 +929,30 @@ def test_run_process_kills_a_double_forked_daemon_whose_main_thread_ended(
         time.sleep(0.01)
 
 
+@pytest.fixture
+def pipe_writer(
+    spawned: list[subprocess.Popen[bytes]],
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A process outside our tree writing to a pipe we read, and its start
+    time."""
+    proc = sh(f"exec sleep {WORK}", stdout=subprocess.PIPE, start_new_session=True)
+    spawned.append(proc)
+    assert proc.stdout is not None
+    start = _core.process_start_time(proc.pid)
+    assert start is not None
+    return proc, start
+
+
 def test_a_pipe_holder_is_named_by_the_start_time_read_before_its_descriptors(
-    monkeypatch: pytest.MonkeyPatch, spawned: list[subprocess.Popen[bytes]]
+    monkeypatch: pytest.MonkeyPatch, pipe_writer: tuple[subprocess.Popen[bytes], int]
 ) -> None:
     # The holder found through /proc is killed by (pid, start time). Should
     # its pid be reused while its descriptors are read, the start time read
     # after them would name the newcomer, which would be killed instead.
     from taut import process
 
-    proc = sh(f"exec sleep {WORK}", stdout=subprocess.PIPE, start_new_session=True)
-    spawned.append(proc)
+    proc, start = pipe_writer
     assert proc.stdout is not None
-    start = _core.process_start_time(proc.pid)
-    assert start is not None
     reused = False
     real_readlink = os.readlink
 
@@ -1045,3 +1056,28 @@ def test_run_process_kills_the_tree_when_the_caller_is_interrupted() -> None:
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+def test_a_pipe_holder_whose_table_fails_half_read_is_read_through_a_thread(
+    monkeypatch: pytest.MonkeyPatch, pipe_writer: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    # The main thread ends while its table is read: listed, its links then
+    # fail (ENOENT). The table the other threads share still holds our pipe:
+    # taken for read, it hid the holder (a daemon outside the tree lived on).
+    from taut import process
+
+    proc, start = pipe_writer
+    assert proc.stdout is not None
+    real_readlink = os.readlink
+    failed = []
+
+    def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(f"/proc/{proc.pid}/fd/"):
+            failed.append(path)
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(process.os, "readlink", readlink)
+    found = process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY})
+    assert failed
+    assert found == [(proc.pid, start)]

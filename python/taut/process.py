@@ -33,7 +33,7 @@ import signal
 import subprocess
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Union
 
 from taut import _core
@@ -553,55 +553,62 @@ def _pipe_peers(ends: dict[int, int]) -> list[tuple[int, int]]:
         start = _core.process_start_time(int(name))
         if start is None:
             continue
-        table = _fd_table(f"/proc/{name}")
-        if table is None:
-            continue
-        base, fds = table
-        for fd in fds:
-            try:
-                link = os.readlink(f"{base}/fd/{fd}")
-                if link not in ours:
-                    continue
-                with open(f"{base}/fdinfo/{fd}", "rb") as info:
-                    flags = next(
-                        (int(line.split()[1], 8) for line in info if line.startswith(b"flags:")),
-                        None,
-                    )
-            except (OSError, ValueError, IndexError):
-                continue
-            if flags is not None and flags & os.O_ACCMODE != ours[link]:
+        for base in _fd_tables(f"/proc/{name}"):
+            holds, whole = _holds_other_end(base, ours)
+            if holds:
                 found.append((int(name), start))
+            if holds or whole:
                 break
     return found
 
 
-def _fd_table(process: str) -> tuple[str, list[str]] | None:
+def _fd_tables(process: str) -> Iterator[str]:
     """Where the descriptors of the process at ``process`` (``/proc/PID``) can
-    be read, and their numbers: ``process`` itself, or one of its threads
-    (``process/task/TID``); ``None`` if there are none to read.
+    be read: ``process`` itself, then each of its threads
+    (``process/task/TID``), for the caller to read until one is read whole.
 
     ``/proc/PID/fd`` is the main thread's table: empty once that thread has
     ended while others run on (the process then shows ``Z``), though the table
-    they share, our pipes in it, lives on. Then the first thread that shows
-    one is read (an ending thread shows none either)."""
-    try:
-        fds = os.listdir(f"{process}/fd")
-    except OSError:
-        fds = []
-    if fds:
-        return process, fds
+    they share, our pipes in it, lives on; and a thread that ends while its
+    table is read leaves a table read in part (its links fail from then on)."""
+    yield process
     try:
         tasks = os.listdir(f"{process}/task")
     except OSError:
-        return None
+        return
     for tid in tasks:
+        yield f"{process}/task/{tid}"
+
+
+def _holds_other_end(base: str, ours: dict[str, int]) -> tuple[bool, bool]:
+    """Whether the descriptor table at ``base`` (``/proc/PID`` or
+    ``/proc/PID/task/TID``) holds one of our pipes (``ours``: its link and our
+    end's access mode) with the other access mode, and whether the table was
+    read whole: it listed a descriptor and none failed to read. Its
+    ``fdinfo`` is read from the same place as its ``fd``."""
+    try:
+        fds = os.listdir(f"{base}/fd")
+    except OSError:
+        return False, False
+    whole = bool(fds)
+    for fd in fds:
         try:
-            fds = os.listdir(f"{process}/task/{tid}/fd")
+            link = os.readlink(f"{base}/fd/{fd}")
+            if link not in ours:
+                continue
+            with open(f"{base}/fdinfo/{fd}", "rb") as info:
+                flags = next(
+                    (int(line.split()[1], 8) for line in info if line.startswith(b"flags:")),
+                    None,
+                )
         except OSError:
+            whole = False
             continue
-        if fds:
-            return f"{process}/task/{tid}", fds
-    return None
+        except (ValueError, IndexError):
+            continue
+        if flags is not None and flags & os.O_ACCMODE != ours[link]:
+            return True, True
+    return False, whole
 
 
 def _read_into(fd: int, chunks: dict[int, list[bytes]]) -> bool:

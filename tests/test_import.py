@@ -244,3 +244,17 @@ def test_stats_loads_pool_stats_once(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(executor._lazy_import, "load_from", load_from)
         again = ex.stats()
     assert type(again) is type(first) is taut.PoolStats
+
+
+def test_pool_stats_is_still_found_where_it_was() -> None:
+    # It moved from taut.executor to a module of its own, loaded on first
+    # use: imports from the old place, and pickles naming it, still work.
+    from taut.executor import PoolStats
+
+    assert PoolStats is taut.PoolStats
+    old = pickle.dumps(taut.PoolStats(*range(9)), protocol=0)
+    assert b"taut._pool_stats" in old
+    moved = old.replace(b"taut._pool_stats", b"taut.executor")
+    assert pickle.loads(moved) == taut.PoolStats(*range(9))
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        taut.executor.NoSuchName  # type: ignore[attr-defined]  # noqa: B018

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import taut
+import taut.journal.sqlite as journal_sqlite
 from taut.journal import (
     InMemoryJournal,
     Journal,
@@ -356,7 +357,12 @@ def test_journal_file_is_pickle_trusted_state_documented() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.timeout(60)
-def test_fork_while_another_thread_holds_the_journal_lock(tmp_path: Path) -> None:
+def test_fork_while_another_thread_holds_the_journal_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fork waits for a journal call in progress (below), but not for
+    # ever: past the wait it goes ahead, and the child gets the lock fresh.
+    monkeypatch.setattr(journal_sqlite, "_FORK_WAIT_S", 0.05)
     journal = SqliteJournal(tmp_path / "j.db")
     journal.reserve(["a"])
     held, release = threading.Event(), threading.Event()
@@ -379,6 +385,48 @@ def test_fork_while_another_thread_holds_the_journal_lock(tmp_path: Path) -> Non
         os._exit(code)
     release.set()
     holder.join()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0  # the child did not deadlock
+    assert _exit_code_of(pid) == 0  # the child did not deadlock
     assert journal.records() == [(0, "a", "ok")]
+
+
+def _exit_code_of(pid: int, limit: float = 30.0) -> int | None:
+    """The forked child's exit code; None, the child killed, if it has not
+    ended within ``limit`` seconds (a deadlocked child must fail the test,
+    not hang the run)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_fork_waits_for_a_journal_call_in_progress(tmp_path: Path) -> None:
+    # A thread inside SQLite at the fork may hold one of SQLite's own
+    # process-wide mutexes, and the child's first query would then wait for
+    # ever: every call into SQLite is made under its journal's lock, and a
+    # fork waits until no other thread holds one.
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    held, let_go = threading.Event(), threading.Event()
+
+    def call_in_progress() -> None:
+        with journal._lock:
+            held.set()
+            time.sleep(0.2)  # against a wait of 10 s: lopsided
+            let_go.set()
+
+    holder = threading.Thread(target=call_in_progress)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(0 if let_go.is_set() else 1)
+    holder.join()
+    assert let_go.is_set()
+    assert _exit_code_of(pid) == 0  # the fork came after the call let go

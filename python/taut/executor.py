@@ -68,6 +68,17 @@ def _load_pool_stats() -> type[PoolStats]:
     return loaded
 
 
+if not TYPE_CHECKING:  # (type checkers see the import above; a module
+    # __getattr__ would make every unknown name of this module pass for them)
+
+    def __getattr__(name: str) -> Any:
+        # `from taut.executor import PoolStats`, and pickles of stats made
+        # before PoolStats moved to its own module, still work.
+        if name == "PoolStats":
+            return _pool_stats_class or _load_pool_stats()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Every executor alive, to reset in a forked child.
 _live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
 

@@ -27,15 +27,44 @@ _SCHEMA = tables(
 _live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
 
 
+# How long a fork waits for another thread's journal call to finish (a few
+# milliseconds; a stalled disk may take longer). Past this it goes ahead.
+_FORK_WAIT_S = 10.0
+_held_at_fork: list[threading.RLock] = []
+
+
+def _before_fork() -> None:
+    # No other thread may be inside SQLite at the fork: it may hold one of
+    # SQLite's own process-wide mutexes (its allocator's), which the child
+    # would get locked for good, and the child's first query would wait
+    # for ever. Every call into SQLite is made under its journal's lock, so
+    # a fork waits for those; in a fixed order, so that two forking threads
+    # never wait for each other.
+    for journal in sorted(_live, key=id):
+        lock = journal._lock
+        if lock.acquire(timeout=_FORK_WAIT_S):
+            _held_at_fork.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop().release()
+
+
 def _after_fork_in_child() -> None:
-    # Another thread of the parent may have held a journal's lock at the fork;
-    # in the child nobody would ever release it.
+    _held_at_fork.clear()
+    # Fresh, also one still held by a thread of the parent (the wait above
+    # gave up on it): in the child nobody would ever release it.
     for journal in list(_live):
         journal._lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
 def _identity(path: str) -> tuple[int, int] | None:

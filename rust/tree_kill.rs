@@ -266,19 +266,21 @@ mod tests {
         assert_eq!(child.wait().unwrap().code(), Some(3)); // its own exit status
     }
 
+    /// The first line a piped child wrote (its background child's pid).
+    fn first_line(child: &mut std::process::Child) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().to_owned()
+    }
+
     #[test]
     fn a_grandchild_holding_the_pipe_behind_a_zombie_root_is_found() {
         // The root exits at once; its background child keeps stdout open.
         let mut child = spawn_piped("sleep 30 & echo $!");
-        let mut line = String::new();
-        {
-            use std::io::BufRead;
-            let stdout = child.stdout.as_mut().unwrap();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .unwrap();
-        }
-        let grandchild = id_of(line.trim().parse().unwrap());
+        let grandchild = id_of(first_line(&mut child).parse().unwrap());
         let root = id_of(child.id() as i32);
         let until = Instant::now() + Duration::from_secs(30);
         while is_running(root) {
@@ -294,14 +296,7 @@ mod tests {
         assert_eq!(report.found_running(), Some(true));
         // Unwatched, the same kind of tree is found, but not as a holder.
         let mut other = spawn_piped("sleep 30 & echo $!");
-        let mut line = String::new();
-        {
-            use std::io::BufRead;
-            let stdout = other.stdout.as_mut().unwrap();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .unwrap();
-        }
+        first_line(&mut other); // the root has started its background child
         let other_root = id_of(other.id() as i32);
         while is_running(other_root) {
             assert!(Instant::now() < until, "the root never exited");
@@ -331,15 +326,7 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        {
-            use std::io::BufRead;
-            let stdout = child.stdout.as_mut().unwrap();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .unwrap();
-        }
-        let grandchild = id_of(line.trim().parse().unwrap());
+        let grandchild = id_of(first_line(&mut child).parse().unwrap());
         let root = id_of(child.id() as i32);
         let until = Instant::now() + Duration::from_secs(30);
         loop {

@@ -306,6 +306,9 @@ def _interrupt_at_opcode(codes: set[Any], n: int) -> Any:
     def on_call(frame: FrameType, event: str, arg: Any) -> Any:
         if frame.f_code not in codes:
             return None
+        # f_trace first: on 3.13, f_trace_opcodes alone takes effect from a
+        # code object's second call on.
+        frame.f_trace = per_opcode
         frame.f_trace_opcodes = True
         return per_opcode
 

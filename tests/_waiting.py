@@ -4,6 +4,8 @@ how long a failing test takes, and a poll that never decides a pass by time."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from typing import Any, Callable
@@ -18,6 +20,21 @@ def wait_until(predicate: Callable[[], object], timeout: float = LONG) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached")
         time.sleep(0.001)
+
+
+def child_exit_code(pid: int, limit: float = LONG) -> int:
+    """The exit code of forked child ``pid``. One that has not ended within
+    ``limit`` seconds (deadlocked) is killed and fails the test: it must
+    not hang the run."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"forked child {pid} still running after {limit} s (deadlocked?)")
 
 
 async def running_call(executor: Any, fn: Callable[..., object], *args: Any) -> asyncio.Future[Any]:

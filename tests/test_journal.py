@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _waiting import child_exit_code
 
 import taut
 import taut.journal.sqlite as journal_sqlite
@@ -385,23 +386,8 @@ def test_fork_while_another_thread_holds_the_journal_lock(
         os._exit(code)
     release.set()
     holder.join()
-    assert _exit_code_of(pid) == 0  # the child did not deadlock
+    assert child_exit_code(pid) == 0  # the child did not deadlock
     assert journal.records() == [(0, "a", "ok")]
-
-
-def _exit_code_of(pid: int, limit: float = 30.0) -> int | None:
-    """The forked child's exit code; None, the child killed, if it has not
-    ended within ``limit`` seconds (a deadlocked child must fail the test,
-    not hang the run)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return None
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -429,4 +415,4 @@ def test_a_fork_waits_for_a_journal_call_in_progress(tmp_path: Path) -> None:
         os._exit(0 if let_go.is_set() else 1)
     holder.join()
     assert let_go.is_set()
-    assert _exit_code_of(pid) == 0  # the fork came after the call let go
+    assert child_exit_code(pid) == 0  # the fork came after the call let go

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
+from _waiting import child_exit_code
 
 import taut  # noqa: F401  (registers the fork/exit hooks)
 from taut import _core
@@ -587,18 +588,6 @@ def test_many_pending_fire() -> None:
     assert all(d.expired for d in ds)
 
 
-def _wait_child(pid: int, limit: float = LONG) -> int:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    raise AssertionError("forked child hung (timer deadlocked after fork?)")
-
-
 @pytest.fixture
 def quiet_fork() -> Iterator[None]:
     with warnings.catch_warnings():
@@ -630,7 +619,7 @@ def test_child_after_fork_gets_a_working_timer() -> None:
                 code = 0
         finally:
             os._exit(code)
-    assert _wait_child(pid) == 0
+    assert child_exit_code(pid) == 0
     assert inherited.wait(LONG)  # still fires in the parent
 
 
@@ -660,7 +649,7 @@ def test_fork_while_the_timer_is_busy_never_deadlocks_the_child() -> None:
                         code = 0
                 finally:
                     os._exit(code)
-            assert _wait_child(pid) == 0
+            assert child_exit_code(pid) == 0
     finally:
         stop.set()
         for t in churners:

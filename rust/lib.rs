@@ -24,7 +24,7 @@ mod _core {
     use pyo3::prelude::*;
 
     #[pymodule_export]
-    use crate::py_loop::LoopChannel;
+    use crate::py_loop::{LoopChannel, WokenBatch};
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
 

@@ -14,6 +14,7 @@
 //! without the GIL. A deadline that never fires costs its arm and its
 //! cancel, nothing on the loop.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -75,6 +76,28 @@ impl Shared {
     fn wake(&self) {
         #[cfg(unix)]
         write_byte(self.fd, self.kind);
+    }
+
+    /// Put back what a drain took and did not settle, ahead of what came
+    /// since (it is older), and wake the loop for it unless it is woken
+    /// already. Dropped instead when the loop's end is gone (as `enqueue`
+    /// does). Runs no Python code.
+    fn put_back(&self, left: VecDeque<Completion>) {
+        if left.is_empty() {
+            return;
+        }
+        let mut inbox = self.lock();
+        if inbox.1 {
+            drop(inbox);
+            drop_on_callback_thread_all(left);
+            return;
+        }
+        let newer = std::mem::take(&mut inbox.0);
+        inbox.0 = left.into_iter().chain(newer).collect();
+        drop(inbox);
+        if !self.armed.swap(true, Ordering::AcqRel) {
+            self.wake();
+        }
     }
 }
 
@@ -177,8 +200,9 @@ impl LoopChannel {
     /// `take` for the loop's reader callback: first empty the reading end
     /// `reader_fd` of the wake-up bytes (without blocking, and without the
     /// Python exception a non-blocking `recv` raises once it is empty),
-    /// then take. The caller owns `reader_fd` and keeps it open meanwhile.
-    fn take_woken(&self, reader_fd: i32) -> Vec<Completion> {
+    /// then take, as a [`WokenBatch`]. The caller owns `reader_fd` and
+    /// keeps it open meanwhile.
+    fn take_woken(&self, reader_fd: i32) -> WokenBatch {
         #[cfg(unix)]
         {
             let mut buf = [0u8; 256];
@@ -201,7 +225,10 @@ impl LoopChannel {
         }
         #[cfg(not(unix))]
         let _ = reader_fd;
-        self.take()
+        WokenBatch {
+            shared: Arc::clone(&self.shared),
+            left: self.take().into(),
+        }
     }
 
     /// The loop closed: nobody will take completions any more. Returns
@@ -235,6 +262,51 @@ impl Drop for LoopChannel {
             std::mem::take(&mut inbox.0)
         };
         drop_on_callback_thread_all(left);
+    }
+}
+
+/// What one pass of the loop's reader callback took from its channel,
+/// handed out one entry at a time (an iterator of `(target, ok, value)`).
+/// Whatever was not handed out yet goes back to the channel, ahead of later
+/// entries and with a wake-up of its own, when the pass stops early: at
+/// `give_back()` (the reader's `except` clause) or when this object goes
+/// away. So an entry that raises, or a Ctrl-C landing anywhere in the pass
+/// (even as `take_woken` returns, before its result is stored), loses at
+/// most the entry being settled, never the ones behind it. (A returned
+/// list, dropped by such a Ctrl-C, lost the whole batch.)
+#[pyclass(module = "taut._core")]
+pub struct WokenBatch {
+    shared: Arc<Shared>,
+    left: VecDeque<Completion>,
+}
+
+#[pymethods]
+impl WokenBatch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self) -> Option<Completion> {
+        self.left.pop_front()
+    }
+
+    /// Put the entries not handed out yet back into the channel (see the
+    /// type); this batch is empty afterwards.
+    fn give_back(&mut self) {
+        self.shared.put_back(std::mem::take(&mut self.left));
+    }
+
+    /// How many entries are left to hand out.
+    fn __len__(&self) -> usize {
+        self.left.len()
+    }
+}
+
+impl Drop for WokenBatch {
+    fn drop(&mut self) {
+        // Only references move (no Python code runs): safe wherever the
+        // last reference goes.
+        self.give_back();
     }
 }
 

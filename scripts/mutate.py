@@ -292,15 +292,15 @@ MUTATIONS = [
     Mutation(
         "asyncio-drain-settles-twice",
         LOOP_WAKER,
-        "            batch = iter(channel.take_woken(self._reader_fd))",
-        "            batch = iter(2 * channel.take_woken(self._reader_fd))",
+        "        batch = channel.take_woken(self._reader_fd)\n",
+        "        batch = 2 * list(channel.take_woken(self._reader_fd))\n",
         (DELIVERY,),
     ),
     Mutation(
         "asyncio-drain-loses-the-rest-of-a-failed-batch",
         LOOP_WAKER,
-        "                loop.call_soon(self._drain, None, iter(rest))",
-        "                pass",
+        "            batch.give_back()\n            raise",
+        "            raise",
         ("tests/test_loop_waker.py::test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others",),
     ),
     Mutation(

@@ -208,6 +208,54 @@ def test_a_failing_entry_in_a_drained_batch_loses_none_of_the_others() -> None:
     assert len(errors) == 1 and "refuses to be cancelled" in str(errors[0])
 
 
+class _InterruptedAsItTakes:
+    """Stands in for a loop's channel. Its first ``take_woken`` takes the
+    batch and is interrupted before handing it over: a Ctrl-C landing as
+    the real call returns, before the reader callback has stored the
+    result, which the interpreter then drops unread."""
+
+    def __init__(self, channel: LoopChannel) -> None:
+        self.channel = channel
+        self.interrupted = False
+
+    def take_woken(self, reader_fd: int) -> object:
+        if not self.interrupted:
+            self.interrupted = True
+            self.channel.take_woken(reader_fd)  # taken, and dropped unread
+            raise KeyboardInterrupt
+        return self.channel.take_woken(reader_fd)
+
+
+def test_a_ctrl_c_as_the_drain_takes_its_batch_loses_none_of_it() -> None:
+    # Before the fix, take_woken returned a list: dropped by a Ctrl-C there,
+    # the whole batch was gone and its awaiting tasks waited for good.
+    loop = asyncio.new_event_loop()
+    go = threading.Event()
+
+    async def start() -> list[asyncio.Future[bool]]:
+        calls = [asyncio.ensure_future(ex.run(go.wait, LONG)) for _ in range(3)]
+        await asyncio.sleep(0)  # each task submits its call
+        return calls
+
+    try:
+        with taut.ThreadPoolExecutor(3) as ex:
+            calls = loop.run_until_complete(start())
+            waker = waker_for(loop)
+            channel = waker.channel
+            assert channel is not None
+            waker.channel = _InterruptedAsItTakes(channel)  # type: ignore[assignment]
+            go.set()
+            wait_until(lambda: len(channel) == 3)  # all three finished, none settled
+            with pytest.raises(KeyboardInterrupt):
+                loop.run_until_complete(asyncio.wait_for(asyncio.gather(*calls), LONG))
+            assert len(channel) == 3  # given back, not lost
+            waker.channel = channel
+            everything = asyncio.wait_for(asyncio.gather(*calls), LONG)
+            assert loop.run_until_complete(everything) == [True, True, True]
+    finally:
+        loop.close()
+
+
 _CLOSED_LOOPS_PROBE = """
 import asyncio, gc, sys, threading, time, weakref
 import taut

@@ -10,6 +10,7 @@ __all__ = [
     "LoopChannel",
     "PoolCore",
     "TreeKill",
+    "WokenBatch",
     "WorkerSlot",
     "__version__",
     "_close_gil_gate",
@@ -334,6 +335,19 @@ class WorkerSlot:
         (only tried, never waited for: a forked child reads it)."""
 
 @final
+class WokenBatch:
+    """What one drain took from a :class:`LoopChannel`, handed out one
+    ``(target, ok, value)`` at a time. The entries not handed out yet go back
+    to the channel (ahead of later ones, with a wake-up) at :meth:`give_back`
+    or when the batch goes away, so a pass that stops early loses none."""
+
+    def __iter__(self) -> WokenBatch: ...
+    def __next__(self) -> tuple[Any, bool | None, Any]: ...
+    def __len__(self) -> int: ...
+    def give_back(self) -> None:
+        """Put the entries not handed out yet back into the channel."""
+
+@final
 class LoopChannel:
     """Completions for one asyncio event loop: workers push ``(target, ok,
     value)`` without running Python code and write one byte to ``fd`` only
@@ -346,9 +360,10 @@ class LoopChannel:
         """Every completion so far, oldest first (read the wake-up bytes
         first). ``ok`` None: a room notice whose target is a callable, or
         the target of an expired deadline (``arm``/``watch``)."""
-    def take_woken(self, reader_fd: int) -> list[tuple[Any, bool | None, Any]]:
+    def take_woken(self, reader_fd: int) -> WokenBatch:
         """``take`` after emptying ``reader_fd`` (the caller's reading end,
-        non-blocking) of its wake-up bytes, without raising once it is empty."""
+        non-blocking) of its wake-up bytes, without raising once it is empty;
+        as a :class:`WokenBatch`, which puts back what it did not hand out."""
     def arm(self, at: float, target: Any) -> Deadline:
         """A deadline at ``at`` (``time.monotonic()`` seconds) whose expiry
         pushes ``(target, None, None)`` from the timer thread, without the

@@ -40,7 +40,6 @@ import functools
 import socket
 import sys
 import weakref
-from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 from taut._core import Deadline, LoopChannel
@@ -154,22 +153,16 @@ class LoopWaker:
             except RuntimeError:
                 pass  # closed in between
 
-    def _drain(
-        self,
-        _alarm: _CloseAlarm | None = None,
-        batch: Iterator[tuple[Any, bool | None, Any]] | None = None,
-    ) -> None:
+    def _drain(self, _alarm: _CloseAlarm | None = None) -> None:
         """The loop's reader callback (called with the ``_CloseAlarm``):
-        settle what the channel holds (or ``batch``, the rest of an earlier
-        pass)."""
-        if batch is None:
-            channel = self.channel
-            if channel is None:
-                return
-            # The wake-up bytes are read before taking: a deadline firing or
-            # a call finishing from then on writes a fresh byte, so none is
-            # ever left behind unannounced.
-            batch = iter(channel.take_woken(self._reader_fd))
+        settle what the channel holds."""
+        channel = self.channel
+        if channel is None:
+            return
+        # The wake-up bytes are read before taking: a deadline firing or
+        # a call finishing from then on writes a fresh byte, so none is
+        # ever left behind unannounced.
+        batch = channel.take_woken(self._reader_fd)
         try:
             for target, ok, value in batch:
                 if ok is None:
@@ -187,12 +180,12 @@ class LoopWaker:
         except BaseException:
             # One entry raised (a task's cancel() that fails, a Ctrl-C
             # landing here): the error goes its way, as it would from a
-            # callback of its own, but the entries after it were taken from
-            # the channel already and nobody else would ever settle them.
-            rest = list(batch)
-            loop = self._loop_ref()
-            if rest and loop is not None and not loop.is_closed():
-                loop.call_soon(self._drain, None, iter(rest))
+            # callback of its own, and the entries after it go back to the
+            # channel, which wakes the loop for them. (The batch would give
+            # them back as it goes away too, but the traceback keeps it
+            # alive as long as the error is kept: a Ctrl-C's until the
+            # program ends.)
+            batch.give_back()
             raise
 
     def _alarm_dropped(self, _ref: object) -> None:

@@ -1081,3 +1081,27 @@ def test_a_pipe_holder_whose_table_fails_half_read_is_read_through_a_thread(
     found = process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY})
     assert failed
     assert found == [(proc.pid, start)]
+
+
+def test_a_process_whose_table_we_may_not_read_is_not_read_thread_by_thread(
+    monkeypatch: pytest.MonkeyPatch, pipe_writer: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    # Another user's process (we are not root): its table refuses us
+    # (EACCES), and so would each of its threads' tables, one open per
+    # thread for nothing. Not ours to kill: skipped at once.
+    from taut import process
+
+    proc, _ = pipe_writer
+    assert proc.stdout is not None
+    real_listdir = os.listdir
+    refused: list[str] = []
+
+    def listdir(path: Any) -> Any:
+        if str(path).startswith(f"/proc/{proc.pid}/") and str(path).endswith("/fd"):
+            refused.append(str(path))
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(process.os, "listdir", listdir)
+    assert process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY}) == []
+    assert refused == [f"/proc/{proc.pid}/fd"]

@@ -584,10 +584,14 @@ def _holds_other_end(base: str, ours: dict[str, int]) -> tuple[bool, bool]:
     """Whether the descriptor table at ``base`` (``/proc/PID`` or
     ``/proc/PID/task/TID``) holds one of our pipes (``ours``: its link and our
     end's access mode) with the other access mode, and whether the table was
-    read whole: it listed a descriptor and none failed to read. Its
-    ``fdinfo`` is read from the same place as its ``fd``."""
+    read whole: it listed a descriptor and none failed to read (or need not
+    be read elsewhere: we may not read it, and its threads' tables are no
+    more ours to read). Its ``fdinfo`` is read from the same place as its
+    ``fd``."""
     try:
         fds = os.listdir(f"{base}/fd")
+    except PermissionError:
+        return False, True  # another user's process: not ours to kill
     except OSError:
         return False, False
     whole = bool(fds)

@@ -223,15 +223,23 @@ def _stdlib_lateness(samples: int, delay: float) -> list[float]:
     return [_threading_timer_lateness(delay) for _ in range(samples)]
 
 
+def _spin(end: float) -> None:
+    # A frame of its own: CPython 3.13 may raise an asynchronous exception at
+    # a loop's backward jump, which its compiler leaves outside the `try`
+    # around the loop, so it would skip the caller's `except` were the loop
+    # written there (CPython issue 139622). Leaving this frame, it reaches the
+    # caller at the call, inside its `try`.
+    while time.monotonic() < end:
+        pass
+
+
 def _spin_until_raised(arm: Callable[[float], object], delay: float) -> float:
     # Arm inside the try: an asynchronous exception may land right after arming.
     at = time.monotonic() + delay
     keep = None
     try:
         keep = arm(at)
-        end = at + 10
-        while time.monotonic() < end:
-            pass
+        _spin(at + 10)
     except DeadlineExpired:
         return time.monotonic() - at
     finally:

@@ -74,6 +74,7 @@ pub fn take_back_own(py: Python<'_>) -> PyResult<()> {
         Some(absorber) if py.version_info() < (3, 13) => absorber,
         _ => {
             clear(own);
+            crate::next_instruction::withdraw(py, own, None);
             return Ok(());
         }
     };

@@ -2,6 +2,7 @@
 //! Python module `taut._core`; the logic lives in one file per concern.
 
 mod async_exc;
+mod next_instruction;
 pub mod pool;
 mod py_future_state;
 mod py_loop;

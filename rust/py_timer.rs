@@ -21,6 +21,7 @@ use pyo3::types::{PyBool, PyDict, PyType};
 use crate::async_exc;
 use crate::clamp::duration_from_secs;
 use crate::gil;
+use crate::next_instruction;
 use crate::py_clamp::{clamp_timeout, describe, int_in, u64_in};
 use crate::timer::{self, Action, Entry};
 
@@ -43,7 +44,19 @@ enum Job {
         /// How often it was put off already (see [`interrupt_later`]).
         attempt: u32,
     },
+    /// An interrupt armed for a thread's next instruction
+    /// ([`next_instruction::arm`]), looked at again after [`FALLBACK_NS`].
+    InterruptBlocked {
+        thread_id: u64,
+        exc_type: Py<PyAny>,
+        /// What the arming stored: only that is withdrawn.
+        armed: Py<PyAny>,
+    },
 }
+
+/// How long an interrupt waits for a thread's next instruction before it
+/// counts the thread as blocked in a C call.
+const FALLBACK_NS: u64 = 50_000_000;
 
 struct Queue {
     state: Mutex<(VecDeque<Job>, bool)>,
@@ -179,6 +192,17 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
         match gil::detach(py, || q.pop())? {
             Job::Call(callable) => return Some(callable),
             Job::Drop(object) => drop(object),
+            Job::InterruptBlocked {
+                thread_id,
+                exc_type,
+                armed,
+            } => {
+                // Still waiting (not taken back, not raised): the thread is
+                // blocked in a C call.
+                if next_instruction::withdraw(py, thread_id, Some(armed.bind(py))) {
+                    async_exc::send(thread_id, exc_type.bind(py));
+                }
+            }
             Job::Interrupt {
                 entry,
                 thread_id,
@@ -200,6 +224,28 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                     interrupt_later(entry, thread_id, exc_type, attempt);
                     continue;
                 }
+                // On CPython 3.13 the thread may raise it at a loop's
+                // backward jump, outside the blocks around the loop (see
+                // `taut._backward_jump`): raised at its next instruction
+                // instead. A thread blocked in a C call runs none for a
+                // while: then the asynchronous exception after all (raised
+                // as the call returns, inside those blocks), rather than
+                // its code calling the hook meanwhile.
+                let armed = without_gc_then(py, || {
+                    next_instruction::arm(py, thread_id, exc_type.bind(py))
+                });
+                if let Some(armed) = armed {
+                    entry.mark_delivered();
+                    let fallback = timer::arm_ns(timer::now_ns().saturating_add(FALLBACK_NS));
+                    fallback.add_action(Box::new(move || {
+                        queue().push(Job::InterruptBlocked {
+                            thread_id,
+                            exc_type,
+                            armed,
+                        })
+                    }));
+                    continue;
+                }
                 // exc_type was checked to be an exception class.
                 async_exc::send(thread_id, exc_type.bind(py));
                 entry.mark_delivered();
@@ -212,21 +258,23 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
 /// (a code object of `taut._signal_interrupt._protected` on its stack).
 /// Only C-level calls, no Python bytecode: no other thread runs meanwhile.
 fn in_scope_machinery(py: Python<'_>, thread_id: u64) -> bool {
-    // Walking the stack makes frame objects (before 3.12); an allocation may
-    // start a garbage collection, and a __del__ run by it is bytecode: the
-    // thread could move on meanwhile. No collection while we look.
-    let gc = match py.import("gc") {
-        Ok(gc) => gc,
-        Err(_) => return false,
-    };
+    without_gc_then(py, || in_scope_machinery_now(py, thread_id).then_some(())).is_some()
+}
+
+/// `look()`, with no garbage collection meanwhile (None if it cannot be
+/// held off). Looking at another thread's frames allocates (frame objects
+/// before 3.12, tuples); an allocation may start a collection, and a
+/// __del__ run by it is bytecode: the thread could move on meanwhile.
+fn without_gc_then<T>(py: Python<'_>, look: impl FnOnce() -> Option<T>) -> Option<T> {
+    let gc = py.import("gc").ok()?;
     let collecting = gc
         .call_method0("isenabled")
         .and_then(|on| on.is_truthy())
         .unwrap_or(false);
     if collecting && gc.call_method0("disable").is_err() {
-        return false;
+        return None;
     }
-    let found = in_scope_machinery_now(py, thread_id);
+    let found = look();
     if collecting {
         let _ = gc.call_method0("enable");
     }

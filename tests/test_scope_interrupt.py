@@ -33,7 +33,6 @@ from taut import (
     move_on_at,
 )
 from taut.deadline import DeadlineScope
-from taut.deadline._context import innermost
 
 LONG = 30.0
 BUDGET = 0.05
@@ -345,35 +344,6 @@ def test_busy_python_code_is_interrupted_without_waiting_for_the_gil() -> None:
         _assert_interrupted(spin, budget=10 * BUDGET)
     finally:
         sys.setswitchinterval(interval)
-
-
-def _busy_loop_in_the_block(end: float) -> str:
-    try:
-        with fail_after(0.001, "busy", interrupt=True):
-            while time.monotonic() < end:
-                pass
-    except DeadlineExpired:
-        return "caught"
-    return "not interrupted"
-
-
-def test_a_busy_loop_written_inside_the_block_is_interrupted_inside_it() -> None:
-    """CPython 3.13 runs signal handlers at a loop's backward jump, which its
-    compiler leaves outside the blocks around the loop: raised there, the
-    interrupt skipped the scope's exit and every handler of that frame (about
-    one interrupt in six here) and left the scope open. Raised at the loop's
-    next bytecode instead."""
-    _on_main_thread()
-    outcomes: dict[str, int] = {}
-    for _ in range(200):
-        try:
-            outcome = _busy_loop_in_the_block(time.monotonic() + LONG)
-        except BaseException as exc:  # what escaped the block's handlers
-            outcome = f"escaped: {exc!r}"
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    assert outcomes == {"caught": 200}
-    assert innermost.get() is None  # every scope exited
-    assert sys.gettrace() is None and _signal_interrupt._deferred is None
 
 
 def test_a_late_timer_signal_does_not_hide_the_programs_next_signal() -> None:

@@ -33,8 +33,8 @@ half-closed); the next signal lands once control is back in the user's code.
 
 from __future__ import annotations
 
+import functools
 import signal
-import sys
 import threading
 from types import CodeType, FrameType
 from typing import Any, Callable, Protocol
@@ -202,80 +202,33 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _in_scope_machinery(frame):
         # The scope's repeated signal lands once this code has returned.
         return
-    if frame is not None and _at_backward_jump(frame) and _raise_at_next_bytecode(frame, due):
+    if frame is not None and _raised_after_the_jump(frame, due):
         return
     raise due._interrupt_error()
 
 
-# CPython 3.13 runs signal handlers at a loop's backward jump, an instruction
-# its compiler leaves out of the ranges of the `try` and `with` blocks around
-# the loop: an exception raised there skips every handler of that frame (the
-# scope's own exit, the program's `except` and `finally`) and leaves the
-# function as if the loop stood outside them (CPython issue 139622; 3.11 and
-# 3.12 cover the jump). A busy loop written inside the `with` block met it on
-# one interrupt in six here. 0 on other versions: nothing to avoid.
-_JUMP_BACKWARD = 0
-if sys.version_info >= (3, 13):  # pragma: no cover - depends on the interpreter
-    import opcode
+def _raised_after_the_jump(frame: FrameType, scope: _Interruptible) -> bool:
+    """At a loop's backward jump on CPython 3.13, have ``scope``'s interrupt
+    raised at the frame's next instruction instead (``taut._backward_jump``)."""
+    from taut import _backward_jump
 
-    _JUMP_BACKWARD = opcode.opmap["JUMP_BACKWARD"]
-# The frame whose next bytecode raises (see _raise_at_next_bytecode), if any.
-_deferred: FrameType | None = None
-
-
-def _at_backward_jump(frame: FrameType) -> bool:
-    return _JUMP_BACKWARD != 0 and frame.f_code.co_code[frame.f_lasti] == _JUMP_BACKWARD
-
-
-def _raise_at_next_bytecode(frame: FrameType, scope: _Interruptible) -> bool:
-    """Raise ``scope``'s interrupt at ``frame``'s next bytecode (the loop's
-    first, inside the blocks around it) instead of at its backward jump: a
-    trace hook on that frame alone, for one bytecode. False (raise now after
-    all) when a trace function is in use already (a debugger, coverage):
-    taut does not take its place."""
-    global _deferred
-    if _deferred is frame:
-        return True  # armed already by an earlier signal: the hook raises
-    if sys.gettrace() is not None or frame.f_trace is not None:
+    if not _backward_jump.at_backward_jump(frame):
         return False
-    hook = _RaiseAtNextBytecode(frame, scope)
-    _deferred = frame
-    sys.settrace(hook)
-    # f_trace before f_trace_opcodes: 3.13 applies the opcode events to a
-    # running frame only then.
-    frame.f_trace = hook
-    frame.f_trace_opcodes = True
-    return True
+    return _backward_jump.raise_at_next_instruction(
+        frame.f_code, threading.get_ident(), functools.partial(_error_if_due, scope)
+    )
 
 
-class _RaiseAtNextBytecode:
-    """The one-shot trace hook of :func:`_raise_at_next_bytecode`."""
-
-    __slots__ = ("frame", "scope")
-
-    def __init__(self, frame: FrameType, scope: _Interruptible) -> None:
-        self.frame = frame
-        self.scope = scope
-
-    def __call__(self, traced: FrameType, event: str, arg: object) -> None:
-        global _deferred
-        frame = self.frame
-        if traced is not frame:
-            return  # a call made from the frame: not traced
-        frame.f_trace = None
-        frame.f_trace_opcodes = False
-        sys.settrace(None)
-        _deferred = None
-        scope = self.scope
-        if scope in _active and scope._interrupt_due():
-            raise scope._interrupt_error()
+def _error_if_due(scope: _Interruptible) -> BaseException | None:
+    if scope in _active and scope._interrupt_due():
+        return scope._interrupt_error()
+    return None
 
 
-# A signal handled while the handler (or its hook) runs finds them on the
-# stack and leaves the raising to them: raised from there, the exception
-# would reach the interrupted frame at the point it was interrupted, maybe
-# its backward jump after all.
-protect(_handler, _RaiseAtNextBytecode.__call__)
+# A signal handled while the handler runs finds it on the stack and leaves
+# the raising to it: raised from there, the exception would reach the
+# interrupted frame where it was interrupted, maybe its backward jump.
+protect(_handler)
 
 
 def _forward(signum: int, frame: FrameType | None) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import select
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -141,6 +142,60 @@ def test_to_thread_copies_the_context_and_uses_a_taut_default_executor() -> None
         ex.shutdown()
 
     asyncio.run(main())
+
+
+class _HiddenDefaultLoop(asyncio.SelectorEventLoop):
+    """A loop that keeps its default executor where no attribute reaches it,
+    as uvloop's does (a field of its C type): ``loop._default_executor`` raises
+    AttributeError, and the executor is only among ``gc.get_referents(loop)``
+    (a ``__slots__`` field, visited like a C type's). asyncio's own code
+    still sees the attribute (``set_default_executor``, ``close``)."""
+
+    __slots__ = ("_default_executor_field",)
+
+    @property  # type: ignore[override]
+    def _default_executor(self) -> Any:
+        if sys._getframe(1).f_globals.get("__name__") == "asyncio.base_events":
+            return self._default_executor_field
+        raise AttributeError("_default_executor")
+
+    @_default_executor.setter
+    def _default_executor(self, executor: Any) -> None:
+        self._default_executor_field = executor
+
+
+def test_to_thread_finds_a_default_executor_the_loop_keeps_out_of_reach() -> None:
+    # As on uvloop: taut.to_thread must still run on the loop's taut default
+    # executor, and on taut's shared pool when that is the stdlib's or none.
+    seen: list[str] = []
+
+    def name() -> None:
+        seen.append(threading.current_thread().name)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(AttributeError):
+            loop._default_executor  # noqa: B018
+        for _ in range(2):  # none: taut's shared pool (and nothing changed since)
+            await taut.to_thread(name)
+            assert seen[-1].startswith("taut-default")
+        for prefix in ("first", "second"):  # set anew: the new one runs it
+            ex = taut.ThreadPoolExecutor(1, thread_name_prefix=prefix)
+            loop.set_default_executor(ex)
+            await taut.to_thread(name)
+            assert seen[-1].startswith(prefix)
+            ex.shutdown()
+        with concurrent.futures.ThreadPoolExecutor(1) as stdlib:
+            loop.set_default_executor(stdlib)
+            await taut.to_thread(name)
+            assert seen[-1].startswith("taut-default")
+
+    for _ in range(2):  # a second loop of the type: what the first taught
+        loop = _HiddenDefaultLoop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
 
 
 def test_run_copies_the_context_when_the_executor_propagates_it() -> None:

@@ -43,7 +43,9 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import gc
 import weakref
+from operator import itemgetter
 from typing import Any, Callable, TypeVar
 
 from taut._checks import describe
@@ -80,6 +82,9 @@ class _LoopLink:
         self.owed: list[ThreadPoolExecutor] = []
         # The timer of `backstop`, while one is armed.
         self.backstop_timer: Deadline | None = None
+        # For a loop that keeps its default executor out of reach, while it
+        # has none: what may become it (see _hidden_default_executor).
+        self.no_default: tuple[Callable[[list[Any]], Any], tuple[Any, ...], int] | None = None
 
     def owe(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """A call was queued while a worker was busy (or on its way) and
@@ -408,6 +413,51 @@ async def submit_when_room(
             turn.spent()
 
 
+# Per type of loop that keeps its default executor out of reach: the
+# executor's index among gc.get_referents(loop), counted from the end.
+_default_executor_fields: dict[type, int] = {}
+
+
+def _hidden_default_executor(loop: asyncio.AbstractEventLoop, link: _LoopLink | None) -> Any:
+    """The default executor (what ``set_default_executor`` set, or what
+    ``run_in_executor(None, ...)`` made; None if neither) of a loop that
+    keeps it in no attribute: uvloop's, a field of its C type.
+
+    ``gc.get_referents`` lists the fields of a C type in one fixed order
+    (its traversal's), after the instance dict and the type a Python
+    subclass adds (uvloop's ``Loop`` is one, its dict made on first use):
+    counted from the end, the executor has one index for every loop of the
+    type. Learned from the first loop seen holding a
+    ``concurrent.futures.ThreadPoolExecutor``. Until then, a loop seen
+    without one is looked at again only in its fields that held None or
+    another executor, as one tuple compared (no Python loop over its fields
+    per call): a default executor set since changes one of them."""
+    fields = gc.get_referents(loop)
+    index = _default_executor_fields.get(type(loop))
+    if index is not None:
+        return fields[index] if -index <= len(fields) else None
+    no_default = None if link is None else link.no_default
+    if no_default is not None:
+        pick, before, count = no_default
+        if len(fields) == count and pick(fields) == before:  # the same objects
+            return None
+    for i, field in enumerate(fields):
+        if isinstance(field, concurrent.futures.ThreadPoolExecutor):
+            _default_executor_fields[type(loop)] = i - len(fields)
+            return field
+    if link is not None:
+        maybe = [
+            i
+            for i, field in enumerate(fields)
+            if field is None or isinstance(field, concurrent.futures.Executor)
+        ]
+        if maybe:
+            # Two indices at least (the first twice): itemgetter returns a tuple.
+            pick = itemgetter(*maybe, maybe[0])
+            link.no_default = (pick, pick(fields), len(fields))
+    return None
+
+
 async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
     """``asyncio.to_thread`` on taut's pool: run ``func(*args, **kwargs)`` in
     a worker thread, in a copy of the caller's ``contextvars`` context, and
@@ -420,11 +470,14 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         # Before anything is queued (see ThreadPoolExecutor.run).
         raise TypeError(f"func must be a callable, got {describe(func)}")
     loop = asyncio.get_running_loop()
-    executor = getattr(loop, "_default_executor", None)
+    link = _link(loop)
+    try:
+        executor = loop._default_executor  # type: ignore[attr-defined]
+    except AttributeError:
+        executor = _hidden_default_executor(loop, link)
     if not isinstance(executor, ThreadPoolExecutor):
         executor = default_executor()
     run = contextvars.copy_context().run
-    link = _link(loop)
     if link is not None and not (executor._broken or executor._shutdown):
         # run_in's common case, inline: one coroutine frame per call, not two.
         core = executor._core

@@ -387,11 +387,13 @@ async def _room(
             told.set_result(None)
 
     notice = _RoomNotice(there_may_be_room, core, waker, place)
-    # First: from here on a loop closing withdraws it from the line, or
-    # passes its turn on, wherever the turn is.
-    waker.closing_owners.add(notice)
     try:
-        core.wait_for_room_async(waker.channel, notice, place)
+        # Among closing_owners, then listed, in one call: from then on a
+        # loop closing withdraws it from the line, or passes its turn on,
+        # wherever the turn is. Added here and listed there, a Ctrl-C in
+        # between (or the call raising) would pass on a turn never held
+        # (_let_go below), and the next newcomer would jump the line.
+        core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)
         await told
     except BaseException:
         notice._let_go()

@@ -161,3 +161,78 @@ def test_a_ctrl_c_anywhere_while_queueing_never_loses_the_owed_wake_up(kind: str
     covered = set(outcome["interrupted_in"])
     assert {"_after_queueing", "owe"} <= covered, covered
     assert ("run_in" if kind == "run" else "to_thread") in covered, covered
+
+
+# The loop goes on after a Ctrl-C that landed as its end-of-pass callback
+# (_LoopLink.flush) started, before it took anything: the executor is still
+# listed as owed, with no flush to come. A call queued later on that loop,
+# behind a busy worker waiting for it, must still get its wake-up.
+_FLUSH_CUT_SHORT = """
+import asyncio, faulthandler, sys, threading, time
+import taut
+from taut import _asyncio
+
+faulthandler.dump_traceback_later(120, exit=True)
+FLUSH = _asyncio._LoopLink.flush.__code__
+
+ex = taut.ThreadPoolExecutor(2)
+both = threading.Barrier(2)
+for f in [ex.submit(both.wait, 30) for _ in range(2)]:
+    f.result(30)
+gate = threading.Event()
+busy = threading.Event()
+blocked = ex.submit(lambda: (busy.set(), gate.wait(30))[1])
+assert busy.wait(30)
+
+
+def parked():
+    until = time.monotonic() + 30
+    while ex.stats().idle != 1:
+        assert time.monotonic() < until, "the worker never went idle"
+        time.sleep(0.001)
+    time.sleep(0.05)  # far past a worker's spin (50 us)
+
+
+parked()
+fired = []
+
+
+def at_call(frame, event, arg):
+    if frame.f_code is FLUSH and not fired:
+        fired.append(True)
+        raise KeyboardInterrupt  # before flush's first bytecode
+    return None
+
+
+loop = asyncio.new_event_loop()
+first = loop.create_task(ex.run(abs, -1))
+sys.settrace(at_call)
+try:
+    loop.run_until_complete(first)
+except KeyboardInterrupt:
+    pass
+finally:
+    sys.settrace(None)
+assert fired
+assert loop.run_until_complete(asyncio.wait_for(first, 30)) == 1
+parked()
+try:
+    loop.run_until_complete(asyncio.wait_for(ex.run(gate.set), 10))
+except asyncio.TimeoutError:
+    print("lost")
+else:
+    print("woken")
+gate.set()
+blocked.result(30)
+loop.close()
+ex.shutdown()
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_flush_cut_short_before_it_starts_leaves_later_calls_their_wake_ups() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FLUSH_CUT_SHORT], capture_output=True, text=True, timeout=140
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["woken"], done.stdout

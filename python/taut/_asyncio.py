@@ -91,11 +91,14 @@ class _LoopLink:
             if not owed:
                 loop.call_soon(self.flush)
             owed.append(executor)
-            # After the append: a backstop firing now either sees the
-            # executor or has already let go of its timer (see backstop).
-            if self.backstop_timer is None:
-                timer = self.backstop_timer = Deadline(monotonic() + _OWED_BACKSTOP_S)
-                timer.call_soon(self.backstop)
+        # After the append: a backstop firing now either sees the executor
+        # or has already let go of its timer (see backstop). Armed even if
+        # the executor was listed already: a Ctrl-C landing as flush starts
+        # leaves it listed with no flush to come, for as long as the loop
+        # runs; the backstop still hands its wake-ups out.
+        if self.backstop_timer is None:
+            timer = self.backstop_timer = Deadline(monotonic() + _OWED_BACKSTOP_S)
+            timer.call_soon(self.backstop)
 
     def backstop(self) -> None:
         """On taut's callback thread, a moment after wake-ups became owed:

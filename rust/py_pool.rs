@@ -20,7 +20,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyModule, PySet, PyString, PyTuple};
 
 use crate::async_exc;
 use crate::gil;
@@ -861,19 +861,27 @@ impl PoolCore {
     /// to that place (ahead of those who came after it), not to the end.
     /// Pushed soon if there is room already. `channel` None (a loop
     /// without one): `notice()` is called on taut's callback thread instead,
-    /// to hand the notice to its loop.
-    #[pyo3(signature = (channel, notice, place=0))]
+    /// to hand the notice to its loop. `owners`: a set the notice is added
+    /// to just before it joins the line (its loop's `closing_owners`), in
+    /// this call: a Ctrl-C lands between two bytecodes, so the caller can
+    /// never be cut short with the notice listed in one and not the other
+    /// (or added, not listed: it would then pass on a turn it never held).
+    #[pyo3(signature = (channel, notice, place=0, owners=None))]
     fn wait_for_room_async(
         &self,
         py: Python<'_>,
         channel: Option<Py<LoopChannel>>,
         notice: Py<PyAny>,
         place: u64,
+        owners: Option<Bound<'_, PySet>>,
     ) -> PyResult<u64> {
         if channel.is_none() {
             // Here, on the loop's thread, where starting it may run Python;
             // never from a worker handing the turn out.
             ensure_callback_thread(py)?;
+        }
+        if let Some(owners) = owners {
+            owners.add(notice.clone_ref(py))?;
         }
         let shared = &self.shared;
         let id = if place == 0 {

@@ -412,8 +412,8 @@ MUTATIONS = [
     Mutation(
         "run-told-waiter-loses-its-place",
         ASYNC,
-        "core.wait_for_room_async(waker.channel, notice, place)",
-        "core.wait_for_room_async(waker.channel, notice, 0)",
+        "core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)",
+        "core.wait_for_room_async(waker.channel, notice, 0, waker.closing_owners)",
         (f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",),
     ),
     Mutation(

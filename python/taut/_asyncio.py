@@ -96,11 +96,14 @@ class _LoopLink:
             if not owed:
                 loop.call_soon(self.flush)
             owed.append(executor)
-            # After the append: a backstop firing now either sees the
-            # executor or has already let go of its timer (see backstop).
-            if self.backstop_timer is None:
-                timer = self.backstop_timer = Deadline(monotonic() + _OWED_BACKSTOP_S)
-                timer.call_soon(self.backstop)
+        # After the append: a backstop firing now either sees the executor
+        # or has already let go of its timer (see backstop). Armed even if
+        # the executor was listed already: a Ctrl-C landing as flush starts
+        # leaves it listed with no flush to come, for as long as the loop
+        # runs; the backstop still hands its wake-ups out.
+        if self.backstop_timer is None:
+            timer = self.backstop_timer = Deadline(monotonic() + _OWED_BACKSTOP_S)
+            timer.call_soon(self.backstop)
 
     def backstop(self) -> None:
         """On taut's callback thread, a moment after wake-ups became owed:
@@ -118,11 +121,20 @@ class _LoopLink:
     def flush(self) -> None:
         """Hand out the owed wake-ups (a loop callback, once per pass)."""
         owed = self.owed
-        self.owed = []
-        for executor in owed:
-            spawn = executor._core.wake_owed()
-            if spawn:
-                executor._spawn()
+        try:
+            self.owed = []
+            for executor in owed:
+                spawn = executor._core.wake_owed()
+                if spawn:
+                    executor._spawn()
+        except BaseException:
+            # A Ctrl-C cut the hand-out short: the backstop sees only
+            # self.owed, and the loop may never run again. (One landing
+            # before `try` leaves self.owed as it was: the backstop armed
+            # by the last owe() hands it out.)
+            for executor in owed:
+                _wake_owed_now(executor)
+            raise
 
 
 _links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopLink | None] = (
@@ -183,37 +195,43 @@ async def run_in(
     core = executor._core
     waiter: asyncio.Future[_T] = loop.create_future()
     turn = None  # told there is room: our turn, and our place in line (see _room)
-    while True:
-        try:
-            # A newcomer goes behind the coroutines waiting for room (line);
-            # told there is room, we come back with our turn. The last three
-            # arguments (wake, line, turn) are positional: PyO3 parses
-            # keywords slowly (632 against 362 ns per call, measured).
-            wake = executor._max_queue != 0
-            spawn, seq, owed = core.submit_async(
-                link.channel, waiter, fn, args, kwargs, wake, turn is None, turn is not None
-            )
-            break
-        except QueueFull:
-            # Only workers make room: start any an interrupted submit left
-            # unstarted (each accepted submission does, a full queue none).
-            executor._spawn()
-            # Told, yet refused (a plain submit, or a coroutine told before
-            # us, took the room): back to our place in line, not to its end.
-            place = 0
-            if turn is not None:
-                turn.spent()  # the refused submit ended it
-                place = turn.place
-            turn = await _room(core, link.waker, loop, place)
-        except RuntimeError:
-            if turn is not None:
-                turn.spent()
-            executor._check_open()
-            raise
-    # Only now, the turn spent: a Ctrl-C landing before would lose it (_room).
-    if turn is not None:
-        turn.spent()
-    _after_queueing(executor, link, loop, spawn, owed)
+    try:
+        while True:
+            try:
+                # A newcomer goes behind the coroutines waiting for room (line);
+                # told there is room, we come back with our turn. The last three
+                # arguments (wake, line, turn) are positional: PyO3 parses
+                # keywords slowly (632 against 362 ns per call, measured).
+                wake = executor._max_queue != 0
+                spawn, seq, owed = core.submit_async(
+                    link.channel, waiter, fn, args, kwargs, wake, turn is None, turn is not None
+                )
+                break
+            except QueueFull:
+                # Only workers make room: start any an interrupted submit left
+                # unstarted (each accepted submission does, a full queue none).
+                executor._spawn()
+                # Told, yet refused (a plain submit, or a coroutine told before
+                # us, took the room): back to our place in line, not to its end.
+                place = 0
+                if turn is not None:
+                    turn.spent()  # the refused submit ended it
+                    place = turn.place
+                turn = await _room(core, link.waker, loop, place)
+            except RuntimeError:
+                if turn is not None:
+                    turn.spent()
+                executor._check_open()
+                raise
+        # Only now, the turn spent: a Ctrl-C landing before would lose it (_room).
+        if turn is not None:
+            turn.spent()
+        _after_queueing(executor, link, loop, spawn, owed)
+    except BaseException:
+        # A Ctrl-C may land once the call is queued, before its wake-up is
+        # owed: nobody would hand that out (see _wake_owed_now).
+        _wake_owed_now(executor)
+        raise
     try:
         return await waiter
     except asyncio.CancelledError:
@@ -230,6 +248,17 @@ def _after_queueing(
         executor._spawn()
     if owed:
         link.owe(loop, executor)
+
+
+def _wake_owed_now(executor: ThreadPoolExecutor) -> None:
+    """Something (a Ctrl-C, landing at any bytecode) cut a submitter short
+    on its way from ``submit_async`` through ``_after_queueing``: its call
+    may be queued, its worker start unclaimed or its wake-up never owed
+    (``link.owe``). Left so, the call would wait behind a busy worker, whose
+    call may be waiting for it, with a parked worker beside it: hand them out
+    now (with nothing owed, this wakes nobody)."""
+    if executor._core.wake_owed():
+        executor._spawn()
 
 
 def _withdraw(core: PoolCore, seq: int) -> None:
@@ -366,11 +395,13 @@ async def _room(
             told.set_result(None)
 
     notice = _RoomNotice(there_may_be_room, core, waker, place)
-    # First: from here on a loop closing withdraws it from the line, or
-    # passes its turn on, wherever the turn is.
-    waker.closing_owners.add(notice)
     try:
-        core.wait_for_room_async(waker.channel, notice, place)
+        # Among closing_owners, then listed, in one call: from then on a
+        # loop closing withdraws it from the line, or passes its turn on,
+        # wherever the turn is. Added here and listed there, a Ctrl-C in
+        # between (or the call raising) would pass on a turn never held
+        # (_let_go below), and the next newcomer would jump the line.
+        core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)
         await told
     except BaseException:
         notice._let_go()
@@ -482,14 +513,21 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
         # run_in's common case, inline: one coroutine frame per call, not two.
         core = executor._core
         waiter: asyncio.Future[_T] = loop.create_future()
-        try:
-            spawn, seq, owed = core.submit_async(  # wake, line: positional, see run_in
-                link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0, True
-            )
-        except (QueueFull, RuntimeError):
-            pass  # run_in waits for room, or raises the right error
-        else:
-            _after_queueing(executor, link, loop, spawn, owed)
+        queued = False
+        try:  # see run_in: a Ctrl-C from here on must not lose the wake-up owed
+            try:
+                spawn, seq, owed = core.submit_async(  # wake, line: positional, see run_in
+                    link.channel, waiter, run, (func, *args), kwargs, executor._max_queue != 0, True
+                )
+            except (QueueFull, RuntimeError):
+                pass  # run_in waits for room, or raises the right error
+            else:
+                queued = True
+                _after_queueing(executor, link, loop, spawn, owed)
+        except BaseException:
+            _wake_owed_now(executor)
+            raise
+        if queued:
             try:
                 return await waiter
             except asyncio.CancelledError:

@@ -433,14 +433,21 @@ class PoolCore:
         """Wake parked workers for queued calls nobody is on the way for
         (after ``submit_async(..., wake=False)``); returns how many worker
         starts are unclaimed."""
-    def wait_for_room_async(self, channel: LoopChannel | None, notice: Any, place: int = 0) -> int:
+    def wait_for_room_async(
+        self,
+        channel: LoopChannel | None,
+        notice: Any,
+        place: int = 0,
+        owners: set[Any] | None = None,
+    ) -> int:
         """An asyncio submitter found the queue full: ``notice`` is pushed
         onto ``channel`` (as ``(notice, None, None)``; the loop's reader
         calls ``notice._fire()``) when there may be room (FIFO); with
         ``channel`` None (a loop without one), ``notice()`` is called on
         taut's callback thread instead. Returns an id, its place in line,
         for ``cancel_room_wait``; ``place``: the id it had, to go back to
-        that place (told there was room, it lost it)."""
+        that place (told there was room, it lost it). ``owners``: a set the
+        notice is added to first, in the same call (no Ctrl-C between)."""
     def reserve_room_place(self) -> int:
         """A place in the line of room (``wait_for_room_async``'s
         ``place``) for a caller that joins it a moment later: ahead of

@@ -207,12 +207,35 @@ class LoopWaker:
         May run more than once (as the loop closes, and as the next one
         starts): the second time finds nothing left."""
         owners = self.closing_owners
-        while owners:
-            try:
-                owner = owners.pop()
-            except KeyError:
-                break  # done in the meantime, on another thread
-            owner._loop_gone()
+        # Each is named (pending[-1]) before it is taken out of the set, and
+        # dropped from pending once it acted: a Ctrl-C landing in between (a
+        # second one: the first ended the loop, whose close runs this) cuts
+        # short only pending[-1], and the handler below finds it.
+        pending = list(owners)
+        try:
+            while pending:
+                owner = pending[-1]
+                try:
+                    owners.remove(owner)
+                except KeyError:
+                    pass  # done in the meantime, on another thread
+                else:
+                    owner._loop_gone()
+                pending.pop()
+        except BaseException:
+            # Out of the set, it may not have acted: it does now. (Once too
+            # often at worst: a turn passed on twice sends the next in line
+            # to try, and back to its place; a turn lost leaves the line
+            # waiting for good.) Those after it act as usual.
+            if pending and pending[-1] not in owners:
+                pending.pop()._loop_gone()
+            for owner in pending:
+                try:
+                    owners.remove(owner)
+                except KeyError:
+                    continue
+                owner._loop_gone()
+            raise
         channel = self.channel
         if channel is not None:
             # Dropped here, in Python (they may hold a user object's last

@@ -1,0 +1,107 @@
+"""A Ctrl-C landing while a coroutine joins the line for room in a bounded
+queue (``_room``, before it is listed) passes on no turn it never held.
+
+A turn passed on too many ends the turn of whoever holds one: a newcomer
+then sees no line and takes the room ahead of the coroutine told there was
+room (which goes back to its place). The probe raises KeyboardInterrupt at
+each bytecode of ``_room`` in turn (a trace hook with ``f_trace_opcodes``,
+one fresh run per bytecode, as in ``test_room_interrupts``) while a second
+coroutine joins the line, the first one holding its turn, and checks the
+line is still there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import asyncio, faulthandler, json, sys, threading, time
+import taut
+from taut import _asyncio, _loop_waker
+
+faulthandler.dump_traceback_later(240, exit=True)
+ROOM = _asyncio._room.__code__
+
+
+def run_once(n):
+    ex = taut.ThreadPoolExecutor(1, max_queue=1)
+    gate = threading.Event()
+    ex.submit(gate.wait, 60)  # running
+    ex.submit(gate.wait, 60)  # queued: the queue is full
+    loop1 = asyncio.new_event_loop()
+    a = loop1.create_task(ex.run(abs, -1))
+    for _ in range(3):
+        loop1.run_until_complete(asyncio.sleep(0))
+    gate.set()  # both calls end: A is told there is room, and holds its turn
+    channel = _loop_waker.waker_for(loop1).channel
+    until = time.monotonic() + 60
+    while not len(channel):
+        assert time.monotonic() < until, "A was never told"
+        time.sleep(0.001)
+    count = 0
+    where = None
+
+    def at_opcode(frame, event, arg):
+        nonlocal count, where
+        if event == "opcode":
+            count += 1
+            if count == n:
+                where = (frame.f_code.co_name, frame.f_lasti)
+                raise KeyboardInterrupt
+        return at_opcode
+
+    def on_call(frame, event, arg):
+        if frame.f_code is ROOM:
+            frame.f_trace = at_opcode
+            frame.f_trace_opcodes = True
+            return at_opcode
+        return None
+
+    # C arrives while A holds its turn: it joins the line, and is cut short.
+    loop2 = asyncio.new_event_loop()
+    sys.settrace(on_call)
+    try:
+        loop2.run_until_complete(ex.run(abs, -2))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    kept = True
+    if where is not None:
+        kept = ex._core.has_room_line()  # A has not come back: its turn is out
+    loop2.close()
+    assert loop1.run_until_complete(asyncio.wait_for(a, 30)) == 1
+    loop1.close()
+    ex.shutdown()
+    return where, kept
+
+
+interrupted_in = []
+jumped_at = None
+n = 1
+while True:
+    where, kept = run_once(n)
+    if where is None:
+        break  # the hook was not reached: C went through
+    interrupted_in.append(where[0])
+    if not kept:
+        jumped_at = [n, *where]
+        break
+    n += 1
+print(json.dumps({"interrupted_in": interrupted_in, "jumped_at": jumped_at}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_as_a_coroutine_joins_the_line_passes_on_no_turn() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    # A turn was passed on where this interrupt landed (number, function, offset).
+    assert outcome["jumped_at"] is None, outcome["jumped_at"]
+    assert set(outcome["interrupted_in"]) == {"_room"}, outcome["interrupted_in"]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from _opcode_events import needs_opcode_events
 
 _PROBE = """
 import asyncio, faulthandler, gc, json, sys, threading, time
@@ -109,6 +110,7 @@ print(json.dumps({"interrupted_in": interrupted_in, "lost_at": lost_at, "swallow
 """
 
 
+@needs_opcode_events
 @pytest.mark.timeout(300)
 def test_a_second_ctrl_c_as_the_loop_closes_never_loses_a_turn() -> None:
     done = subprocess.run(

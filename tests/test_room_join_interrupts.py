@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from _opcode_events import needs_opcode_events
 
 _PROBE = """
 import asyncio, faulthandler, json, sys, threading, time
@@ -95,6 +96,7 @@ print(json.dumps({"interrupted_in": interrupted_in, "jumped_at": jumped_at}))
 """
 
 
+@needs_opcode_events
 @pytest.mark.timeout(300)
 def test_a_ctrl_c_as_a_coroutine_joins_the_line_passes_on_no_turn() -> None:
     done = subprocess.run(

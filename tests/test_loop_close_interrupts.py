@@ -13,17 +13,14 @@ ever tell it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
-from _opcode_events import needs_opcode_events
+from _opcode_events import run_probe
 
 _PROBE = """
 import asyncio, faulthandler, gc, json, sys, threading, time
 import taut
 from taut import _asyncio, _loop_waker
+from _opcode_events import InterruptAtOpcode, each_bytecode
 
 faulthandler.dump_traceback_later(240, exit=True)
 CODES = {_loop_waker.LoopWaker._loop_closed.__code__, _asyncio._RoomNotice._loop_gone.__code__}
@@ -51,34 +48,15 @@ def run_once(n):
     while not len(channel):
         assert time.monotonic() < until, "A was never told"
         time.sleep(0.001)
-    count = 0
-    where = None
-
-    def at_opcode(frame, event, arg):
-        nonlocal count, where
-        if event == "opcode":
-            count += 1
-            if count == n:
-                where = (frame.f_code.co_name, frame.f_lasti)
-                raise KeyboardInterrupt
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code in CODES:
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
     # Loop 1 closes with A's turn in its channel, A never resumed.
-    sys.settrace(on_call)
+    hook = InterruptAtOpcode(n, lambda frame: frame.f_code in CODES)
     try:
-        loop1.close()
-        gc.collect()
+        with hook:
+            loop1.close()
+            gc.collect()
     except KeyboardInterrupt:
         pass
-    finally:
-        sys.settrace(None)
+    where = hook.where
     # As the next loop starts using taut, closed loops are looked at again.
     loop3 = asyncio.new_event_loop()
     _loop_waker.waker_for(loop3)
@@ -94,30 +72,13 @@ def run_once(n):
     return where, told
 
 
-interrupted_in = []
-lost_at = None
-n = 1
-while True:
-    where, told = run_once(n)
-    if where is None:
-        break  # the hook was not reached: the turn went through
-    interrupted_in.append(where[0])
-    if not told:
-        lost_at = [n, *where]
-        break
-    n += 1
-print(json.dumps({"interrupted_in": interrupted_in, "lost_at": lost_at, "swallowed": swallowed}))
+print(json.dumps({**each_bytecode(run_once), "swallowed": swallowed}))
 """
 
 
-@needs_opcode_events
 @pytest.mark.timeout(300)
 def test_a_second_ctrl_c_as_the_loop_closes_never_loses_a_turn() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    outcome = json.loads(done.stdout.splitlines()[-1])
+    outcome = run_probe(_PROBE)
     # The turn was lost where this interrupt landed (number, function, offset).
     assert outcome["lost_at"] is None, outcome["lost_at"]
     covered = set(outcome["interrupted_in"])

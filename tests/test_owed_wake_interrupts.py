@@ -12,16 +12,17 @@ ending ``run_until_complete`` does), and checks that a queued call runs."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
+from _opcode_events import run_probe
 
 _PROBE = """
 import asyncio, faulthandler, json, sys, threading, time
 import taut
 from taut import _asyncio
+from _opcode_events import InterruptAtOpcode, each_bytecode
 
 faulthandler.dump_traceback_later(240, exit=True)
 kind = sys.argv[1]
@@ -57,33 +58,14 @@ def run_once(n):
         coro = taut.to_thread(gate.set)
     else:
         coro = ex.run(gate.set)
-    count = 0
-    where = None
-
-    def at_opcode(frame, event, arg):
-        nonlocal count, where
-        if event == "opcode":
-            count += 1
-            if count == n:
-                where = (frame.f_code.co_name, frame.f_lasti)
-                raise KeyboardInterrupt
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code.co_filename in FILES:
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
     task = loop.create_task(coro)
-    sys.settrace(on_call)
+    hook = InterruptAtOpcode(n, lambda frame: frame.f_code.co_filename in FILES)
     try:
-        loop.run_until_complete(task)
+        with hook:
+            loop.run_until_complete(task)
     except KeyboardInterrupt:
         pass
-    finally:
-        sys.settrace(None)
+    where = hook.where
     # The loop never runs again: its end-of-pass callbacks never run.
     ran = True
     if where is not None:
@@ -100,61 +82,14 @@ def run_once(n):
     return where, ran
 
 
-def opcode_events_reach_a_first_call():
-    # CPython 3.12.0-3.12.1 send no opcode events to a trace function this way.
-    seen = []
-
-    def traced():
-        return len(seen)
-
-    def at_opcode(frame, event, arg):
-        seen.append(event)
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code is traced.__code__:
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
-    sys.settrace(on_call)
-    try:
-        traced()
-    finally:
-        sys.settrace(None)
-    return "opcode" in seen
-
-
-if not opcode_events_reach_a_first_call():
-    print(json.dumps({"unsupported": sys.version}))
-    sys.exit(0)
-interrupted_in = []
-lost_at = None
-n = 1
-while True:
-    where, ran = run_once(n)
-    if where is None:
-        break  # the hook was not reached: the call went through
-    interrupted_in.append(where[0])
-    if not ran:
-        lost_at = [n, *where]
-        break
-    n += 1
-print(json.dumps({"interrupted_in": interrupted_in, "lost_at": lost_at}))
+print(json.dumps(each_bytecode(run_once)))
 """
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["run", "to_thread"])
 def test_a_ctrl_c_anywhere_while_queueing_never_loses_the_owed_wake_up(kind: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, kind], capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    outcome = json.loads(done.stdout.splitlines()[-1])
-    if "unsupported" in outcome:
-        pytest.skip(f"no opcode events for a trace function on {outcome['unsupported']}")
+    outcome = run_probe(_PROBE, kind)
     # The queued call never ran: interrupted there (bytecode number, function, offset).
     assert outcome["lost_at"] is None, outcome["lost_at"]
     # The hook covered the way from queueing the call to owing its wake-up.

@@ -10,11 +10,8 @@ coroutine goes through without meeting it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from _opcode_events import run_probe
 
 # One run: the first coroutine in line ("A", on loop 1) is told there is
 # room, loop 1 runs with the hook armed at bytecode `n` of taut's asyncio
@@ -27,6 +24,7 @@ _PROBE = """
 import asyncio, faulthandler, functools, gc, json, sys, threading, time
 import taut
 from taut import _asyncio, _loop_waker
+from _opcode_events import InterruptAtOpcode, each_bytecode
 
 faulthandler.dump_traceback_later(240, exit=True)
 kind = sys.argv[1]
@@ -78,35 +76,14 @@ def run_once(n):
     while not told_a():
         assert time.monotonic() < until, "A was never told"
         time.sleep(0.001)
-    count = 0
-    where = None
-
-    def at_opcode(frame, event, arg):
-        nonlocal count, where
-        if event == "opcode":
-            count += 1
-            if count == n:
-                where = frame.f_code.co_name
-                raise KeyboardInterrupt
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code.co_filename in FILES:
-            # f_trace first: on 3.13, f_trace_opcodes alone takes effect from
-            # a code object's second call on, and _fire, there_may_be_room
-            # run once per process.
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
-    sys.settrace(on_call)
+    # Files, not functions: _fire and there_may_be_room run once per process.
+    hook = InterruptAtOpcode(n, lambda frame: frame.f_code.co_filename in FILES)
     try:
-        loop1.run_until_complete(a)
+        with hook:
+            loop1.run_until_complete(a)
     except KeyboardInterrupt:
         pass
-    finally:
-        sys.settrace(None)
+    where = hook.where
     loop1.close()
     gc.collect()  # the interrupt's traceback held loop 1's reader callback
     # A loop without readers tells nobody that it closed: taut sees it as
@@ -129,62 +106,14 @@ def run_once(n):
     return where, told
 
 
-def opcode_events_reach_a_first_call():
-    # CPython 3.12.0-3.12.1 send no opcode events to a trace function this
-    # way: there the probe could interrupt nothing.
-    seen = []
-
-    def traced():
-        return len(seen)
-
-    def at_opcode(frame, event, arg):
-        seen.append(event)
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code is traced.__code__:
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
-    sys.settrace(on_call)
-    try:
-        traced()
-    finally:
-        sys.settrace(None)
-    return "opcode" in seen
-
-
-if not opcode_events_reach_a_first_call():
-    print(json.dumps({"unsupported": sys.version}))
-    sys.exit(0)
-interrupted_in = []
-lost_at = None
-n = 1
-while True:
-    where, told = run_once(n)
-    if where is None:
-        break  # the hook was not reached: A went through
-    interrupted_in.append(where)
-    if not told:
-        lost_at = [n, where]
-        break
-    n += 1
-print(json.dumps({"interrupted_in": interrupted_in, "lost_at": lost_at}))
+print(json.dumps(each_bytecode(run_once)))
 """
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["run", "submit_when_room", "without_readers"])
 def test_a_ctrl_c_anywhere_on_the_way_of_a_turn_never_loses_it(kind: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, kind], capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    outcome = json.loads(done.stdout.splitlines()[-1])
-    if "unsupported" in outcome:
-        pytest.skip(f"no opcode events for a trace function on {outcome['unsupported']}")
+    outcome = run_probe(_PROBE, kind)
     # The turn was lost where this interrupt landed (bytecode number, function).
     assert outcome["lost_at"] is None, outcome["lost_at"]
     # The hook covered the whole way: the loop's reader, the notice telling

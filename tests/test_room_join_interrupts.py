@@ -11,17 +11,14 @@ line is still there."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
-from _opcode_events import needs_opcode_events
+from _opcode_events import run_probe
 
 _PROBE = """
 import asyncio, faulthandler, json, sys, threading, time
 import taut
 from taut import _asyncio, _loop_waker
+from _opcode_events import InterruptAtOpcode, each_bytecode
 
 faulthandler.dump_traceback_later(240, exit=True)
 ROOM = _asyncio._room.__code__
@@ -42,34 +39,15 @@ def run_once(n):
     while not len(channel):
         assert time.monotonic() < until, "A was never told"
         time.sleep(0.001)
-    count = 0
-    where = None
-
-    def at_opcode(frame, event, arg):
-        nonlocal count, where
-        if event == "opcode":
-            count += 1
-            if count == n:
-                where = (frame.f_code.co_name, frame.f_lasti)
-                raise KeyboardInterrupt
-        return at_opcode
-
-    def on_call(frame, event, arg):
-        if frame.f_code is ROOM:
-            frame.f_trace = at_opcode
-            frame.f_trace_opcodes = True
-            return at_opcode
-        return None
-
     # C arrives while A holds its turn: it joins the line, and is cut short.
     loop2 = asyncio.new_event_loop()
-    sys.settrace(on_call)
+    hook = InterruptAtOpcode(n, lambda frame: frame.f_code is ROOM)
     try:
-        loop2.run_until_complete(ex.run(abs, -2))
+        with hook:
+            loop2.run_until_complete(ex.run(abs, -2))
     except KeyboardInterrupt:
         pass
-    finally:
-        sys.settrace(None)
+    where = hook.where
     kept = True
     if where is not None:
         kept = ex._core.has_room_line()  # A has not come back: its turn is out
@@ -80,30 +58,13 @@ def run_once(n):
     return where, kept
 
 
-interrupted_in = []
-jumped_at = None
-n = 1
-while True:
-    where, kept = run_once(n)
-    if where is None:
-        break  # the hook was not reached: C went through
-    interrupted_in.append(where[0])
-    if not kept:
-        jumped_at = [n, *where]
-        break
-    n += 1
-print(json.dumps({"interrupted_in": interrupted_in, "jumped_at": jumped_at}))
+print(json.dumps(each_bytecode(run_once)))
 """
 
 
-@needs_opcode_events
 @pytest.mark.timeout(300)
 def test_a_ctrl_c_as_a_coroutine_joins_the_line_passes_on_no_turn() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    outcome = json.loads(done.stdout.splitlines()[-1])
+    outcome = run_probe(_PROBE)
     # A turn was passed on where this interrupt landed (number, function, offset).
-    assert outcome["jumped_at"] is None, outcome["jumped_at"]
+    assert outcome["lost_at"] is None, outcome["lost_at"]
     assert set(outcome["interrupted_in"]) == {"_room"}, outcome["interrupted_in"]

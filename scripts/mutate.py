@@ -336,8 +336,8 @@ MUTATIONS = [
     Mutation(
         "closed-loop-keeps-a-read-turn",
         LOOP_WAKER,
-        "            owner._loop_gone()",
-        "            pass",
+        "                    owner._loop_gone()\n                pending.pop()",
+        "                    pass\n                pending.pop()",
         (
             f"{ASYNC_PATH}::"
             "test_a_turn_read_by_a_loop_that_closed_before_its_coroutine_came_back_passes_on",
@@ -449,7 +449,7 @@ MUTATIONS = [
     Mutation(
         "owed-wake-ups-without-backstop",
         ASYNC,
-        "                timer.call_soon(self.backstop)\n",
+        "            timer.call_soon(self.backstop)\n",
         "",
         (
             f"{ASYNC_PATH}::test_a_call_queued_beside_a_busy_worker_starts_even_while_the_loop_blocks",

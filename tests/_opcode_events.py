@@ -55,6 +55,22 @@ class InterruptAtOpcode:
         sys.settrace(None)
 
 
+def interrupted_at(
+    n: int, traced: Callable[[FrameType], bool], run: Callable[[], object]
+) -> tuple[str, int] | None:
+    """``run()`` with the hook at bytecode ``n`` of the frames ``traced``
+    picks: the KeyboardInterrupt ends it there, as a Ctrl-C ends a program's
+    ``run_until_complete``. Where it landed, or None if ``run()`` went
+    through without reaching bytecode ``n``."""
+    hook = InterruptAtOpcode(n, traced)
+    try:
+        with hook:
+            run()
+    except KeyboardInterrupt:
+        pass
+    return hook.where
+
+
 def each_bytecode(run_once: Callable[[int], tuple[tuple[str, int] | None, bool]]) -> dict[str, Any]:
     """``run_once(n)`` (the hook at bytecode ``n``; returns where it landed,
     None once it is not reached, and whether the outcome was right) for

@@ -17,10 +17,12 @@ import pytest
 from _opcode_events import run_probe
 
 _PROBE = """
-import asyncio, faulthandler, gc, json, sys, threading, time
-import taut
+import asyncio, faulthandler, gc, json, sys
 from taut import _asyncio, _loop_waker
-from _opcode_events import InterruptAtOpcode, each_bytecode
+from _opcode_events import each_bytecode, interrupted_at
+from _room_line import (
+    ends_in_time, full_queue, join_the_line, start_another_loop_on_taut, wait_until_told,
+)
 
 faulthandler.dump_traceback_later(240, exit=True)
 CODES = {_loop_waker.LoopWaker._loop_closed.__code__, _asyncio._RoomNotice._loop_gone.__code__}
@@ -29,44 +31,25 @@ sys.unraisablehook = lambda u: swallowed.append(u.exc_type.__name__)
 
 
 def run_once(n):
-    ex = taut.ThreadPoolExecutor(1, max_queue=1)
-    gate = threading.Event()
-    ex.submit(gate.wait, 60)  # running
-    ex.submit(gate.wait, 60)  # queued: the queue is full
+    ex, gate = full_queue()
     loop1 = asyncio.new_event_loop()
     loop2 = asyncio.new_event_loop()
-    a = loop1.create_task(ex.run(abs, -1))
-    for _ in range(3):
-        loop1.run_until_complete(asyncio.sleep(0))
-    b = loop2.create_task(ex.run(abs, -2))
-    for _ in range(3):
-        loop2.run_until_complete(asyncio.sleep(0))
+    a = join_the_line(loop1, ex.run(abs, -1))
+    b = join_the_line(loop2, ex.run(abs, -2))
     assert not a.done() and not b.done() and ex._core.has_room_line()
     gate.set()  # both calls end: A, first in line, is told, on loop 1
     channel = _loop_waker.waker_for(loop1).channel
-    until = time.monotonic() + 60
-    while not len(channel):
-        assert time.monotonic() < until, "A was never told"
-        time.sleep(0.001)
+    wait_until_told(lambda: len(channel))
+
     # Loop 1 closes with A's turn in its channel, A never resumed.
-    hook = InterruptAtOpcode(n, lambda frame: frame.f_code in CODES)
-    try:
-        with hook:
-            loop1.close()
-            gc.collect()
-    except KeyboardInterrupt:
-        pass
-    where = hook.where
+    def close_loop1():
+        loop1.close()
+        gc.collect()
+
+    where = interrupted_at(n, lambda frame: frame.f_code in CODES, close_loop1)
     # As the next loop starts using taut, closed loops are looked at again.
-    loop3 = asyncio.new_event_loop()
-    _loop_waker.waker_for(loop3)
-    loop3.close()
-    told = True
-    if where is not None:
-        try:
-            loop2.run_until_complete(asyncio.wait_for(b, 10))
-        except asyncio.TimeoutError:
-            told = False
+    start_another_loop_on_taut()
+    told = where is None or ends_in_time(loop2, b)
     loop2.close()
     ex.shutdown()
     return where, told

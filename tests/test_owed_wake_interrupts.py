@@ -22,7 +22,7 @@ _PROBE = """
 import asyncio, faulthandler, json, sys, threading, time
 import taut
 from taut import _asyncio
-from _opcode_events import InterruptAtOpcode, each_bytecode
+from _opcode_events import each_bytecode, interrupted_at
 
 faulthandler.dump_traceback_later(240, exit=True)
 kind = sys.argv[1]
@@ -59,13 +59,8 @@ def run_once(n):
     else:
         coro = ex.run(gate.set)
     task = loop.create_task(coro)
-    hook = InterruptAtOpcode(n, lambda frame: frame.f_code.co_filename in FILES)
-    try:
-        with hook:
-            loop.run_until_complete(task)
-    except KeyboardInterrupt:
-        pass
-    where = hook.where
+    in_taut = lambda frame: frame.f_code.co_filename in FILES
+    where = interrupted_at(n, in_taut, lambda: loop.run_until_complete(task))
     # The loop never runs again: its end-of-pass callbacks never run.
     ran = True
     if where is not None:

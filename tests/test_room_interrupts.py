@@ -21,10 +21,12 @@ from _opcode_events import run_probe
 # then be told there is room: the queue is empty, so nothing else would
 # ever tell it. faulthandler ends a hang, with every thread's stack.
 _PROBE = """
-import asyncio, faulthandler, functools, gc, json, sys, threading, time
-import taut
+import asyncio, faulthandler, functools, gc, json, sys
 from taut import _asyncio, _loop_waker
-from _opcode_events import InterruptAtOpcode, each_bytecode
+from _opcode_events import each_bytecode, interrupted_at
+from _room_line import (
+    ends_in_time, full_queue, join_the_line, start_another_loop_on_taut, wait_until_told,
+)
 
 faulthandler.dump_traceback_later(240, exit=True)
 kind = sys.argv[1]
@@ -53,10 +55,7 @@ def first_in_line(ex, loop):
 
 
 def run_once(n):
-    ex = taut.ThreadPoolExecutor(1, max_queue=1)
-    gate = threading.Event()
-    ex.submit(gate.wait, 60)  # running
-    ex.submit(gate.wait, 60)  # queued: the queue is full
+    ex, gate = full_queue()
     if kind == "without_readers":
         loop1 = LoopWithoutReaders()
         told_a = lambda: loop1.handed
@@ -64,42 +63,21 @@ def run_once(n):
         loop1 = asyncio.new_event_loop()
         told_a = lambda: len(_loop_waker.waker_for(loop1).channel)
     loop2 = asyncio.new_event_loop()
-    a = loop1.create_task(first_in_line(ex, loop1))
-    for _ in range(3):
-        loop1.run_until_complete(asyncio.sleep(0))
-    b = loop2.create_task(ex.run(abs, -2))
-    for _ in range(3):
-        loop2.run_until_complete(asyncio.sleep(0))
+    a = join_the_line(loop1, first_in_line(ex, loop1))
+    b = join_the_line(loop2, ex.run(abs, -2))
     assert not a.done() and not b.done() and ex._core.has_room_line()
     gate.set()  # both calls end: the first in line is told, on loop 1
-    until = time.monotonic() + 60
-    while not told_a():
-        assert time.monotonic() < until, "A was never told"
-        time.sleep(0.001)
+    wait_until_told(told_a)
     # Files, not functions: _fire and there_may_be_room run once per process.
-    hook = InterruptAtOpcode(n, lambda frame: frame.f_code.co_filename in FILES)
-    try:
-        with hook:
-            loop1.run_until_complete(a)
-    except KeyboardInterrupt:
-        pass
-    where = hook.where
+    in_taut = lambda frame: frame.f_code.co_filename in FILES
+    where = interrupted_at(n, in_taut, lambda: loop1.run_until_complete(a))
     loop1.close()
     gc.collect()  # the interrupt's traceback held loop 1's reader callback
     # A loop without readers tells nobody that it closed: taut sees it as
     # the next loop starts using taut.
-    loop3 = asyncio.new_event_loop()
-    _loop_waker.waker_for(loop3)
-    loop3.close()
-    told = True
-    if where is not None:
-        try:
-            loop2.run_until_complete(asyncio.wait_for(b, 10))
-        except asyncio.TimeoutError:
-            told = False
-        else:
-            # Nothing is left holding a turn: a newcomer need not queue.
-            told = not ex._core.has_room_line()
+    start_another_loop_on_taut()
+    # B told, and nothing left holding a turn: a newcomer need not queue.
+    told = where is None or (ends_in_time(loop2, b) and not ex._core.has_room_line())
     loop2.close()
     gate.set()
     ex.shutdown()

@@ -15,42 +15,27 @@ import pytest
 from _opcode_events import run_probe
 
 _PROBE = """
-import asyncio, faulthandler, json, sys, threading, time
-import taut
+import asyncio, faulthandler, json, sys
 from taut import _asyncio, _loop_waker
-from _opcode_events import InterruptAtOpcode, each_bytecode
+from _opcode_events import each_bytecode, interrupted_at
+from _room_line import full_queue, join_the_line, wait_until_told
 
 faulthandler.dump_traceback_later(240, exit=True)
 ROOM = _asyncio._room.__code__
 
 
 def run_once(n):
-    ex = taut.ThreadPoolExecutor(1, max_queue=1)
-    gate = threading.Event()
-    ex.submit(gate.wait, 60)  # running
-    ex.submit(gate.wait, 60)  # queued: the queue is full
+    ex, gate = full_queue()
     loop1 = asyncio.new_event_loop()
-    a = loop1.create_task(ex.run(abs, -1))
-    for _ in range(3):
-        loop1.run_until_complete(asyncio.sleep(0))
+    a = join_the_line(loop1, ex.run(abs, -1))
     gate.set()  # both calls end: A is told there is room, and holds its turn
     channel = _loop_waker.waker_for(loop1).channel
-    until = time.monotonic() + 60
-    while not len(channel):
-        assert time.monotonic() < until, "A was never told"
-        time.sleep(0.001)
+    wait_until_told(lambda: len(channel))
     # C arrives while A holds its turn: it joins the line, and is cut short.
     loop2 = asyncio.new_event_loop()
-    hook = InterruptAtOpcode(n, lambda frame: frame.f_code is ROOM)
-    try:
-        with hook:
-            loop2.run_until_complete(ex.run(abs, -2))
-    except KeyboardInterrupt:
-        pass
-    where = hook.where
-    kept = True
-    if where is not None:
-        kept = ex._core.has_room_line()  # A has not come back: its turn is out
+    joins = lambda: loop2.run_until_complete(ex.run(abs, -2))
+    where = interrupted_at(n, lambda frame: frame.f_code is ROOM, joins)
+    kept = where is None or ex._core.has_room_line()  # A has not come back: its turn is out
     loop2.close()
     assert loop1.run_until_complete(asyncio.wait_for(a, 30)) == 1
     loop1.close()

@@ -236,14 +236,14 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                 });
                 if let Some(armed) = armed {
                     entry.mark_delivered();
-                    let fallback = timer::arm_ns(timer::now_ns().saturating_add(FALLBACK_NS));
-                    fallback.add_action(Box::new(move || {
-                        queue().push(Job::InterruptBlocked {
+                    push_later(
+                        FALLBACK_NS,
+                        Job::InterruptBlocked {
                             thread_id,
                             exc_type,
                             armed,
-                        })
-                    }));
+                        },
+                    );
                     continue;
                 }
                 // exc_type was checked to be an exception class.
@@ -304,15 +304,23 @@ fn in_scope_machinery_now(py: Python<'_>, thread_id: u64) -> bool {
 /// a clock of the user's that blocks there must not make this spin).
 fn interrupt_later(entry: Arc<Entry>, thread_id: u64, exc_type: Py<PyAny>, attempt: u32) {
     let delay_ns = (1_000_000u64 << attempt.min(6)).min(50_000_000);
-    let retry = timer::arm_ns(timer::now_ns().saturating_add(delay_ns));
-    retry.add_action(Box::new(move || {
-        queue().push(Job::Interrupt {
+    push_later(
+        delay_ns,
+        Job::Interrupt {
             entry,
             thread_id,
             exc_type,
             attempt: attempt.saturating_add(1),
-        })
-    }));
+        },
+    );
+}
+
+/// Queue `job` for the callback thread `delay_ns` from now, from a timer
+/// entry of its own: the callback thread goes on with other jobs meanwhile
+/// instead of sleeping on this one.
+fn push_later(delay_ns: u64, job: Job) {
+    let entry = timer::arm_ns(timer::now_ns().saturating_add(delay_ns));
+    entry.add_action(Box::new(move || queue().push(job)));
 }
 
 // ---------------------------------------------------------------------------

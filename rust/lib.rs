@@ -7,6 +7,7 @@ pub mod pool;
 mod py_future_state;
 mod py_loop;
 mod py_pool;
+mod py_scope;
 
 use pyo3::prelude::*;
 
@@ -28,6 +29,8 @@ mod _core {
     use crate::py_loop::{LoopChannel, WokenBatch};
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
+    #[pymodule_export]
+    use crate::py_scope::{_scope_setup, Done, Ready, ScopeCore};
 
     #[pymodule_export]
     use crate::gil::{_close_gil_gate, _gil_gate_after_fork, _gil_gate_closed, _set_main_thread};
@@ -53,6 +56,7 @@ mod _core {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         crate::async_exc::init(m.py())?;
+        crate::py_scope::init(m.py())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 }

@@ -185,7 +185,7 @@ impl LoopChannel {
     /// pushes `(target, None, None)` onto this channel at expiry, from the
     /// timer thread; what the loop does with `target` is its reader's
     /// business. One call instead of arming and then attaching.
-    fn arm(&self, py: Python<'_>, at: f64, target: Py<PyAny>) -> PyResult<Deadline> {
+    pub(crate) fn arm(&self, py: Python<'_>, at: f64, target: Py<PyAny>) -> PyResult<Deadline> {
         let deadline = Deadline::arm(at)?;
         self.attach(py, deadline.entry(), target);
         Ok(deadline)

@@ -584,7 +584,7 @@ impl Deadline {
 
     /// `cancel()`, and whether the owner left in time: True if the deadline
     /// had not fired and the clock still reads before `at`.
-    fn cancel_in_time(&self, py: Python<'_>) -> PyResult<bool> {
+    pub(crate) fn cancel_in_time(&self, py: Python<'_>) -> PyResult<bool> {
         // Only a deadline that had not fired (so nothing was delivered) can
         // be in time: the undoing in `cancel` is never needed here.
         if !self.entry.cancel() {

@@ -314,11 +314,11 @@ def test_handler_never_raises_inside_scope_entry_or_exit(
         __slots__ = ()
 
         def _leave(self) -> bool:
-            # Runs inside DeadlineScope.__exit__, a protected frame.
+            # Runs inside DeadlineScope._exit, a protected frame.
             _signal_interrupt._handler(signal.SIGURG, sys._getframe())
             return super()._leave()
 
-    with Probe(relative=None, absolute=None, raise_on_expiry=True, label="p", interrupt=False):
+    with Probe(seconds=None, absolute=None, raise_on_expiry=True, label="p", interrupt=False):
         pass
     assert not due.raised
     with pytest.raises(DeadlineExpired, match="due"):

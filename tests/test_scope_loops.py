@@ -112,7 +112,7 @@ def test_a_scope_does_not_use_a_loop_running_on_another_thread() -> None:
     thread.start()
     try:
         assert a_ready.wait(LONG)
-        ref, _, _ = _loop_waker.last
+        ref, _, _, _ = _loop_waker.last
         assert ref is not None and ref() is a_stop[0]
         assert asyncio.run(_expires())
         assert a_cancelled == []

@@ -1,14 +1,21 @@
 """Type stubs for the Rust core, checked against the binary with mypy.stubtest."""
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Generator, Iterable
+from types import FrameType, TracebackType
 from typing import Any, Callable, final
+
+from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "MAX_TIMEOUT",
     "OS_WAIT_SLICE",
     "Deadline",
+    "Done",
     "LoopChannel",
     "PoolCore",
+    "Ready",
+    "ScopeCore",
     "TreeKill",
     "WokenBatch",
     "WorkerSlot",
@@ -16,6 +23,7 @@ __all__ = [
     "_close_gil_gate",
     "_gil_gate_after_fork",
     "_gil_gate_closed",
+    "_scope_setup",
     "_seconds",
     "_set_main_thread",
     "_take_sent_signals",
@@ -346,6 +354,86 @@ class WokenBatch:
     def __len__(self) -> int: ...
     def give_back(self) -> None:
         """Put the entries not handed out yet back into the channel."""
+
+@disjoint_base
+class ScopeCore:
+    """The fields of a deadline scope and its usual entry and exit, one Rust
+    call each; ``taut.DeadlineScope`` (the subclass) does everything else
+    through ``_enter_slow``, ``_aenter_slow``, ``_exit`` and ``_aexit_slow``."""
+
+    _relative: float | None
+    _absolute: float | None
+    _raise: bool
+    label: str
+    _interrupt: bool
+    _clock: Callable[[], float]
+    _at: float | None
+    _deadline: Deadline | None
+    _entered: bool
+    _closed: bool
+    _abandoned: bool
+    _expired: bool | None
+    _task: asyncio.Task[Any] | None
+    _cancel_requested: bool
+    _signal_armed: bool
+    _cancelling: int
+    _effective: float | None
+    _parent: ScopeCore | None
+    _start: float
+    _token: Any
+    _interrupt_raised: bool
+    _thread: int
+    _frame: FrameType | None
+    def __new__(
+        cls,
+        seconds: object,
+        absolute: float | None,
+        raise_on_expiry: bool,
+        label: str,
+        interrupt: bool,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __aenter__(self) -> Ready: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Done: ...
+
+@final
+class Ready:
+    """An ``await`` over at once with the entered scope."""
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+    def __iter__(self) -> Ready: ...
+    def __next__(self) -> None: ...
+
+@final
+class Done:
+    """An ``await`` over at once with False (the exception is not swallowed)."""
+
+    def __await__(self) -> Generator[Any, None, bool]: ...
+    def __iter__(self) -> Done: ...
+    def __next__(self) -> None: ...
+
+def _scope_setup(
+    innermost: Any,
+    loop_waker: Any,
+    get_running_loop: Callable[[], Any] | None,
+    task_of: Callable[[Any], Any] | None,
+    c_task: type | None,
+    monotonic: Callable[[], float],
+    clock_module: Any,
+    has_cancelling: bool,
+) -> None:
+    """Hand the scope fast paths what they call (once, from taut.deadline._scope)."""
 
 @final
 class LoopChannel:

@@ -254,7 +254,7 @@ class LoopWaker:
         global last
         self._reader.close()
         if last[1] is self.arm:
-            last = (None, None, False)
+            last = (None, None, False, None)
 
 
 # What asyncio's own wrap_future (so run_in_executor and to_thread) turns a
@@ -292,9 +292,10 @@ _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = fork_safe_lock()
-# The last loop looked up, its waker's ``arm``, and whether that loop tells
-# which thread runs it: read directly by deadline scopes, which arm through
-# it when their loop is that one. Most programs run one loop, and a
+# The last loop looked up, its waker's ``arm``, whether that loop tells
+# which thread runs it, and its channel (None without one): read directly by
+# deadline scopes, which arm through it when their loop is that one (the
+# Rust fast path, rust/py_scope.rs, through the channel itself). Most programs run one loop, and a
 # WeakKeyDictionary lookup makes a weak reference each time.
 #
 # Before CPython 3.12, asyncio.get_running_loop() makes a getpid() system
@@ -308,7 +309,8 @@ last: tuple[
     weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
     Callable[[float, Owner], Deadline] | None,
     bool,
-] = (None, None, False)
+    LoopChannel | None,
+] = (None, None, False, None)
 
 
 def _let_closed_loops_go() -> None:
@@ -343,5 +345,5 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
             if waker is None:
                 _let_closed_loops_go()
                 waker = _wakers[loop] = LoopWaker(loop)
-    last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop))
+    last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop), waker.channel)
     return waker

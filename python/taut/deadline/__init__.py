@@ -62,7 +62,7 @@ finalizer dropped is raised again); the four factories are here.
 
 from __future__ import annotations
 
-from taut._checks import check_deadline, check_timeout
+from taut._checks import check_deadline
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.deadline import _clock, _context, _errors, _scope
 from taut.deadline._clock import set_clock as set_clock
@@ -79,16 +79,6 @@ __all__ += _context.__all__
 __all__ += _clock.__all__
 
 
-def _relative(seconds: object) -> float | None:
-    """``check_timeout(seconds, "seconds")``, with the common cases first."""
-    if type(seconds) is float:
-        if 0.0 < seconds <= MAX_TIMEOUT:
-            return seconds
-    elif type(seconds) is int and 0 < seconds <= MAX_TIMEOUT:
-        return float(seconds)
-    return check_timeout(seconds, "seconds")
-
-
 def fail_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
@@ -98,14 +88,14 @@ def fail_after(
     expiry. ``interrupt=True`` (``with`` outside a task only) raises it inside
     the block at expiry: on the main thread even inside a blocking call, on
     other threads at the next bytecode (see the module docstring)."""
-    return DeadlineScope(_relative(seconds), None, True, label, interrupt)
+    return DeadlineScope(seconds, None, True, label, interrupt)
 
 
 def move_on_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
-    return DeadlineScope(_relative(seconds), None, False, label, interrupt)
+    return DeadlineScope(seconds, None, False, label, interrupt)
 
 
 def fail_at(

@@ -10,15 +10,13 @@ else (misnesting, expiry, interrupts, cancellations) takes the general path.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import sys
 import time
 from threading import get_ident
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Callable, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
-from taut._checks import describe
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.deadline import _clock, _lost_interrupts
 from taut.deadline._context import bounding_scope, innermost, open_scope
@@ -39,7 +37,7 @@ _MISNESTING_ADVICE = (
 )
 
 
-class DeadlineScope:
+class DeadlineScope(_core.ScopeCore):
     """A deadline over a ``with`` or ``async with`` block. Made by
     ``fail_after``/``move_on_after``/``fail_at``/``move_on_at``; enter once.
 
@@ -48,81 +46,21 @@ class DeadlineScope:
     ``DeadlineExpired`` for ``fail_*`` scopes and is swallowed by
     ``move_on_*`` scopes). Elsewhere, and with ``interrupt=True`` (synchronous
     code in the block), ``with`` raises on exit and, with ``interrupt=True``,
-    also inside the block."""
+    also inside the block.
+
+    The fields, the construction (``DeadlineScope(seconds, absolute,
+    raise_on_expiry, label, interrupt)``, ``seconds`` checked as a timeout,
+    ``absolute`` already checked) and the usual entry and exit are
+    ``_core.ScopeCore``'s, in Rust (see ``rust/py_scope.rs``): a scope is
+    made per request. They call the methods below for everything else:
+    ``_enter_slow``, ``_aenter_slow``, ``_exit`` and ``_aexit_slow``."""
 
     # Its public home (reprs and pickles name it, as before the package split).
     __module__ = "taut.deadline"
 
-    __slots__ = (
-        "__weakref__",
-        "_abandoned",
-        "_absolute",
-        "_at",
-        "_cancel_requested",
-        "_cancelling",
-        "_clock",
-        "_closed",
-        "_deadline",
-        "_effective",
-        "_entered",
-        "_expired",
-        "_frame",
-        "_interrupt",
-        "_interrupt_raised",
-        "_parent",
-        "_raise",
-        "_relative",
-        "_signal_armed",
-        "_start",
-        "_task",
-        "_thread",
-        "_token",
-        "label",
-    )
-    # Set by _enter.
-    _cancelling: int
-    _effective: float | None
+    __slots__ = ()
+    # As the subclass sees them (the Rust base knows only "a scope").
     _parent: DeadlineScope | None
-    _start: float
-    _token: contextvars.Token[DeadlineScope | None]
-    # Set when a main-thread signal interrupt is armed.
-    _interrupt_raised: bool
-    # Set when an interrupt is armed: the thread it interrupts, and the frame
-    # running the block (until the scope closes).
-    _thread: int
-    _frame: FrameType | None
-
-    def __init__(
-        self,
-        relative: float | None,
-        absolute: float | None,
-        raise_on_expiry: bool,
-        label: str,
-        interrupt: bool,
-    ) -> None:
-        # Identity and class tests: a scope is made per request, so the
-        # common case costs two comparisons.
-        if interrupt is not False and interrupt is not True:
-            raise TypeError(f"interrupt must be a bool, got {describe(interrupt)}")
-        if label.__class__ is not str and not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {describe(label)}")
-        self._relative = relative
-        self._absolute = absolute
-        self._raise = raise_on_expiry
-        self.label = label
-        self._interrupt = interrupt
-        self._clock = _clock.now
-        # Only what is read before entry, or on every exit; the rest is set
-        # by _enter (a scope is made per request: each store counts).
-        self._at: float | None = None
-        self._deadline: _core.Deadline | None = None
-        self._entered = False
-        self._closed = False
-        self._abandoned = False
-        self._expired: bool | None = None
-        self._task: asyncio.Task[Any] | None = None  # cancelled at expiry
-        self._cancel_requested = False
-        self._signal_armed = False
 
     # -- inspection ---------------------------------------------------------
 
@@ -218,7 +156,7 @@ class DeadlineScope:
                 # One Rust call through the loop's wake-up channel: the loop is
                 # woken (and _fire called) only if the deadline expires.
                 if arm is None:
-                    ref, arm, _ = _loop_waker.last
+                    ref, arm, _, _ = _loop_waker.last
                     if ref is None or ref() is not loop:
                         arm = _loop_waker.waker_for(loop).arm
                 self._deadline = arm(real_at, self)  # type: ignore[misc]
@@ -228,7 +166,8 @@ class DeadlineScope:
                     loop.call_soon(self._fire)
         self._token = innermost.set(self)
 
-    def __enter__(self) -> DeadlineScope:
+    def _enter_slow(self) -> DeadlineScope:
+        """``__enter__`` beyond the Rust fast path."""
         # interrupt=True says the block is synchronous code (the gather runs a
         # sync call inline this way, even on an event loop's thread): it is
         # interrupted on its thread, and the task is not cancelled.
@@ -260,14 +199,15 @@ class DeadlineScope:
                 raise
         return self
 
-    async def __aenter__(self) -> DeadlineScope:
+    async def _aenter_slow(self) -> DeadlineScope:
+        """``__aenter__`` beyond the Rust fast path."""
         if self._interrupt:
             raise ValueError(
                 "interrupt=True is for `with` blocks; `async with` cancels the task instead"
             )
         # The loop a scope last armed on, if it still runs on this thread
         # (see _loop_waker.last), else asyncio's answer.
-        ref, arm, by_thread_id = _loop_waker.last
+        ref, arm, by_thread_id, _ = _loop_waker.last
         loop = None if ref is None else ref()
         if not (by_thread_id and loop is not None and loop._thread_id == get_ident()):  # type: ignore[attr-defined]
             running = get_running_loop()
@@ -281,31 +221,8 @@ class DeadlineScope:
 
     # -- exit -----------------------------------------------------------------
 
-    def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
-        return self._exit(exc_type, exc)
-
-    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
-        # A scope per request: its usual exit is inline (a call costs as much).
-        d = self._deadline
-        if (
-            d is not None
-            and innermost.get() is self
-            and (
-                d.cancel_in_time()
-                if self._clock is _monotonic
-                else d.cancel() and self._clock() < self._at  # type: ignore[operator]
-            )
-        ):
-            # In time and properly nested: nothing fired, so this scope did
-            # not cancel the task; nothing else to undo.
-            self._expired = False
-            self._closed = True
-            try:
-                innermost.reset(self._token)
-            except ValueError:  # exited in a copy of the context it was entered in
-                innermost.set(self._parent)
-            return False
-        # (If cancel() ran above, the clock says expired: _exit agrees.)
+    async def _aexit_slow(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool:
+        """``__aexit__`` beyond the Rust fast path (``__exit__``'s is ``_exit``)."""
         return self._exit(exc_type, exc)
 
     def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
@@ -458,9 +375,24 @@ class DeadlineScope:
 # No interrupt is raised inside scope entry and exit: the main-thread signal
 # handler waits for the next signal, and taut's callback thread puts off an
 # asynchronous exception for another thread (rust/py_timer.rs).
+# (The Rust fast paths run no bytecode: nothing can land there.)
 _signal_interrupt.protect(
-    DeadlineScope.__enter__,
-    DeadlineScope.__exit__,
-    DeadlineScope.__aenter__,
-    DeadlineScope.__aexit__,
+    DeadlineScope._enter_slow,
+    DeadlineScope._exit,
+    DeadlineScope._aenter_slow,
+    DeadlineScope._aexit_slow,
+)
+
+# The fast paths call these and must run no bytecode: asyncio's C functions
+# and C Task only (without its accelerator, every scope takes the general path).
+_C_FUNCTION = type(len)
+_core._scope_setup(
+    innermost,
+    _loop_waker,
+    get_running_loop if isinstance(get_running_loop, _C_FUNCTION) else None,
+    task_of if isinstance(task_of, _C_FUNCTION) else None,
+    getattr(sys.modules.get("_asyncio"), "Task", None),
+    _monotonic,
+    _clock,
+    HAS_CANCELLING,
 )

@@ -1,0 +1,599 @@
+//! `ScopeCore`: the state of a deadline scope (`taut.DeadlineScope`, its
+//! Python subclass) and the usual entry and exit, each one Rust call.
+//!
+//! A gateway enters a scope per request, and almost every one ends in time.
+//! Written in Python, that entry and exit cost about as much as
+//! `asyncio.timeout`'s on CPython 3.12+ (a Python frame each for the
+//! factory's `__init__`, `__aenter__` and `__aexit__`, and a store per field).
+//! Here the fields live in Rust, and `__enter__`/`__aenter__`/`__exit__`/
+//! `__aexit__` do the common case themselves: a relative deadline on the
+//! real clock, entered once, no interrupt, exited in time and in order.
+//! Everything else (an absolute deadline, a fake clock, `interrupt=True`,
+//! misnesting, expiry, a loop seen for the first time) goes to the Python
+//! subclass's general path, which reads and writes the same fields.
+//!
+//! No Python bytecode runs on the fast paths, only C functions (a context
+//! variable's `get`/`set`/`reset`, `asyncio`'s running loop and task, a
+//! `Task`'s `cancelling()`, the loop channel's `arm`): so neither a signal
+//! handler's interrupt nor an asynchronous exception can land half-way
+//! through. The Python general path is protected by code object instead
+//! (`taut._signal_interrupt.protect`).
+
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyString, PyTuple};
+use pyo3::PyTraverseError;
+
+use crate::py_clamp::{clamp_timeout, describe};
+use crate::py_loop::LoopChannel;
+use crate::py_timer::{monotonic, Deadline};
+
+/// Below this a relative deadline takes the general path: `now + seconds`
+/// could round to `now`, an expiry at entry the fast path does not handle.
+const SMALLEST_FAST_SECONDS: f64 = 1e-6;
+
+/// What the fast paths call, handed over once by `taut.deadline._scope` at
+/// import (with the GIL held: a cell filled later, with the GIL released for
+/// a moment, could be left locked in a forked child).
+struct Setup {
+    /// The `get`, `set` and `reset` methods of `taut.deadline._context.innermost`,
+    /// the innermost scope's context variable, bound once (a method looked
+    /// up per call is a new object each time).
+    innermost_get: Py<PyAny>,
+    innermost_set: Py<PyAny>,
+    innermost_reset: Py<PyAny>,
+    /// `taut._loop_waker`: its `last` names the loop a scope last armed on.
+    loop_waker: Py<PyAny>,
+    /// `asyncio._get_running_loop` and `taut.deadline._tasks.task_of` (a
+    /// loop's running task), both C functions; None if either is written
+    /// in Python (no C accelerator for asyncio): then no fast paths.
+    get_running_loop: Option<Py<PyAny>>,
+    task_of: Option<Py<PyAny>>,
+    /// `asyncio.Task` as asyncio's C accelerator makes it: only such a
+    /// task's `cancelling()` is sure to run no bytecode.
+    c_task: Py<PyAny>,
+    /// `time.monotonic`: the fast paths run only under the real clock.
+    monotonic: Py<PyAny>,
+    /// `taut.deadline._clock`: its `now` is the clock a new scope reads.
+    clock_module: Py<PyAny>,
+    /// Whether tasks count cancellations (`Task.cancelling()`, 3.11+).
+    has_cancelling: bool,
+    names: Names,
+}
+
+struct Names {
+    last: Py<PyString>,
+    now: Py<PyString>,
+    thread_id: Py<PyString>,
+    cancelling: Py<PyString>,
+    enter_slow: Py<PyString>,
+    aenter_slow: Py<PyString>,
+    exit_slow: Py<PyString>,
+    aexit_slow: Py<PyString>,
+}
+
+static SETUP: OnceLock<Setup> = OnceLock::new();
+
+fn setup() -> PyResult<&'static Setup> {
+    SETUP
+        .get()
+        .ok_or_else(|| PyRuntimeError::new_err("taut.deadline._scope was not imported"))
+}
+
+/// Hand the fast paths what they call (see [`Setup`]). Once per process.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn _scope_setup(
+    py: Python<'_>,
+    innermost: &Bound<'_, PyAny>,
+    loop_waker: Py<PyAny>,
+    get_running_loop: Option<Py<PyAny>>,
+    task_of: Option<Py<PyAny>>,
+    c_task: Py<PyAny>,
+    monotonic: Py<PyAny>,
+    clock_module: Py<PyAny>,
+    has_cancelling: bool,
+) -> PyResult<()> {
+    let name = |s: &str| PyString::intern(py, s).unbind();
+    let _ = SETUP.set(Setup {
+        innermost_get: innermost.getattr("get")?.unbind(),
+        innermost_set: innermost.getattr("set")?.unbind(),
+        innermost_reset: innermost.getattr("reset")?.unbind(),
+        loop_waker,
+        get_running_loop,
+        task_of,
+        c_task,
+        monotonic,
+        clock_module,
+        has_cancelling,
+        names: Names {
+            last: name("last"),
+            now: name("now"),
+            thread_id: name("_thread_id"),
+            cancelling: name("cancelling"),
+            enter_slow: name("_enter_slow"),
+            aenter_slow: name("_aenter_slow"),
+            exit_slow: name("_exit"),
+            aexit_slow: name("_aexit_slow"),
+        },
+    });
+    Ok(())
+}
+
+/// The fields of a deadline scope; `taut.DeadlineScope` adds the behaviour.
+/// Python names as the subclass uses them; the ones set at entry read as
+/// zero or None before it.
+#[pyclass(subclass, weakref, module = "taut._core")]
+pub struct ScopeCore {
+    #[pyo3(get, set, name = "_relative")]
+    relative: Option<f64>,
+    #[pyo3(get, set, name = "_absolute")]
+    absolute: Option<f64>,
+    #[pyo3(get, set, name = "_raise")]
+    raise_on_expiry: bool,
+    #[pyo3(get, set)]
+    label: Py<PyAny>,
+    #[pyo3(get, set, name = "_interrupt")]
+    interrupt: bool,
+    #[pyo3(get, set, name = "_clock")]
+    clock: Py<PyAny>,
+    #[pyo3(get, set, name = "_at")]
+    at: Option<f64>,
+    #[pyo3(get, set, name = "_deadline")]
+    deadline: Option<Py<Deadline>>,
+    #[pyo3(get, set, name = "_entered")]
+    entered: bool,
+    #[pyo3(get, set, name = "_closed")]
+    closed: bool,
+    #[pyo3(get, set, name = "_abandoned")]
+    abandoned: bool,
+    #[pyo3(get, set, name = "_expired")]
+    expired: Option<bool>,
+    #[pyo3(get, set, name = "_task")]
+    task: Option<Py<PyAny>>,
+    #[pyo3(get, set, name = "_cancel_requested")]
+    cancel_requested: bool,
+    #[pyo3(get, set, name = "_signal_armed")]
+    signal_armed: bool,
+    #[pyo3(get, set, name = "_cancelling")]
+    cancelling: i64,
+    #[pyo3(get, set, name = "_effective")]
+    effective: Option<f64>,
+    #[pyo3(get, set, name = "_parent")]
+    parent: Option<Py<PyAny>>,
+    #[pyo3(get, set, name = "_start")]
+    start: f64,
+    #[pyo3(get, set, name = "_token")]
+    token: Option<Py<PyAny>>,
+    #[pyo3(get, set, name = "_interrupt_raised")]
+    interrupt_raised: bool,
+    #[pyo3(get, set, name = "_thread")]
+    thread: u64,
+    #[pyo3(get, set, name = "_frame")]
+    frame: Option<Py<PyAny>>,
+}
+
+/// An `await` that is over at once with `value`: what the fast `__aenter__`
+/// returns (`async with` needs an awaitable; a coroutine would cost a frame).
+/// Its own iterator, as `yield from awaitable.__await__()` needs.
+#[pyclass(frozen, module = "taut._core")]
+pub struct Ready {
+    value: Py<PyAny>,
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
+        Err(stop_with(self.value.bind(py)))
+    }
+}
+
+/// An `await` that is over at once with False: the fast `__aexit__`'s (the
+/// exception, if any, is not swallowed). Stateless, so one serves every exit.
+#[pyclass(frozen, module = "taut._core")]
+pub struct Done;
+
+#[pymethods]
+impl Done {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
+        Err(stop_with(PyBool::new(py, false).as_any()))
+    }
+}
+
+/// `StopIteration(value)`, the end of an `await` with `value`. Made as an
+/// instance at once: a lazily made error costs about three times as much
+/// to raise, and this is raised on every entry and exit.
+fn stop_with(value: &Bound<'_, PyAny>) -> PyErr {
+    let py = value.py();
+    match call_one(py.get_type::<PyStopIteration>().as_any(), value) {
+        Ok(stop) => PyErr::from_value(stop),
+        Err(err) => err,
+    }
+}
+
+static DONE: OnceLock<Py<Done>> = OnceLock::new();
+
+/// Made at module import, with the GIL held (see [`Setup`]).
+pub fn init(py: Python<'_>) -> PyResult<()> {
+    if DONE.get().is_none() {
+        let _ = DONE.set(Py::new(py, Done)?);
+    }
+    Ok(())
+}
+
+/// The running loop (None outside one), and its wake-up channel if the
+/// fast paths may arm through it.
+type RunningLoop<'py> = (Option<Bound<'py, PyAny>>, Option<Bound<'py, LoopChannel>>);
+
+/// `taut.deadline._tasks.task_of`, once `fast_seconds` said it is there.
+fn task_of(s: &Setup) -> PyResult<&Py<PyAny>> {
+    s.task_of
+        .as_ref()
+        .ok_or_else(|| PyRuntimeError::new_err("no C task_of: the general path applies"))
+}
+
+/// `callable(arg)` without the argument tuple a `call1` makes under the
+/// limited API (the C functions called here take one argument).
+fn call_one<'py>(
+    callable: &Bound<'py, PyAny>,
+    arg: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = callable.py();
+    // SAFETY: both pointers are live objects (borrowed for the call), the
+    // argument list ends with NULL as the variadic API requires, and the
+    // result is a new reference or NULL with an exception set.
+    unsafe {
+        let result = ffi::PyObject_CallFunctionObjArgs(
+            callable.as_ptr(),
+            arg.as_ptr(),
+            std::ptr::null_mut::<ffi::PyObject>(),
+        );
+        Bound::from_owned_ptr_or_err(py, result)
+    }
+}
+
+/// How a fast entry arms its deadline.
+enum Arming<'py> {
+    /// Outside a task: a plain deadline; the scope raises on exit.
+    Plain,
+    /// In `task`: the loop's channel wakes the loop to cancel it.
+    InTask {
+        task: Bound<'py, PyAny>,
+        channel: Bound<'py, LoopChannel>,
+    },
+}
+
+impl ScopeCore {
+    /// The relative deadline, if this scope can take the fast entry.
+    fn fast_seconds(&self, py: Python<'_>, s: &Setup) -> Option<f64> {
+        if self.entered || self.interrupt || self.absolute.is_some() {
+            return None;
+        }
+        if s.get_running_loop.is_none() || s.task_of.is_none() {
+            return None;
+        }
+        if !self.clock.bind(py).is(s.monotonic.bind(py)) {
+            return None;
+        }
+        self.relative.filter(|&r| r >= SMALLEST_FAST_SECONDS)
+    }
+
+    /// The running loop, and its channel when `_loop_waker.last` holds
+    /// that loop with a channel (a loop seen for the first time, or one
+    /// without readers, takes the general path: it runs Python).
+    /// `trust_thread_id`: as `__aenter__` in Python, believe the loop's own
+    /// `_thread_id` where `last` says so (before 3.12 asyncio's lookup
+    /// makes a system call).
+    fn running_loop<'py>(
+        py: Python<'py>,
+        s: &Setup,
+        trust_thread_id: bool,
+    ) -> PyResult<RunningLoop<'py>> {
+        let last = s.loop_waker.bind(py).getattr(s.names.last.bind(py))?;
+        let last = last.cast_into::<PyTuple>()?;
+        let remembered = last.get_item(0)?;
+        let remembered = if remembered.is_none() {
+            None
+        } else {
+            Some(remembered.call0()?).filter(|l| !l.is_none())
+        };
+        let channel = last.get_item(3)?.cast_into::<LoopChannel>().ok();
+        if let Some(remembered) = &remembered {
+            if trust_thread_id && last.get_item(2)?.is_truthy()? {
+                let owner = remembered.getattr(s.names.thread_id.bind(py))?;
+                // SAFETY: a plain C call with no preconditions.
+                let ident = unsafe { ffi::PyThread_get_thread_ident() };
+                // A c_ulong: 32 bits on some platforms, 64 here.
+                #[allow(clippy::useless_conversion)]
+                let ident = u64::from(ident);
+                if !owner.is_none() && owner.extract::<u64>()? == ident {
+                    return Ok((Some(remembered.clone()), channel));
+                }
+            }
+        }
+        let Some(get_running_loop) = &s.get_running_loop else {
+            return Ok((None, None));
+        };
+        let running = get_running_loop.bind(py).call0()?;
+        if running.is_none() {
+            return Ok((None, None));
+        }
+        let same = remembered.is_some_and(|l| l.is(&running));
+        Ok((Some(running), if same { channel } else { None }))
+    }
+
+    /// The fast entry of `slf` with a deadline `seconds` from now, or false
+    /// (nothing changed) if it must take the general path.
+    fn enter_fast(
+        slf: &Bound<'_, Self>,
+        s: &Setup,
+        seconds: f64,
+        arming: Arming<'_>,
+    ) -> PyResult<bool> {
+        let py = slf.py();
+        let parent = s.innermost_get.bind(py).call0()?;
+        let outer = if parent.is_none() {
+            None
+        } else {
+            let Ok(parent) = parent.cast::<ScopeCore>() else {
+                return Ok(false);
+            };
+            let parent = parent.try_borrow()?;
+            if parent.abandoned {
+                return Ok(false); // the bounding scope is further out
+            }
+            parent.effective
+        };
+        let cancelling = match &arming {
+            Arming::InTask { task, .. } if s.has_cancelling => task
+                .call_method0(s.names.cancelling.bind(py))?
+                .extract::<i64>()?,
+            _ => 0,
+        };
+        let now = monotonic();
+        let at = now + seconds;
+        {
+            let mut scope = slf.try_borrow_mut()?;
+            scope.entered = true;
+            scope.start = now;
+            scope.at = Some(at);
+            scope.effective = Some(outer.map_or(at, |o| o.min(at)));
+            scope.parent = (!parent.is_none()).then(|| parent.unbind());
+            scope.cancelling = cancelling;
+        }
+        let deadline = match arming {
+            Arming::Plain => Py::new(py, Deadline::arm(at)?)?,
+            Arming::InTask { task, channel } => {
+                slf.try_borrow_mut()?.task = Some(task.unbind());
+                let target = slf.clone().into_any().unbind();
+                Py::new(py, channel.get().arm(py, at, target)?)?
+            }
+        };
+        slf.try_borrow_mut()?.deadline = Some(deadline);
+        let token = call_one(s.innermost_set.bind(py), slf.as_any())?;
+        slf.try_borrow_mut()?.token = Some(token.unbind());
+        Ok(true)
+    }
+
+    /// The fast exit of `slf`: true if it was in time and properly nested,
+    /// and is now closed; false (at most its deadline cancelled, which the
+    /// general path then reads as expired) otherwise.
+    fn exit_fast(slf: &Bound<'_, Self>, s: &Setup) -> PyResult<bool> {
+        let py = slf.py();
+        let (deadline, token, parent) = {
+            let scope = slf.try_borrow()?;
+            let usual = !scope.interrupt
+                && !scope.closed
+                && !scope.cancel_requested
+                && scope.clock.bind(py).is(s.monotonic.bind(py));
+            match (&scope.deadline, &scope.token) {
+                (Some(deadline), Some(token)) if usual => (
+                    deadline.clone_ref(py),
+                    token.clone_ref(py),
+                    scope.parent.as_ref().map(|p| p.clone_ref(py)),
+                ),
+                _ => return Ok(false),
+            }
+        };
+        if !s.innermost_get.bind(py).call0()?.is(slf) {
+            return Ok(false);
+        }
+        if !deadline.get().cancel_in_time(py)? {
+            return Ok(false);
+        }
+        {
+            let mut scope = slf.try_borrow_mut()?;
+            scope.expired = Some(false);
+            scope.closed = true;
+        }
+        if let Err(err) = call_one(s.innermost_reset.bind(py), token.bind(py)) {
+            if !err.is_instance_of::<PyValueError>(py) {
+                return Err(err);
+            }
+            // Exited in a copy of the context it was entered in.
+            s.innermost_set.bind(py).call1((parent,))?;
+        }
+        Ok(true)
+    }
+}
+
+#[pymethods]
+impl ScopeCore {
+    /// `seconds` is checked here (`clamp_timeout`, named "seconds"):
+    /// `fail_after` passes what it was given, `fail_at` None.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        seconds: &Bound<'_, PyAny>,
+        absolute: Option<f64>,
+        raise_on_expiry: bool,
+        label: &Bound<'_, PyAny>,
+        interrupt: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let relative = clamp_timeout(seconds, "seconds")?;
+        // Class tests: a scope is made per request.
+        if !interrupt.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "interrupt must be a bool, got {}",
+                describe(interrupt, 80)?
+            )));
+        }
+        if !label.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(format!(
+                "label must be a str, got {}",
+                describe(label, 80)?
+            )));
+        }
+        let s = setup()?;
+        let clock = s.clock_module.bind(py).getattr(s.names.now.bind(py))?;
+        Ok(ScopeCore {
+            relative,
+            absolute,
+            raise_on_expiry,
+            label: label.clone().unbind(),
+            interrupt: interrupt.is_truthy()?,
+            clock: clock.unbind(),
+            at: None,
+            deadline: None,
+            entered: false,
+            closed: false,
+            abandoned: false,
+            expired: None,
+            task: None,
+            cancel_requested: false,
+            signal_armed: false,
+            cancelling: 0,
+            effective: None,
+            parent: None,
+            start: 0.0,
+            token: None,
+            interrupt_raised: false,
+            thread: 0,
+            frame: None,
+        })
+    }
+
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let s = setup()?;
+        let seconds = slf.try_borrow()?.fast_seconds(py, s);
+        if let Some(seconds) = seconds {
+            let arming = match Self::running_loop(py, s, false)? {
+                (None, _) => Some(Arming::Plain),
+                (Some(running), channel) => {
+                    let task = call_one(task_of(s)?.bind(py), &running)?;
+                    if task.is_none() {
+                        Some(Arming::Plain)
+                    } else if let (Some(channel), true) =
+                        (channel, task.get_type().is(s.c_task.bind(py)))
+                    {
+                        Some(Arming::InTask { task, channel })
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(arming) = arming {
+                if Self::enter_fast(slf, s, seconds, arming)? {
+                    return Ok(slf.clone().into_any().unbind());
+                }
+            }
+        }
+        Ok(slf.call_method0(s.names.enter_slow.bind(py))?.unbind())
+    }
+
+    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let s = setup()?;
+        let seconds = slf.try_borrow()?.fast_seconds(py, s);
+        if let Some(seconds) = seconds {
+            if let (Some(running), Some(channel)) = Self::running_loop(py, s, true)? {
+                let task = call_one(task_of(s)?.bind(py), &running)?;
+                if task.get_type().is(s.c_task.bind(py))
+                    && Self::enter_fast(slf, s, seconds, Arming::InTask { task, channel })?
+                {
+                    let ready = Ready {
+                        value: slf.clone().into_any().unbind(),
+                    };
+                    return Ok(Py::new(py, ready)?.into_any());
+                }
+            }
+        }
+        Ok(slf.call_method0(s.names.aenter_slow.bind(py))?.unbind())
+    }
+
+    fn __exit__(
+        slf: &Bound<'_, Self>,
+        exc_type: &Bound<'_, PyAny>,
+        exc: &Bound<'_, PyAny>,
+        tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = tb; // the general path needs no traceback
+        let py = slf.py();
+        let s = setup()?;
+        if Self::exit_fast(slf, s)? {
+            return Ok(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        Ok(slf
+            .call_method1(s.names.exit_slow.bind(py), (exc_type, exc))?
+            .unbind())
+    }
+
+    fn __aexit__(
+        slf: &Bound<'_, Self>,
+        exc_type: &Bound<'_, PyAny>,
+        exc: &Bound<'_, PyAny>,
+        tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let s = setup()?;
+        if Self::exit_fast(slf, s)? {
+            let done = DONE
+                .get()
+                .ok_or_else(|| PyRuntimeError::new_err("taut._core was not initialised"))?;
+            return Ok(done.clone_ref(py).into_any());
+        }
+        Ok(slf
+            .call_method1(s.names.aexit_slow.bind(py), (exc_type, exc, tb))?
+            .unbind())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.label)?;
+        visit.call(&self.clock)?;
+        visit.call(&self.deadline)?;
+        visit.call(&self.task)?;
+        visit.call(&self.parent)?;
+        visit.call(&self.token)?;
+        visit.call(&self.frame)?;
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.deadline = None;
+        self.task = None;
+        self.parent = None;
+        self.token = None;
+        self.frame = None;
+    }
+}

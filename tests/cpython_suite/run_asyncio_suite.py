@@ -55,6 +55,9 @@ EXCLUDED: dict[str, str] = {
         "the patch (pyenv's 3.11.7)"
     ),
 }
+# Exclusions of tests that some Debian builds of the suite carry and others
+# do not: 3.11.2-6+deb12u7 no longer has the ssl patch's test.
+MAY_BE_ABSENT = {"SslProtoHandshakeTests.test_check_hostname_requires_server_hostname"}
 
 # The suite is about 2,350 tests, some 50 of them skipped on Linux (Windows
 # and proactor tests); a broken import or selection must not pass with few.
@@ -111,8 +114,9 @@ def _select(module: Any, patterns: list[str] | None) -> unittest.TestSuite:
 
     add(loader.loadTestsFromModule(module))
     # Another CPython's suite (TAUT_CPYTHON_TEST_DIR) may lack some of them.
-    if not patterns and debian_suite.is_debians() and excluded_seen != set(EXCLUDED):
-        raise RuntimeError(f"exclusions name no test: {sorted(set(EXCLUDED) - excluded_seen)}")
+    unseen = set(EXCLUDED) - excluded_seen - MAY_BE_ABSENT
+    if not patterns and debian_suite.is_debians() and unseen:
+        raise RuntimeError(f"exclusions name no test: {sorted(unseen)}")
     return selected
 
 

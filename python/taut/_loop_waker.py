@@ -295,8 +295,9 @@ _wakers_lock = fork_safe_lock()
 # The last loop looked up, its waker's ``arm``, whether that loop tells
 # which thread runs it, and its channel (None without one): read directly by
 # deadline scopes, which arm through it when their loop is that one (the
-# Rust fast path, rust/py_scope.rs, through the channel itself). Most programs run one loop, and a
-# WeakKeyDictionary lookup makes a weak reference each time.
+# Rust fast path, rust/py_scope.rs, through the channel itself). Most
+# programs run one loop, and a WeakKeyDictionary lookup makes a weak
+# reference each time.
 #
 # Before CPython 3.12, asyncio.get_running_loop() makes a getpid() system
 # call each time (to notice a fork); a scope entered once per request pays

@@ -25,7 +25,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueErro
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString, PyTuple};
+use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::py_clamp::{clamp_timeout, describe};
@@ -271,6 +271,9 @@ fn call_one<'py>(
         Bound::from_owned_ptr_or_err(py, result)
     }
 }
+
+/// What `ScopeCore.__new__` takes again to remake a scope (`__reduce__`).
+type ReduceArgs = (Option<f64>, Option<f64>, bool, Py<PyAny>, bool);
 
 /// How a fast entry arms its deadline.
 enum Arming<'py> {
@@ -576,6 +579,28 @@ impl ScopeCore {
         Ok(slf
             .call_method1(s.names.aexit_slow.bind(py), (exc_type, exc, tb))?
             .unbind())
+    }
+
+    /// A scope not entered yet copies and pickles as what made it (as it
+    /// did when its fields were Python slots); an entered one has an armed
+    /// deadline that no copy may share.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyType>, ReduceArgs)> {
+        let py = slf.py();
+        let scope = slf.try_borrow()?;
+        if scope.entered {
+            return Err(PyTypeError::new_err(
+                "an entered deadline scope cannot be copied or pickled (its deadline is armed); \
+                 make a new one with the same factory",
+            ));
+        }
+        let args = (
+            scope.relative,
+            scope.absolute,
+            scope.raise_on_expiry,
+            scope.label.clone_ref(py),
+            scope.interrupt,
+        );
+        Ok((slf.get_type(), args))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

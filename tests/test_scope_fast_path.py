@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import gc
+import pickle
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -200,3 +202,21 @@ def test_bad_arguments_are_named() -> None:
         taut.fail_after(1, 5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"interrupt must be a bool, got 1 \(int\)"):
         taut.fail_after(1, interrupt=1)  # type: ignore[arg-type]
+
+
+def test_a_scope_not_entered_copies_and_pickles_as_what_made_it() -> None:
+    # As when its fields were Python slots: a template scope can be copied.
+    for scope in (taut.fail_after(5, "fetch"), taut.move_on_at(1e9, interrupt=True)):
+        for twin in (copy.copy(scope), pickle.loads(pickle.dumps(scope))):
+            assert type(twin) is DeadlineScope and twin is not scope
+            assert (twin.label, twin._relative, twin._absolute, twin._raise, twin._interrupt) == (
+                scope.label,
+                scope._relative,
+                scope._absolute,
+                scope._raise,
+                scope._interrupt,
+            )
+            assert not twin._entered
+    entered = taut.fail_after(LONG)
+    with entered, pytest.raises(TypeError, match="entered deadline scope cannot be copied"):
+        copy.copy(entered)

@@ -406,6 +406,7 @@ class ScopeCore:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Done: ...
+    def __reduce__(self) -> tuple[type[Self], tuple[Any, ...]]: ...
 
 @final
 class Ready:

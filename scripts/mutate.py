@@ -414,7 +414,20 @@ MUTATIONS = [
         ASYNC,
         "core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)",
         "core.wait_for_room_async(waker.channel, notice, 0, waker.closing_owners)",
-        (f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",),
+        (
+            f"{ASYNC_PATH}::test_a_coroutine_told_there_is_room_keeps_its_place_in_line",
+            f"{ASYNC_PATH}::test_a_told_coroutine_refused_then_cancelled_leaves_the_line",
+        ),
+    ),
+    Mutation(
+        "told-waiter-takes-the-room-of-a-refused-one-ahead",
+        ASYNC,
+        "        if not _retry_ahead(core, waker, place):",
+        "        if True:",
+        (
+            f"{ASYNC_PATH}::test_a_told_coroutine_refused_keeps_its_place_though_room_appears_as_it_goes_back",
+            f"{ASYNC_PATH}::test_a_told_coroutine_refused_goes_before_those_behind_it_told_with_it",
+        ),
     ),
     Mutation(
         "run-cancelled-told-waiter-keeps-the-turn",

@@ -431,6 +431,118 @@ def test_a_coroutine_told_there_is_room_keeps_its_place_in_line() -> None:
     assert order == ["thread", "first", "second"]
 
 
+def test_a_told_coroutine_refused_then_cancelled_leaves_the_line() -> None:
+    # "first" is told there is room, a plain submit takes it, and "first"
+    # waits at its place again; then its task is cancelled. It leaves the
+    # line from that place: no place nor turn is left behind.
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            (first, second), queued = await _line_told(ex, order, ["first", "second"])
+            ex.try_submit(order.append, "plain")
+            retries = taut._loop_waker.waker_for(loop).room_retries
+            while not retries:  # "first" retries, finds no room, waits again
+                await asyncio.sleep(0)
+            first.cancel()
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            assert first.cancelled()
+            await no_line_left(ex)
+
+    asyncio.run(main())
+    assert order == ["plain", "second"]
+
+
+def _room_as_refused(
+    ex: taut.ThreadPoolExecutor, queued: threading.Event, order: list[str], next_call: str
+) -> None:
+    """Make room at the next refusal of a full queue (the refused submitter
+    starts any unclaimed worker first, ``_spawn``): let the queued call of
+    ``_fill`` end and block until the worker started ``next_call``, the
+    call queued meanwhile. The worker tells the first in line there is room
+    before it starts the call."""
+    spawn = ex._spawn
+
+    def room_as_refused() -> None:
+        if ex.stats().queued == 1:  # full: a refusal
+            del ex._spawn  # once
+            queued.set()
+            wait_until(lambda: next_call in order)
+        spawn()
+
+    ex._spawn = room_as_refused  # type: ignore[method-assign]
+
+
+async def _waiting_in_line(
+    ex: taut.ThreadPoolExecutor, record: list[str], labels: Iterable[str]
+) -> tuple[list[asyncio.Future[Any]], threading.Event, threading.Event]:
+    """``_fill``, then one coroutine per label waiting for room, in that
+    order (each appends its label to ``record`` when its call runs).
+    Returns their tasks and the gates of ``_fill``."""
+    running, queued = await _fill(ex)
+    waiters = [asyncio.ensure_future(ex.run(record.append, label)) for label in labels]
+    while not ex._core.has_room_line():
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # all of them wait for room, in this order
+    return waiters, running, queued
+
+
+def _on(readers: bool, main: Callable[[], Any]) -> None:
+    if readers:
+        asyncio.run(main())
+    else:
+        _run_on_a_loop_without_readers(main)
+
+
+@pytest.mark.parametrize("readers", [True, False], ids=["loop", "loop_without_readers"])
+def test_a_told_coroutine_refused_keeps_its_place_though_room_appears_as_it_goes_back(
+    readers: bool,
+) -> None:
+    # "x" is told there is room, a plain submit takes it, and "x" finds the
+    # queue full. Room appears as it goes back to its place, before it is
+    # there: the worker tells "y", behind it. The room is still x's.
+    order: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            waiters, running, queued = await _waiting_in_line(ex, order, "xy")
+            running.set()
+            wait_until(lambda: ex.stats().queued == 0)  # room: "x" is told
+            ex.try_submit(order.append, "plain")  # and the room is gone
+            _room_as_refused(ex, queued, order, "plain")
+            await asyncio.wait_for(asyncio.gather(*waiters, *_held), LONG)
+            await no_line_left(ex)
+
+    _on(readers, main)
+    assert order == ["plain", "x", "y"]
+
+
+@pytest.mark.parametrize("readers", [True, False], ids=["loop", "loop_without_readers"])
+def test_a_told_coroutine_refused_goes_before_those_behind_it_told_with_it(
+    readers: bool,
+) -> None:
+    # One room, and "x", "y" and "z" are told (two newcomers arriving as
+    # the room is there tell one each). "x" takes it, "y" finds the queue
+    # full and goes back to its place; room appears just then. "z", told
+    # before "y" is told again, comes back first: the room is y's.
+    order: list[str] = []
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            waiters, running, queued = await _waiting_in_line(ex, order, "xyz")
+            _room_as_refused(ex, queued, order, "x")
+            running.set()
+            wait_until(lambda: ex.stats().queued == 0)  # room: "x" is told
+            newcomers = [asyncio.ensure_future(ex.run(order.append, f"n{i}")) for i in (1, 2)]
+            await asyncio.wait_for(asyncio.gather(*waiters, *newcomers, *_held), LONG)
+            await no_line_left(ex)
+
+    _on(readers, main)
+    assert order == ["x", "y", "z", "n1", "n2"]
+
+
 @pytest.mark.parametrize("waiting", [1, 2])
 def test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them(waiting: int) -> None:
     # Room appears and the first waiting coroutine is told; before it gets to

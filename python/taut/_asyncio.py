@@ -26,7 +26,9 @@ wake-ups out from taut's callback thread (``_LoopLink.backstop``).
 A bounded queue (``max_queue``) that is full makes ``run`` wait for room
 without blocking the loop, in FIFO order with the other waiting coroutines:
 a newcomer goes behind them even if there is room at that moment (the room
-is theirs).
+is theirs), and one told there is room but refused (the room taken
+meanwhile) goes back to its place, ahead of those of its loop behind it even
+if they were told first (see ``_room``).
 (Its calls wake workers at once: an owed wake-up would count against the
 room.) The turn of a coroutine told there is room passes on if its loop
 closes before it comes back (see ``LoopWaker._loop_closed``).
@@ -217,7 +219,7 @@ async def run_in(
                 if turn is not None:
                     turn.spent()  # the refused submit ended it
                     place = turn.place
-                turn = await _room(core, link.waker, loop, place)
+                turn = await _room(core, link.waker, loop, place, retry=turn is not None)
             except RuntimeError:
                 if turn is not None:
                     turn.spent()
@@ -325,7 +327,7 @@ class _RoomNotice(Watch):
     reader, the wake-up of the coroutine, its way back to ``submit_async``)
     can lose it, a Ctrl-C landing anywhere on that way included."""
 
-    __slots__ = ("_core", "_waker", "place")
+    __slots__ = ("_core", "_waker", "place", "task")
 
     def __init__(
         self, on_expire: Callable[[], object], core: PoolCore, waker: LoopWaker, place: int
@@ -334,6 +336,8 @@ class _RoomNotice(Watch):
         self._core = core
         self._waker = waker
         self.place = place
+        # Among its loop's room_retries: the task waiting with it.
+        self.task: asyncio.Task[Any] | None = None
 
     def __call__(self) -> None:
         """On taut's callback thread, for a loop without a channel: hand the
@@ -350,11 +354,13 @@ class _RoomNotice(Watch):
         """Its coroutine came back and spent the turn (``submit_async`` with
         ``turn``, or ``pass_room_on``): nothing is left to pass on."""
         self._waker.closing_owners.discard(self)
+        self._waker.room_retries.discard(self)
 
     def _let_go(self) -> None:
         """Its coroutine will not come back for it: unless someone else
         took it out of ``closing_owners`` already (and acts), leave the line
         or pass the turn on."""
+        self._waker.room_retries.discard(self)
         try:
             self._waker.closing_owners.remove(self)
         except KeyError:
@@ -369,12 +375,17 @@ class _RoomNotice(Watch):
         passes on one turn too many: the next in line is told to try, and
         if the room is taken meanwhile, goes back to its place. A turn lost
         would leave the line waiting.)"""
+        self._waker.room_retries.discard(self)
         if not self._core.cancel_room_wait(self.place):
             self._core.pass_room_on()
 
 
 async def _room(
-    core: PoolCore, waker: LoopWaker, loop: asyncio.AbstractEventLoop, place: int
+    core: PoolCore,
+    waker: LoopWaker,
+    loop: asyncio.AbstractEventLoop,
+    place: int,
+    retry: bool = False,
 ) -> _RoomNotice:
     """Wait (without blocking the loop) until told that a bounded queue may
     have room for us; ``place``: ours in line, 0 for a newcomer. Told, we
@@ -382,31 +393,74 @@ async def _room(
     pass it on (``pass_room_on``): newcomers queue up behind it meanwhile.
     Returns the turn, a notice still among the loop's ``closing_owners``:
     the caller calls its ``spent()`` once the turn is spent, not before, so
-    a loop closing before then (a Ctrl-C between the two) passes it on."""
+    a loop closing before then (a Ctrl-C between the two) passes it on.
+    ``retry``: we are back after a turn we could not use (refused).
+
+    The line tells whoever is first in it, whatever turns are out, so two
+    may be told for one room; the one refused goes back to its place and is
+    told again, maybe after one behind it was told: that one's notice comes
+    first on their loop, and it would take the next room first. So a
+    coroutine told there is room while one of its loop ahead of it is back
+    after a turn (``room_retries``; waiting in line, or told again and not
+    back yet) leaves it the room: it passes its turn on and waits at its
+    place again. (Only its loop's: one on a loop that does not run would
+    keep it waiting. And only those back after a turn: the others ahead of
+    it were told before it, so their notices come first.)"""
     if not place:
         # Known before joining the line: a Ctrl-C landing as the joining
         # call returns would lose a place assigned there.
         place = core.reserve_room_place()
-    told: asyncio.Future[None] = loop.create_future()
+    unused = None  # a turn we leave to one ahead of us, until we are back in line
+    while True:
+        told: asyncio.Future[None] = loop.create_future()
 
-    def there_may_be_room() -> None:
-        # A task cancelled meanwhile passes its turn on itself (below).
-        if not told.done():
-            told.set_result(None)
+        def there_may_be_room(told: asyncio.Future[None] = told) -> None:
+            # A task cancelled meanwhile passes its turn on itself (below).
+            if not told.done():
+                told.set_result(None)
 
-    notice = _RoomNotice(there_may_be_room, core, waker, place)
-    try:
-        # Among closing_owners, then listed, in one call: from then on a
-        # loop closing withdraws it from the line, or passes its turn on,
-        # wherever the turn is. Added here and listed there, a Ctrl-C in
-        # between (or the call raising) would pass on a turn never held
-        # (_let_go below), and the next newcomer would jump the line.
-        core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)
-        await told
-    except BaseException:
-        notice._let_go()
-        raise
-    return notice
+        notice = _RoomNotice(there_may_be_room, core, waker, place)
+        try:
+            if retry:
+                notice.task = asyncio.current_task(loop)
+                waker.room_retries.add(notice)
+            # Among closing_owners, then listed, in one call: from then on a
+            # loop closing withdraws it from the line, or passes its turn on,
+            # wherever the turn is. Added here and listed there, a Ctrl-C in
+            # between (or the call raising) would pass on a turn never held
+            # (_let_go below), and the next newcomer would jump the line.
+            core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)
+            if unused is not None:
+                # Only once back in line: passed on before, it could tell
+                # the one behind us, not the one ahead (now first in line,
+                # or told already: its notice comes before ours).
+                core.pass_room_on()
+                unused.spent()
+            await told
+        except BaseException:
+            notice._let_go()
+            if unused is not None:
+                unused._let_go()  # unless passed on already (spent)
+            raise
+        if not _retry_ahead(core, waker, place):
+            return notice
+        unused = notice
+        retry = True
+
+
+def _retry_ahead(core: PoolCore, waker: LoopWaker, place: int) -> bool:
+    """Whether a coroutine of this loop waits in ``core``'s line ahead of
+    ``place``, or was told and is not back, after a turn it did not use
+    (see ``_room``). One whose task ended (a Ctrl-C cut it short, its
+    notice left for the loop's close) waits for nothing: ignored, it keeps
+    nobody waiting for good."""
+    # A copy: a notice leaves the set from any thread as its loop closes.
+    for other in tuple(waker.room_retries):
+        if other._core is core and other.place < place:
+            task = other.task
+            if task is None or not task.done():
+                return True
+    return False
 
 
 async def submit_when_room(
@@ -433,12 +487,14 @@ async def submit_when_room(
         except QueueFull:
             pass
     waker = waker_for(loop)
+    retry = False
     while True:
-        turn = await _room(core, waker, loop, place)
+        turn = await _room(core, waker, loop, place, retry=retry)
         try:
             return submit()
         except QueueFull:
             place = turn.place  # a plain submit took the room: back to our place in line
+            retry = True
         finally:
             core.pass_room_on()  # a plain submit knows nothing of turns: ours ends here
             turn.spent()

@@ -94,6 +94,7 @@ class LoopWaker:
         "arm",
         "channel",
         "closing_owners",
+        "room_retries",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -117,6 +118,12 @@ class LoopWaker:
         ``_loop_closed`` pops each and calls its ``_loop_gone()``; one done
         first removes itself (``set.remove``/``pop``: exactly one of the two
         gets it, from any thread)."""
+        self.room_retries: set[Any] = set()
+        """The room notices (among ``closing_owners``) of this loop's
+        coroutines back in a bounded queue's line after a turn they did not
+        use (refused, or left to one of them): a coroutine of this loop told
+        there is room leaves it to one of them ahead of it in line (see
+        ``taut._asyncio._room``)."""
         self._close_alarm: weakref.ReferenceType[_CloseAlarm] | None = None
         alarm = _CloseAlarm()
         try:

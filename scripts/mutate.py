@@ -353,11 +353,10 @@ MUTATIONS = [
     Mutation(
         "loop-without-readers-keeps-a-turn-it-cannot-hand-over",
         ASYNC,
-        "            except KeyError:\n"
-        "                return  # passed on already (_loop_closed, on another thread)\n"
-        "            self._core.pass_room_on()",
-        "            except KeyError:\n"
-        "                return  # passed on already (_loop_closed, on another thread)",
+        "        except RuntimeError:  # the loop is closed: it will never run it\n"
+        "            self._let_go()",
+        "        except RuntimeError:  # the loop is closed: it will never run it\n"
+        "            pass",
         (
             f"{ASYNC_PATH}::"
             "test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in_line",
@@ -366,8 +365,8 @@ MUTATIONS = [
     Mutation(
         "agather-polls-a-full-taut-queue",
         "python/taut/gather/drive.py",
-        "        taut_pool = pool is not None and not inline_sync",
-        "        taut_pool = False",
+        "            if isinstance(run.executor, ThreadPoolExecutor) and not inline_sync\n",
+        "            if False\n",
         (
             "tests/test_gather_contention.py::"
             "test_agather_waits_in_the_pools_line_of_room_without_polling",
@@ -375,9 +374,10 @@ MUTATIONS = [
     ),
     Mutation(
         "closed-loop-drops-a-room-turn",
-        LOOP_WAKER,
-        "                    if loop_gone is not None:\n                        loop_gone()",
-        "                    pass",
+        ASYNC,
+        "        if not self._core.cancel_room_wait(self.place):\n"
+        "            self._core.pass_room_on()",
+        "        self._core.cancel_room_wait(self.place)",
         (f"{ASYNC_PATH}::test_a_turn_told_to_a_loop_that_closed_unread_passes_on",),
     ),
     Mutation(
@@ -405,8 +405,8 @@ MUTATIONS = [
     Mutation(
         "run-newcomer-jumps-the-room-line",
         ASYNC,
-        "link.channel, waiter, fn, args, kwargs, wake, not place, place != 0",
-        "link.channel, waiter, fn, args, kwargs, wake, False, place != 0",
+        "link.channel, waiter, fn, args, kwargs, wake, turn is None, turn is not None",
+        "link.channel, waiter, fn, args, kwargs, wake, False, turn is not None",
         (f"{ASYNC_PATH}::test_a_coroutine_arriving_while_others_wait_for_room_queues_behind_them",),
     ),
     Mutation(
@@ -432,10 +432,11 @@ MUTATIONS = [
     Mutation(
         "run-cancelled-told-waiter-keeps-the-turn",
         ASYNC,
-        "        else:  # cancelled meanwhile: the next waiter gets the turn\n"
-        "            owners.discard(notice)\n"
-        "            core.pass_room_on()",
-        "",
+        "        except BaseException:\n            notice._let_go()\n",
+        # Still in line, it leaves it; told, it drops the turn.
+        "        except BaseException:\n"
+        "            notice.spent()\n"
+        "            core.cancel_room_wait(notice.place)\n",
         (f"{ASYNC_PATH}::test_a_coroutine_cancelled_after_being_told_passes_its_turn_on",),
     ),
     Mutation(
@@ -455,8 +456,8 @@ MUTATIONS = [
     Mutation(
         "worker-waits-for-room-it-alone-could-make",
         EXECUTOR,
-        "                if core.in_worker():\n",
-        "                if False:\n",
+        "            if core.in_worker():\n",
+        "            if False:\n",
         ("tests/test_executor.py::test_the_only_worker_submitting_into_its_full_queue_is_refused_not_stuck",),
     ),
     Mutation(
@@ -502,9 +503,13 @@ MUTATIONS = [
     Mutation(
         "run-process-ignores-the-deadline-byte-seen-with-the-end",
         "python/taut/process.py",
-        "                    _drain(wake_r)\n                    # The deadline fired while",
-        "                    _drain(wake_r)\n                    continue\n"
-        "                    # The deadline fired while",
+        "        if deadline is not None and deadline.expired:\n"
+        "            timed_out = _killed_while_running(kill)",
+        # Only a deadline seen before the loop ended by itself counts.
+        "        if deadline is not None and deadline.expired and (\n"
+        "            reading or stdin_fd >= 0 or not exited\n"
+        "        ):\n"
+        "            timed_out = _killed_while_running(kill)",
         (
             "tests/test_process.py::"
             "test_run_process_times_out_when_the_kill_and_the_exit_are_seen_in_one_wake_up",

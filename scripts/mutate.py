@@ -501,7 +501,7 @@ MUTATIONS = [
         ),
     ),
     Mutation(
-        "run-process-ignores-the-deadline-byte-seen-with-the-end",
+        "run-process-ignores-a-deadline-that-fired-as-the-command-ended",
         "python/taut/process.py",
         "        if deadline is not None and deadline.expired:\n"
         "            timed_out = _killed_while_running(kill)",

@@ -25,7 +25,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueErro
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::py_clamp::{clamp_timeout, describe};
@@ -46,8 +46,10 @@ struct Setup {
     innermost_get: Py<PyAny>,
     innermost_set: Py<PyAny>,
     innermost_reset: Py<PyAny>,
-    /// `taut._loop_waker`: its `last` names the loop a scope last armed on.
-    loop_waker: Py<PyAny>,
+    /// The namespace of `taut._loop_waker`: its `last` names the loop a
+    /// scope last armed on. (A module's globals, read as a dict: a module
+    /// attribute lookup costs twice as much.)
+    loop_waker: Py<PyDict>,
     /// `asyncio._get_running_loop` and `taut.deadline._tasks.task_of` (a
     /// loop's running task), both C functions; None if either is written
     /// in Python (no C accelerator for asyncio): then no fast paths.
@@ -58,10 +60,15 @@ struct Setup {
     c_task: Py<PyAny>,
     /// `time.monotonic`: the fast paths run only under the real clock.
     monotonic: Py<PyAny>,
-    /// `taut.deadline._clock`: its `now` is the clock a new scope reads.
-    clock_module: Py<PyAny>,
-    /// Whether tasks count cancellations (`Task.cancelling()`, 3.11+).
-    has_cancelling: bool,
+    /// The namespace of `taut.deadline._clock`: its `now` is the clock a
+    /// new scope reads.
+    clock_module: Py<PyDict>,
+    /// `taut.DeadlineScope`, the class `fail_after` and `move_on_after` make.
+    scope_type: Py<PyType>,
+    /// `Task.cancelling` of that C task, unbound (called with the task: no
+    /// bound method is made per call), where tasks count cancellations
+    /// (3.11+).
+    task_cancelling: Option<Py<PyAny>>,
     names: Names,
 }
 
@@ -69,7 +76,6 @@ struct Names {
     last: Py<PyString>,
     now: Py<PyString>,
     thread_id: Py<PyString>,
-    cancelling: Py<PyString>,
     enter_slow: Py<PyString>,
     aenter_slow: Py<PyString>,
     exit_slow: Py<PyString>,
@@ -77,6 +83,21 @@ struct Names {
 }
 
 static SETUP: OnceLock<Setup> = OnceLock::new();
+
+/// A module's globals.
+fn namespace(module: &Bound<'_, PyAny>) -> PyResult<Py<PyDict>> {
+    Ok(module.getattr("__dict__")?.cast_into::<PyDict>()?.unbind())
+}
+
+/// Global `name` of a module whose namespace is `globals`.
+fn global<'py>(
+    globals: &Bound<'py, PyDict>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    globals
+        .get_item(name)?
+        .ok_or_else(|| PyRuntimeError::new_err(format!("taut: module global {name} is gone")))
+}
 
 fn setup() -> PyResult<&'static Setup> {
     SETUP
@@ -90,12 +111,13 @@ fn setup() -> PyResult<&'static Setup> {
 pub fn _scope_setup(
     py: Python<'_>,
     innermost: &Bound<'_, PyAny>,
-    loop_waker: Py<PyAny>,
+    loop_waker: &Bound<'_, PyAny>,
     get_running_loop: Option<Py<PyAny>>,
     task_of: Option<Py<PyAny>>,
     c_task: Py<PyAny>,
     monotonic: Py<PyAny>,
-    clock_module: Py<PyAny>,
+    clock_module: &Bound<'_, PyAny>,
+    scope_type: Py<PyType>,
     has_cancelling: bool,
 ) -> PyResult<()> {
     let name = |s: &str| PyString::intern(py, s).unbind();
@@ -103,18 +125,26 @@ pub fn _scope_setup(
         innermost_get: innermost.getattr("get")?.unbind(),
         innermost_set: innermost.getattr("set")?.unbind(),
         innermost_reset: innermost.getattr("reset")?.unbind(),
-        loop_waker,
+        loop_waker: namespace(loop_waker)?,
         get_running_loop,
         task_of,
+        task_cancelling: if has_cancelling {
+            c_task
+                .bind(py)
+                .getattr("cancelling")
+                .ok()
+                .map(Bound::unbind)
+        } else {
+            None
+        },
         c_task,
         monotonic,
-        clock_module,
-        has_cancelling,
+        clock_module: namespace(clock_module)?,
+        scope_type,
         names: Names {
             last: name("last"),
             now: name("now"),
             thread_id: name("_thread_id"),
-            cancelling: name("cancelling"),
             enter_slow: name("_enter_slow"),
             aenter_slow: name("_aenter_slow"),
             exit_slow: name("_exit"),
@@ -143,8 +173,9 @@ pub struct ScopeCore {
     clock: Py<PyAny>,
     #[pyo3(get, set, name = "_at")]
     at: Option<f64>,
-    #[pyo3(get, set, name = "_deadline")]
-    deadline: Option<Py<Deadline>>,
+    /// `_deadline` (a getter and setter below: the fast entry keeps it as
+    /// a plain Rust value, and the Python object is made only if asked for).
+    deadline: Option<ArmedDeadline>,
     #[pyo3(get, set, name = "_entered")]
     entered: bool,
     #[pyo3(get, set, name = "_closed")]
@@ -177,6 +208,28 @@ pub struct ScopeCore {
     frame: Option<Py<PyAny>>,
 }
 
+/// A scope's armed deadline. A gateway's scope ends in time and nothing in
+/// Python ever looks at its deadline: making and freeing a `Deadline`
+/// object for it would be about a twentieth of the whole scope's cost.
+enum ArmedDeadline {
+    /// Armed by the fast entry; no Python object yet.
+    Inline(Deadline),
+    /// Set from Python, or asked for by it (then kept, so that every read
+    /// of `_deadline` is the same object).
+    Object(Py<Deadline>),
+}
+
+impl ArmedDeadline {
+    /// Another handle on the same timer entry, to use with the scope's
+    /// borrow let go (cancelling may run Python: a signal handler).
+    fn handle(&self, py: Python<'_>) -> Deadline {
+        match self {
+            ArmedDeadline::Inline(deadline) => deadline.share(),
+            ArmedDeadline::Object(deadline) => deadline.bind(py).get().share(),
+        }
+    }
+}
+
 /// An `await` that is over at once with `value`: what the fast `__aenter__`
 /// returns (`async with` needs an awaitable; a coroutine would cost a frame).
 /// Its own iterator, as `yield from awaitable.__await__()` needs.
@@ -200,7 +253,7 @@ impl Ready {
     }
 }
 
-/// An `await` that is over at once with False: the fast `__aexit__`'s (the
+/// An `await` that is over at once with None: the fast `__aexit__`'s (the
 /// exception, if any, is not swallowed). Stateless, so one serves every exit.
 #[pyclass(frozen, module = "taut._core")]
 pub struct Done;
@@ -215,8 +268,14 @@ impl Done {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
-        Err(stop_with(PyBool::new(py, false).as_any()))
+    /// Ends at once, and with None rather than False: an iterator that
+    /// returns NULL with no exception set is exhausted, and `await` reads
+    /// that as `return None` (CPython 3.9+, `_PyGen_FetchStopIterationValue`).
+    /// No StopIteration is made, raised and caught: about a tenth of the
+    /// whole scope's cost on 3.12+. `async with` only asks whether the
+    /// result is true; None and False both let the exception through.
+    fn __next__(&self) -> Option<()> {
+        None
     }
 }
 
@@ -233,12 +292,124 @@ fn stop_with(value: &Bound<'_, PyAny>) -> PyErr {
 
 static DONE: OnceLock<Py<Done>> = OnceLock::new();
 
+/// The defaults of the factories' arguments: None, "operation", False.
+static DEFAULTS: OnceLock<[Py<PyAny>; 3]> = OnceLock::new();
+
 /// Made at module import, with the GIL held (see [`Setup`]).
 pub fn init(py: Python<'_>) -> PyResult<()> {
     if DONE.get().is_none() {
         let _ = DONE.set(Py::new(py, Done)?);
     }
+    if DEFAULTS.get().is_none() {
+        let _ = DEFAULTS.set([
+            py.None(),
+            PyString::new(py, "operation").into_any().unbind(),
+            PyBool::new(py, false).to_owned().into_any().unbind(),
+        ]);
+    }
     Ok(())
+}
+
+/// Default argument `index` of [`DEFAULTS`], as pyo3 asks for one: a
+/// reference, made without a `Python` token in hand.
+fn default_argument<'py>(index: usize) -> &'py Bound<'py, PyAny> {
+    // SAFETY: pyo3 calls a default only while extracting the arguments of a
+    // call from Python, so this thread is attached.
+    let py = unsafe { Python::assume_attached() };
+    // `init` ran when the module was made, before any call could come.
+    DEFAULTS.get().expect("taut._core initialised")[index].bind(py)
+}
+
+fn none<'py>() -> &'py Bound<'py, PyAny> {
+    default_argument(0)
+}
+
+fn operation<'py>() -> &'py Bound<'py, PyAny> {
+    default_argument(1)
+}
+
+fn false_<'py>() -> &'py Bound<'py, PyAny> {
+    default_argument(2)
+}
+
+/// The arguments every scope factory shares, checked and named: its
+/// relative deadline, label and interrupt. Class tests (a scope is made
+/// per request); an error names the argument and the value.
+fn check_arguments(
+    seconds: &Bound<'_, PyAny>,
+    label: &Bound<'_, PyAny>,
+    interrupt: &Bound<'_, PyAny>,
+) -> PyResult<(Option<f64>, Py<PyAny>, bool)> {
+    let relative = clamp_timeout(seconds, "seconds")?;
+    if !interrupt.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "interrupt must be a bool, got {}",
+            describe(interrupt, 80)?
+        )));
+    }
+    if !label.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "label must be a str, got {}",
+            describe(label, 80)?
+        )));
+    }
+    Ok((relative, label.clone().unbind(), interrupt.is_truthy()?))
+}
+
+/// A `taut.DeadlineScope` `seconds` from its entry: made blank (no
+/// arguments to parse) and filled in here, so that a gateway's scope per
+/// request costs no Python frame for its factory (that frame was about a
+/// sixteenth of the scope's whole cost on 3.12+).
+fn relative_scope(
+    seconds: &Bound<'_, PyAny>,
+    label: &Bound<'_, PyAny>,
+    interrupt: &Bound<'_, PyAny>,
+    raise_on_expiry: bool,
+) -> PyResult<Py<PyAny>> {
+    let py = seconds.py();
+    let (relative, label, interrupt) = check_arguments(seconds, label, interrupt)?;
+    let scope = setup()?.scope_type.bind(py).call0()?;
+    {
+        let mut core = scope.cast::<ScopeCore>()?.try_borrow_mut()?;
+        core.relative = relative;
+        core.raise_on_expiry = raise_on_expiry;
+        core.label = label;
+        core.interrupt = interrupt;
+    }
+    Ok(scope.unbind())
+}
+
+/// A scope that raises ``DeadlineExpired`` on exit if ``seconds`` (counted
+/// from entry; clamped by ``clamp_timeout``; ``None`` = unbounded; ``<= 0``
+/// = already expired) passed; inside an asyncio task it cancels the task at
+/// expiry. ``interrupt=True`` (``with`` outside a task only) raises it inside
+/// the block at expiry: on the main thread even inside a blocking call, on
+/// other threads at the next bytecode (see ``taut.deadline``).
+#[pyfunction]
+#[pyo3(
+    signature = (seconds, label = operation(), *, interrupt = false_()),
+    text_signature = "(seconds, label='operation', *, interrupt=False)"
+)]
+pub fn fail_after(
+    seconds: &Bound<'_, PyAny>,
+    label: &Bound<'_, PyAny>,
+    interrupt: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    relative_scope(seconds, label, interrupt, true)
+}
+
+/// Like ``fail_after`` but exits quietly; ``scope.expired`` tells.
+#[pyfunction]
+#[pyo3(
+    signature = (seconds, label = operation(), *, interrupt = false_()),
+    text_signature = "(seconds, label='operation', *, interrupt=False)"
+)]
+pub fn move_on_after(
+    seconds: &Bound<'_, PyAny>,
+    label: &Bound<'_, PyAny>,
+    interrupt: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    relative_scope(seconds, label, interrupt, false)
 }
 
 /// The running loop (None outside one), and its wake-up channel if the
@@ -312,7 +483,7 @@ impl ScopeCore {
         s: &Setup,
         trust_thread_id: bool,
     ) -> PyResult<RunningLoop<'py>> {
-        let last = s.loop_waker.bind(py).getattr(s.names.last.bind(py))?;
+        let last = global(s.loop_waker.bind(py), s.names.last.bind(py))?;
         let last = last.cast_into::<PyTuple>()?;
         let remembered = last.get_item(0)?;
         let remembered = if remembered.is_none() {
@@ -367,10 +538,10 @@ impl ScopeCore {
             }
             parent.effective
         };
-        let cancelling = match &arming {
-            Arming::InTask { task, .. } if s.has_cancelling => task
-                .call_method0(s.names.cancelling.bind(py))?
-                .extract::<i64>()?,
+        let cancelling = match (&arming, &s.task_cancelling) {
+            (Arming::InTask { task, .. }, Some(cancelling)) => {
+                call_one(cancelling.bind(py), task)?.extract::<i64>()?
+            }
             _ => 0,
         };
         let now = monotonic();
@@ -385,14 +556,14 @@ impl ScopeCore {
             scope.cancelling = cancelling;
         }
         let deadline = match arming {
-            Arming::Plain => Py::new(py, Deadline::arm(at)?)?,
+            Arming::Plain => Deadline::arm(at)?,
             Arming::InTask { task, channel } => {
                 slf.try_borrow_mut()?.task = Some(task.unbind());
                 let target = slf.clone().into_any().unbind();
-                Py::new(py, channel.get().arm(py, at, target)?)?
+                channel.get().arm(py, at, target)?
             }
         };
-        slf.try_borrow_mut()?.deadline = Some(deadline);
+        slf.try_borrow_mut()?.deadline = Some(ArmedDeadline::Inline(deadline));
         let token = call_one(s.innermost_set.bind(py), slf.as_any())?;
         slf.try_borrow_mut()?.token = Some(token.unbind());
         Ok(true)
@@ -411,7 +582,7 @@ impl ScopeCore {
                 && scope.clock.bind(py).is(s.monotonic.bind(py));
             match (&scope.deadline, &scope.token) {
                 (Some(deadline), Some(token)) if usual => (
-                    deadline.clone_ref(py),
+                    deadline.handle(py),
                     token.clone_ref(py),
                     scope.parent.as_ref().map(|p| p.clone_ref(py)),
                 ),
@@ -421,7 +592,7 @@ impl ScopeCore {
         if !s.innermost_get.bind(py).call0()?.is(slf) {
             return Ok(false);
         }
-        if !deadline.get().cancel_in_time(py)? {
+        if !deadline.cancel_in_time(py)? {
             return Ok(false);
         }
         {
@@ -443,8 +614,13 @@ impl ScopeCore {
 #[pymethods]
 impl ScopeCore {
     /// `seconds` is checked here (`clamp_timeout`, named "seconds"):
-    /// `fail_after` passes what it was given, `fail_at` None.
+    /// `fail_at` passes None. With no arguments, an unbounded scope that
+    /// raises (what `fail_after` fills in).
     #[new]
+    #[pyo3(
+        signature = (seconds = none(), absolute = None, raise_on_expiry = true, label = operation(), interrupt = false_()),
+        text_signature = "(seconds=None, absolute=None, raise_on_expiry=True, label='operation', interrupt=False)"
+    )]
     fn new(
         py: Python<'_>,
         seconds: &Bound<'_, PyAny>,
@@ -453,28 +629,15 @@ impl ScopeCore {
         label: &Bound<'_, PyAny>,
         interrupt: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let relative = clamp_timeout(seconds, "seconds")?;
-        // Class tests: a scope is made per request.
-        if !interrupt.is_instance_of::<PyBool>() {
-            return Err(PyTypeError::new_err(format!(
-                "interrupt must be a bool, got {}",
-                describe(interrupt, 80)?
-            )));
-        }
-        if !label.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(format!(
-                "label must be a str, got {}",
-                describe(label, 80)?
-            )));
-        }
+        let (relative, label, interrupt) = check_arguments(seconds, label, interrupt)?;
         let s = setup()?;
-        let clock = s.clock_module.bind(py).getattr(s.names.now.bind(py))?;
+        let clock = global(s.clock_module.bind(py), s.names.now.bind(py))?;
         Ok(ScopeCore {
             relative,
             absolute,
             raise_on_expiry,
-            label: label.clone().unbind(),
-            interrupt: interrupt.is_truthy()?,
+            label,
+            interrupt,
             clock: clock.unbind(),
             at: None,
             deadline: None,
@@ -581,6 +744,23 @@ impl ScopeCore {
             .unbind())
     }
 
+    #[getter(_deadline)]
+    fn deadline_object(&mut self, py: Python<'_>) -> PyResult<Option<Py<Deadline>>> {
+        if let Some(ArmedDeadline::Inline(deadline)) = &self.deadline {
+            let object = Py::new(py, deadline.share())?;
+            self.deadline = Some(ArmedDeadline::Object(object));
+        }
+        Ok(match &self.deadline {
+            Some(ArmedDeadline::Object(deadline)) => Some(deadline.clone_ref(py)),
+            _ => None,
+        })
+    }
+
+    #[setter(_deadline)]
+    fn set_deadline_object(&mut self, deadline: Option<Py<Deadline>>) {
+        self.deadline = deadline.map(ArmedDeadline::Object);
+    }
+
     /// A scope not entered yet copies and pickles as what made it (as it
     /// did when its fields were Python slots); an entered one has an armed
     /// deadline that no copy may share.
@@ -606,7 +786,9 @@ impl ScopeCore {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.label)?;
         visit.call(&self.clock)?;
-        visit.call(&self.deadline)?;
+        if let Some(ArmedDeadline::Object(deadline)) = &self.deadline {
+            visit.call(deadline)?;
+        }
         visit.call(&self.task)?;
         visit.call(&self.parent)?;
         visit.call(&self.token)?;

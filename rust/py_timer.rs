@@ -335,6 +335,15 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// Another handle on the same armed deadline (a scope keeps one
+    /// without a Python object until Python asks for it).
+    pub(crate) fn share(&self) -> Deadline {
+        Deadline {
+            entry: Arc::clone(&self.entry),
+            at: self.at,
+        }
+    }
+
     /// The timer entry, so other bindings can attach pure-Rust actions.
     pub(crate) fn entry(&self) -> &Arc<Entry> {
         &self.entry

@@ -71,6 +71,13 @@ SPAWN = "tests/test_spawn_interrupts.py"
 
 MUTATIONS = [
     Mutation(
+        "package-stays-a-subclass",
+        "python/taut/__init__.py",
+        "        if not _unbound:\n",
+        "        if False:\n",
+        ("tests/test_import.py::test_the_package_is_a_plain_module_again_once_those_modules_are_bound",),
+    ),
+    Mutation(
         "result-timeout-unclamped",
         FUTURE,
         "    def result(self, timeout: float | None = None) -> _T:\n"

@@ -200,6 +200,24 @@ def test_a_function_keeps_its_name_when_its_module_is_imported_first(name: str) 
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_package_is_a_plain_module_again_once_those_modules_are_bound() -> None:
+    # While taut.gather or taut.stats loads, taut is a module subclass that
+    # refuses the binding; after, a plain module again, whose attributes
+    # CPython 3.12+ looks up in a few instructions (a subclass's take the
+    # generic path: hundreds, per `taut.fail_after(...)`).
+    proc = run_python(
+        "import types, taut\n"
+        "assert type(taut) is types.ModuleType\n"
+        "from taut.gather import Scheduler\n"
+        "assert type(taut) is types.ModuleType, type(taut)\n"
+        "import taut.stats\n"
+        "assert type(taut) is types.ModuleType, type(taut)\n"
+        "assert not isinstance(taut.gather, types.ModuleType)\n"
+        "assert not isinstance(taut.stats, types.ModuleType)\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_type_checkers_see_every_lazy_name() -> None:
     """The ``if TYPE_CHECKING`` imports and the lazy table name the same things
     from the same modules, and every public name is either eager or lazy."""

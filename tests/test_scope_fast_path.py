@@ -113,14 +113,17 @@ def test_a_fast_scope_still_expires_and_cancels_its_task(slow_paths: dict[str, i
     assert slow_paths["aexit"] == 2
 
 
-def test_async_exit_returns_false_and_never_swallows() -> None:
+def test_async_exit_returns_nothing_true_and_never_swallows() -> None:
+    # `async with` only asks whether __aexit__'s result is true; the fast
+    # exit's is None (an await over without a StopIteration), the general
+    # path's False.
     async def main() -> None:
         with pytest.raises(KeyError):
             async with taut.move_on_after(LONG):
                 raise KeyError("kept")
         scope = taut.fail_after(LONG)
         assert await scope.__aenter__() is scope
-        assert await scope.__aexit__(None, None, None) is False
+        assert await scope.__aexit__(None, None, None) is None
 
     asyncio.run(main())
 
@@ -220,3 +223,37 @@ def test_a_scope_not_entered_copies_and_pickles_as_what_made_it() -> None:
     entered = taut.fail_after(LONG)
     with entered, pytest.raises(TypeError, match="entered deadline scope cannot be copied"):
         copy.copy(entered)
+
+
+def test_the_deadline_of_a_fast_entry_is_one_object_for_python() -> None:
+    # The fast entry keeps its deadline without a Python object; the first
+    # read of `_deadline` makes one, and every later read is that object.
+    async def main() -> None:
+        async with taut.move_on_after(LONG):
+            pass  # the loop is known from here on
+        async with taut.move_on_after(LONG) as scope:
+            deadline = scope._deadline
+            assert deadline is not None and not deadline.cancelled
+            assert scope._deadline is deadline
+        assert deadline.cancelled and scope._deadline is deadline
+
+    asyncio.run(main())
+
+
+def test_the_factories_made_in_rust_read_as_python_ones() -> None:
+    import inspect
+
+    for factory in (taut.fail_after, taut.move_on_after):
+        assert str(inspect.signature(factory)) == "(seconds, label='operation', *, interrupt=False)"
+        scope = factory(2.5, "step", interrupt=False)
+        assert type(scope) is taut.DeadlineScope
+        assert (scope.label, scope._relative, scope._interrupt) == ("step", 2.5, False)
+    assert taut.fail_after(1)._raise and not taut.move_on_after(1)._raise
+    # A DeadlineScope made with no arguments is unbounded and raises.
+    blank = taut.DeadlineScope()
+    assert (blank._relative, blank._absolute, blank._raise, blank.label) == (
+        None,
+        None,
+        True,
+        "operation",
+    )

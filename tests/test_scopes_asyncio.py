@@ -643,7 +643,7 @@ def test_scope_exited_from_another_task_is_quiet() -> None:
         await scope.__aenter__()
         # Exited from another task (an async generator finalised elsewhere
         # does this): no error, and the timer is disarmed.
-        assert await asyncio.ensure_future(scope.__aexit__(None, None, None)) is False
+        assert not await asyncio.ensure_future(scope.__aexit__(None, None, None))
         assert scope._deadline is not None and scope._deadline.cancelled
         assert not scope.expired
 

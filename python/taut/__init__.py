@@ -18,7 +18,7 @@ import sys
 import types
 
 from taut import (
-    _fork_locks,  # noqa: F401  (first: its fork hooks run before the others)
+    _fork_locks,  # first: its fork hooks run before the others
     _lazy_import,
     _timer,  # noqa: F401  (fork and exit hooks of the timer thread)
 )
@@ -128,21 +128,44 @@ _FUNCTIONS_OVER_MODULES = frozenset({"gather", "stats"})
 
 
 class _Package(types.ModuleType):
-    """The ``taut`` module's type: keeps a lazily loaded function from being
-    replaced by its submodule of the same name.
+    """The ``taut`` module's type while ``taut.gather`` or ``taut.stats`` is
+    first imported: keeps the function of that name from being replaced by
+    its submodule.
 
     The import system binds every submodule on its package once it is loaded;
     ``from taut.gather import Scheduler`` before the first ``taut.gather`` would
     otherwise leave ``taut.gather`` pointing at the module for good.
+
+    Only meanwhile: CPython 3.12+ looks up an attribute of a plain module in
+    a few instructions, but of a module subclass through the generic path,
+    which made ``taut.fail_after`` cost about a thirtieth of the whole
+    ``async with taut.fail_after(...)`` it opens (hundreds of instructions).
     """
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _FUNCTIONS_OVER_MODULES and isinstance(value, types.ModuleType):
+            _bound(name)
             return
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_binding_lock = _fork_locks.fork_safe_lock()
+_unbound: set[str] = set()  # such submodules loading, not yet bound on taut
+
+
+def _expect_binding(name: str) -> None:
+    """Called first thing by ``taut.gather`` and ``taut.stats``: until the
+    import system has bound the module, ``taut`` is a ``_Package``."""
+    with _binding_lock:
+        _unbound.add(name)
+        object.__setattr__(sys.modules[__name__], "__class__", _Package)
+
+
+def _bound(name: str) -> None:
+    with _binding_lock:
+        _unbound.discard(name)
+        if not _unbound:
+            object.__setattr__(sys.modules[__name__], "__class__", types.ModuleType)
 
 
 def __getattr__(name: str) -> Any:

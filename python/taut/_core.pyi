@@ -1,11 +1,13 @@
 """Type stubs for the Rust core, checked against the binary with mypy.stubtest."""
 
 import asyncio
-from collections.abc import Generator, Iterable
+from collections.abc import Awaitable, Generator, Iterable
 from types import FrameType, TracebackType
 from typing import Any, Callable, final
 
 from typing_extensions import Self, disjoint_base
+
+from taut.deadline._scope import DeadlineScope
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -34,7 +36,9 @@ __all__ = [
     "_timer_probe",
     "_timer_shutdown",
     "clamp_timeout",
+    "fail_after",
     "monotonic",
+    "move_on_after",
     "process_start_time",
     "running_processes",
     "signal_process_tree",
@@ -386,11 +390,11 @@ class ScopeCore:
     _frame: FrameType | None
     def __new__(
         cls,
-        seconds: object,
-        absolute: float | None,
-        raise_on_expiry: bool,
-        label: str,
-        interrupt: bool,
+        seconds: object = None,
+        absolute: float | None = None,
+        raise_on_expiry: bool = True,
+        label: str = "operation",
+        interrupt: bool = False,
     ) -> Self: ...
     def __enter__(self) -> Self: ...
     def __aenter__(self) -> Ready: ...
@@ -405,7 +409,7 @@ class ScopeCore:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> Done: ...
+    ) -> Awaitable[bool | None]: ...
     def __reduce__(self) -> tuple[type[Self], tuple[Any, ...]]: ...
 
 @final
@@ -418,11 +422,22 @@ class Ready:
 
 @final
 class Done:
-    """An ``await`` over at once with False (the exception is not swallowed)."""
+    """An ``await`` over at once with None (the exception is not swallowed)."""
 
-    def __await__(self) -> Generator[Any, None, bool]: ...
+    def __await__(self) -> Generator[Any]: ...
     def __iter__(self) -> Done: ...
     def __next__(self) -> None: ...
+
+def fail_after(
+    seconds: object, label: str = "operation", *, interrupt: bool = False
+) -> DeadlineScope:
+    """A scope that raises ``DeadlineExpired`` on exit if ``seconds`` (counted
+    from entry) passed; see ``taut.deadline``."""
+
+def move_on_after(
+    seconds: object, label: str = "operation", *, interrupt: bool = False
+) -> DeadlineScope:
+    """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
 
 def _scope_setup(
     innermost: Any,
@@ -432,6 +447,7 @@ def _scope_setup(
     c_task: type | None,
     monotonic: Callable[[], float],
     clock_module: Any,
+    scope_type: type[DeadlineScope],
     has_cancelling: bool,
 ) -> None:
     """Hand the scope fast paths what they call (once, from taut.deadline._scope)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from taut import _expect_binding
 from taut._pool_stats import PoolStats
 from taut.executor import default_executor
 
@@ -74,3 +75,8 @@ def stats() -> TautStats:
             counters.blocked_loop_reports,
         )
     return TautStats(*snapshot, executor=default_executor().stats())
+
+
+# Last: the import system binds this module on the package once it is
+# loaded; taut.stats stays the function (see taut._Package).
+_expect_binding("stats")

@@ -394,5 +394,6 @@ _core._scope_setup(
     getattr(sys.modules.get("_asyncio"), "Task", None),
     _monotonic,
     _clock,
+    DeadlineScope,
     HAS_CANCELLING,
 )

@@ -90,6 +90,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
 
+from taut import _expect_binding
 from taut._asyncio import submit_when_room
 from taut._checks import describe
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
@@ -410,3 +411,8 @@ def default_scheduler() -> Scheduler:
 call = _DEFAULT.call
 gather = _DEFAULT.gather
 agather = _DEFAULT.agather
+
+
+# Last: the import system binds this module on the package once it is
+# loaded; taut.gather stays the function (see taut._Package).
+_expect_binding("gather")

@@ -25,7 +25,9 @@ use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueErro
 use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyDict, PyString, PyTuple, PyType, PyWeakrefMethods, PyWeakrefReference,
+};
 use pyo3::PyTraverseError;
 
 use crate::py_clamp::{clamp_timeout, describe};
@@ -69,6 +71,9 @@ struct Setup {
     /// bound method is made per call), where tasks count cancellations
     /// (3.11+).
     task_cancelling: Option<Py<PyAny>>,
+    /// Whether asyncio's running-loop lookup is cheaper than reading the
+    /// loop's `_thread_id` (3.12+: no `getpid()` system call in it).
+    cheap_running_loop: bool,
     names: Names,
 }
 
@@ -138,6 +143,7 @@ pub fn _scope_setup(
             None
         },
         c_task,
+        cheap_running_loop: py.version_info() >= (3, 12),
         monotonic,
         clock_module: namespace(clock_module)?,
         scope_type,
@@ -485,15 +491,15 @@ impl ScopeCore {
     ) -> PyResult<RunningLoop<'py>> {
         let last = global(s.loop_waker.bind(py), s.names.last.bind(py))?;
         let last = last.cast_into::<PyTuple>()?;
-        let remembered = last.get_item(0)?;
-        let remembered = if remembered.is_none() {
-            None
-        } else {
-            Some(remembered.call0()?).filter(|l| !l.is_none())
-        };
+        // A weak reference, or None: read in C, not called.
+        let remembered = last
+            .get_item(0)?
+            .cast::<PyWeakrefReference>()
+            .ok()
+            .and_then(|r| r.upgrade());
         let channel = last.get_item(3)?.cast_into::<LoopChannel>().ok();
         if let Some(remembered) = &remembered {
-            if trust_thread_id && last.get_item(2)?.is_truthy()? {
+            if trust_thread_id && !s.cheap_running_loop && last.get_item(2)?.is_truthy()? {
                 let owner = remembered.getattr(s.names.thread_id.bind(py))?;
                 // SAFETY: a plain C call with no preconditions.
                 let ident = unsafe { ffi::PyThread_get_thread_ident() };

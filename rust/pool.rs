@@ -12,12 +12,27 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// How long a worker that ran out of work keeps looking before it parks.
-/// Waking a parked thread costs tens of microseconds on these machines (see
-/// the round-trip benchmark); a call submitted within this window starts at
-/// once. Spinning yields the CPU often, so it costs little on a busy machine.
-/// Workers spin only while the pool is *hot* (see [`Pool::is_hot`]).
-pub const WORKER_SPIN: Duration = Duration::from_micros(50);
+/// The spin window: how long a worker that ran out of work keeps looking
+/// before it parks, how long `result()` spins for a short call, and the gap
+/// between calls under which a pool counts as hot ([`Pool::is_hot`]). It is
+/// [`WAKES_PER_WINDOW`] wake-ups of a parked thread as measured on this
+/// machine ([`Pool::spin_window`]), never shorter than this: a call that
+/// comes within the window starts at once instead of paying a wake-up.
+/// Spinning yields the CPU often, so it costs little on a busy machine.
+pub const SPIN_FLOOR: Duration = Duration::from_micros(50);
+
+/// The longest spin window. A loaded machine's wake-ups include waiting for
+/// a CPU; spinning longer there would take the CPU from the threads that
+/// submit and finish calls.
+pub const SPIN_CEILING: Duration = Duration::from_micros(250);
+
+/// The spin window in measured wake-ups. A `submit().result()` loop through
+/// a parked worker pays two (the worker's, then the waiter's) plus the call
+/// itself; with a window shorter than that such a loop never counts as hot
+/// and never stops paying them. Seen on a machine whose wake-ups took 58 µs:
+/// with a fixed 50 µs window the round trip was 0.92x the standard
+/// library's, with 150 µs 0.05x, and CPU per request under paced loads held.
+const WAKES_PER_WINDOW: u64 = 3;
 
 /// How long a spinning worker that found work waits, still spinning, for
 /// the submitter to let go of the GIL before it asks for it. The submitter
@@ -32,12 +47,13 @@ pub const GIL_HANDOFF_WAIT: Duration = Duration::from_micros(4);
 
 /// The averages of the gap between submissions and of a call's run time
 /// (`is_hot`, `calls_are_short`) only say whether they are below the spin
-/// window. A sample above this cap counts as the cap, and a fresh pool
-/// starts there: one long pause cools a hot pool at once (a step from zero
-/// lands at the window), and a few close calls heat a cold one (five, from
-/// the cap). Without the cap a single idle second took dozens of calls to
-/// forget, and a fresh pool's first calls all paid a parked thread's wake-up.
-const AVERAGE_CAP_NS: u64 = 4 * WORKER_SPIN.as_nanos() as u64;
+/// window. A sample above this many windows counts as that much, and a
+/// fresh pool starts there: one long pause cools a hot pool at once (a step
+/// from zero lands at the window), and a few close calls heat a cold one
+/// (five, from the cap). Without the cap a single idle second took dozens
+/// of calls to forget, and a fresh pool's first calls all paid a parked
+/// thread's wake-up.
+const AVERAGE_CAP_WINDOWS: u64 = 4;
 
 /// Spin until `done()` or `limit` passed, yielding the CPU now and then.
 pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -230,8 +246,8 @@ pub struct Pool<J> {
     /// this pool (see [`GIL_HANDOFF_WAIT`]).
     gil_offered: AtomicU64,
     /// How long a worker with nothing to do spins before it parks, when the
-    /// pool is hot ([`WORKER_SPIN`]; the tests stretch it).
-    worker_spin: Duration,
+    /// pool is hot, if not the spin window (the tests stretch it).
+    worker_spin: Option<Duration>,
     /// [`GIL_HANDOFF_WAIT`] (the tests stretch it).
     gil_handoff_wait: Duration,
     /// Signalled when a job arrives or a worker must exit.
@@ -243,6 +259,13 @@ pub struct Pool<J> {
     gap_ns: AtomicU64,
     /// Smoothed nanoseconds a call runs, reported by the bindings.
     service_ns: AtomicU64,
+    /// Nanoseconds from a notify to the parked worker it woke running
+    /// again, a running median (`record_wake`): the machine's wake-up cost,
+    /// which sets the spin window.
+    wake_ns: AtomicU64,
+    /// When the last notify was sent (`now_ns`), for the woken worker to
+    /// measure its wake-up.
+    notified_ns: AtomicU64,
     epoch: Instant,
 }
 
@@ -271,12 +294,17 @@ impl<J> Pool<J> {
             queued: AtomicUsize::new(0),
             released: AtomicU64::new(0),
             gil_offered: AtomicU64::new(0),
-            worker_spin: WORKER_SPIN,
+            worker_spin: None,
             gil_handoff_wait: GIL_HANDOFF_WAIT,
             work: Condvar::new(),
             room: Condvar::new(),
-            gap_ns: AtomicU64::new(AVERAGE_CAP_NS),
-            service_ns: AtomicU64::new(AVERAGE_CAP_NS),
+            gap_ns: AtomicU64::new(AVERAGE_CAP_WINDOWS * FLOOR_NS),
+            service_ns: AtomicU64::new(AVERAGE_CAP_WINDOWS * FLOOR_NS),
+            // Until a wake-up is measured the window is the floor: a pool
+            // that spins too little parks, and so measures its wake-ups; one
+            // that spun too much would never park to learn it should not.
+            wake_ns: AtomicU64::new(FLOOR_NS / WAKES_PER_WINDOW),
+            notified_ns: AtomicU64::new(0),
             epoch: Instant::now(),
         }
     }
@@ -286,13 +314,49 @@ impl<J> Pool<J> {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// True while calls arrive less than [`WORKER_SPIN`] apart on average:
+    /// The spin window (see [`SPIN_FLOOR`]): [`WAKES_PER_WINDOW`] of this
+    /// pool's measured wake-ups, within [`SPIN_FLOOR`]..=[`SPIN_CEILING`].
+    pub fn spin_window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns())
+    }
+
+    fn window_ns(&self) -> u64 {
+        (WAKES_PER_WINDOW * self.wake_ns.load(Ordering::Relaxed)).clamp(FLOOR_NS, CEILING_NS)
+    }
+
+    /// One step of the averages of `gap_ns` and `service_ns` (see
+    /// [`AVERAGE_CAP_WINDOWS`]).
+    fn smooth_average(&self, average: &AtomicU64, sample: u64) {
+        let cap = AVERAGE_CAP_WINDOWS * self.window_ns();
+        let old = average.load(Ordering::Relaxed);
+        average.store(smooth(old, sample.min(cap)), Ordering::Relaxed);
+    }
+
+    /// A parked worker was running again `ns` after the notify that woke it.
+    /// The estimate is a running median (each sample moves it a sixteenth
+    /// up or down), not a mean: on a loaded machine some wake-ups wait
+    /// milliseconds for a CPU (a gRPC server and its client on 2 cores:
+    /// median 15 µs, 90th percentile 191 µs), and a mean pulled up by those
+    /// had workers spinning longest exactly where the CPU was scarce. It
+    /// stays within the range that can move the window, so it never has far
+    /// to come back.
+    fn record_wake(&self, ns: u64) {
+        let old = self.wake_ns.load(Ordering::Relaxed);
+        let step = old / 16;
+        let new = if ns > old { old + step } else { old - step };
+        let lowest = FLOOR_NS / WAKES_PER_WINDOW / 2;
+        let highest = CEILING_NS / WAKES_PER_WINDOW + 1;
+        self.wake_ns
+            .store(new.clamp(lowest, highest), Ordering::Relaxed);
+    }
+
+    /// True while calls arrive less than the spin window apart on average:
     /// a worker that runs out of work then spins briefly before parking,
     /// because the next call is likely to come before a parked thread could
     /// even be woken. A paced load (a call every few milliseconds) is cold:
     /// nothing spins, and an idle pool costs no CPU.
     pub fn is_hot(&self) -> bool {
-        self.gap_ns.load(Ordering::Relaxed) < WORKER_SPIN.as_nanos() as u64
+        self.gap_ns.load(Ordering::Relaxed) < self.window_ns()
     }
 
     /// True when calls are short on average (under `limit`): worth a waiter
@@ -301,10 +365,9 @@ impl<J> Pool<J> {
         self.service_ns.load(Ordering::Relaxed) < limit.as_nanos() as u64
     }
 
-    /// A call ran for `ns` nanoseconds (see [`smooth`]).
+    /// A call ran for `ns` nanoseconds.
     pub fn record_service(&self, ns: u64) {
-        let old = self.service_ns.load(Ordering::Relaxed);
-        self.service_ns.store(smooth(old, ns), Ordering::Relaxed);
+        self.smooth_average(&self.service_ns, ns);
     }
 
     /// The bounded queue's size (0: unbounded).
@@ -360,8 +423,7 @@ impl<J> Pool<J> {
         let now = self.now_ns();
         let gap = now.saturating_sub(st.last_submit_ns);
         st.last_submit_ns = now;
-        let old_gap = self.gap_ns.load(Ordering::Relaxed);
-        self.gap_ns.store(smooth(old_gap, gap), Ordering::Relaxed);
+        self.smooth_average(&self.gap_ns, gap);
         let seq = st.next_seq;
         st.next_seq += 1;
         st.queue.push_back(Queued { seq, job });
@@ -404,7 +466,7 @@ impl<J> Pool<J> {
     /// workers sleep.
     pub fn wake_owed(&self) -> usize {
         let mut st = self.lock();
-        let wakes = if self.calls_are_short(WORKER_SPIN) {
+        let wakes = if self.calls_are_short(self.spin_window()) {
             1
         } else {
             usize::MAX
@@ -488,7 +550,7 @@ impl<J> Pool<J> {
     ) -> Take<J> {
         self.released.fetch_add(1, Ordering::AcqRel);
         let mut spin = if self.is_hot() {
-            self.worker_spin
+            self.worker_spin.unwrap_or_else(|| self.spin_window())
         } else {
             Duration::ZERO
         };
@@ -545,6 +607,7 @@ impl<J> Pool<J> {
             }
             st.idle += 1;
             st.parked += 1;
+            let parked_at = self.now_ns();
             let timed_out = match deadline {
                 None => {
                     st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -568,6 +631,10 @@ impl<J> Pool<J> {
             st.idle -= 1;
             st.parked -= 1;
             woken = true;
+            let notified_at = self.notified_ns.load(Ordering::Acquire);
+            if !timed_out && notified_at > parked_at {
+                self.record_wake(self.now_ns().saturating_sub(notified_at));
+            }
             // Whether or not the notify was meant for us (a spurious or
             // timed-out wake-up may race with it), count one as consumed: an
             // under-count only costs a spare notify later, an over-count
@@ -775,6 +842,9 @@ impl<J> Pool<J> {
     /// Wake `count` parked workers. Called after the lock is released: a
     /// worker notified while we hold it would wake only to wait for it.
     fn notify_workers(&self, count: usize) {
+        if count > 0 {
+            self.notified_ns.store(self.now_ns(), Ordering::Release);
+        }
         for _ in 0..count {
             self.work.notify_one();
         }
@@ -932,11 +1002,13 @@ impl<J> Pool<J> {
     }
 }
 
-/// One step of an exponential moving average with weight 1/4, of samples
-/// capped at [`AVERAGE_CAP_NS`].
+/// One step of an exponential moving average with weight 1/4.
 fn smooth(old: u64, sample: u64) -> u64 {
-    old - old / 4 + sample.min(AVERAGE_CAP_NS) / 4
+    old - old / 4 + sample / 4
 }
+
+const FLOOR_NS: u64 = SPIN_FLOOR.as_nanos() as u64;
+const CEILING_NS: u64 = SPIN_CEILING.as_nanos() as u64;
 
 impl<J> State<J> {
     /// Workers already on their way to take a queued job: notified parked
@@ -1174,9 +1246,7 @@ mod tests {
         assert!(pool.is_hot());
         // Paced calls (here 60 ms apart, far above the spin window) cool it.
         for _ in 0..40 {
-            let gap = pool.gap_ns.load(Ordering::Relaxed);
-            pool.gap_ns
-                .store(smooth(gap, 60_000_000), Ordering::Relaxed);
+            pool.smooth_average(&pool.gap_ns, 60_000_000);
         }
         assert!(!pool.is_hot());
     }
@@ -1197,10 +1267,7 @@ mod tests {
     fn one_long_pause_cools_a_hot_pool_and_a_few_close_calls_heat_it() {
         let pool = Pool::<u32>::new(1, 0);
         assert!(!pool.is_hot(), "a fresh pool is cold");
-        let gap = |ns: u64| {
-            let old = pool.gap_ns.load(Ordering::Relaxed);
-            pool.gap_ns.store(smooth(old, ns), Ordering::Relaxed);
-        };
+        let gap = |ns: u64| pool.smooth_average(&pool.gap_ns, ns);
         for _ in 0..5 {
             gap(2_000);
         }
@@ -1212,7 +1279,7 @@ mod tests {
         }
         assert!(pool.is_hot(), "the idle hour is forgotten after five calls");
         // The same for run times.
-        let window = Duration::from_micros(50);
+        let window = pool.spin_window();
         for _ in 0..5 {
             pool.record_service(2_000);
         }
@@ -1237,7 +1304,7 @@ mod tests {
     #[test]
     fn an_owed_wake_for_short_calls_wakes_one_worker_who_passes_it_on() {
         let mut pool = Pool::new(3, 0);
-        pool.worker_spin = Duration::ZERO;
+        pool.worker_spin = Some(Duration::ZERO);
         let pool = Arc::new(pool);
         for i in 0..3 {
             assert_eq!(pool.submit(i, false).unwrap().spawn, 1);
@@ -1278,6 +1345,77 @@ mod tests {
         assert_eq!(job(pool.claim_woken()), Some(11));
         assert_eq!(returned(&mut workers, 1), [Take::Woken]);
         assert_eq!(job(pool.claim_woken()), Some(12));
+    }
+
+    #[test]
+    fn the_spin_window_is_three_measured_wake_ups_within_its_bounds() {
+        let pool = Pool::<u32>::new(1, 0);
+        assert_eq!(pool.spin_window(), SPIN_FLOOR, "unmeasured: the floor");
+        for _ in 0..100 {
+            pool.record_wake(58_000);
+        }
+        let window = pool.spin_window().as_micros();
+        assert!((160..=185).contains(&window), "{window} µs");
+        for _ in 0..100 {
+            pool.record_wake(3_600_000_000_000);
+        }
+        assert_eq!(pool.spin_window(), SPIN_CEILING);
+        for _ in 0..100 {
+            pool.record_wake(2_000);
+        }
+        assert_eq!(pool.spin_window(), SPIN_FLOOR);
+    }
+
+    #[test]
+    fn wake_ups_that_waited_for_a_cpu_do_not_widen_the_window() {
+        // Three fast wake-ups in five, two that waited milliseconds for a
+        // CPU: the window follows the typical one (a mean would be 400 µs).
+        let pool = Pool::<u32>::new(1, 0);
+        for _ in 0..100 {
+            for ns in [15_000, 1_000_000, 15_000, 1_000_000, 15_000] {
+                pool.record_wake(ns);
+            }
+        }
+        assert_eq!(pool.spin_window(), SPIN_FLOOR);
+    }
+
+    #[test]
+    fn slow_wake_ups_make_a_pool_hot_at_wider_gaps() {
+        // Calls 120 µs apart, each paying two 58 µs wake-ups when the pool
+        // is cold: a floor-sized window would keep them cold for good.
+        let pool = Pool::<u32>::new(1, 0);
+        for _ in 0..40 {
+            pool.smooth_average(&pool.gap_ns, 120_000);
+        }
+        assert!(!pool.is_hot());
+        for _ in 0..100 {
+            pool.record_wake(58_000);
+        }
+        assert!(pool.is_hot());
+    }
+
+    #[test]
+    fn a_notified_worker_measures_its_wake_up_and_a_timed_out_one_does_not() {
+        let mut pool = Pool::<u32>::new(1, 0);
+        pool.worker_spin = Some(Duration::ZERO);
+        let pool = Arc::new(pool);
+        pool.wake_ns.store(0, Ordering::Relaxed);
+        pool.submit(0, false).unwrap();
+        assert!(job(pool.first_take(None)).is_some());
+        pool.done(true);
+        assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
+        assert_eq!(
+            pool.wake_ns.load(Ordering::Relaxed),
+            0,
+            "no notify, no sample"
+        );
+        let worker = parked_worker(&pool);
+        pool.submit(7, false).unwrap();
+        assert_eq!(job(worker.join().unwrap()), Some(7));
+        assert!(
+            pool.wake_ns.load(Ordering::Relaxed) > 0,
+            "the wake-up went unmeasured"
+        );
     }
 
     #[test]
@@ -1436,7 +1574,7 @@ mod tests {
     /// worker's spin and its wait for the GIL stretched to `handoff`.
     fn hot_idle_pool(handoff: Duration) -> Arc<Pool<u32>> {
         let mut pool = Pool::new(1, 0);
-        pool.worker_spin = Duration::from_secs(600);
+        pool.worker_spin = Some(Duration::from_secs(600));
         pool.gil_handoff_wait = handoff;
         for i in 0..200 {
             pool.submit(i, false).unwrap();
@@ -1564,7 +1702,8 @@ mod tests {
         while pool.stats().idle == 0 {
             thread::yield_now();
         }
-        // Far past the worker's 50 µs spin, far before its 600 s idle timeout.
+        // Far past the worker's spin (250 µs at most), far before its 600 s
+        // idle timeout.
         let until = Instant::now() + Duration::from_millis(200);
         while !worker.is_finished() && Instant::now() < until {
             thread::sleep(Duration::from_millis(1));
@@ -1578,7 +1717,7 @@ mod tests {
     }
 
     /// Start a worker thread that takes one job and wait until it has
-    /// spun out and parked (far past the 50 µs spin; nothing observable
+    /// spun out and parked (far past the spin window; nothing observable
     /// tells "parked" from "spinning" without the lock).
     #[test]
     fn a_worker_woken_in_its_first_wait_passes_an_owed_wake_up_on() {
@@ -1588,7 +1727,7 @@ mod tests {
         // for short calls, it must pass the wake-up on like `claim_woken`:
         // else the second call waits for the running one while a worker sleeps.
         let mut pool = Pool::new(3, 0);
-        pool.worker_spin = Duration::ZERO;
+        pool.worker_spin = Some(Duration::ZERO);
         let pool = Arc::new(pool);
         assert_eq!(pool.submit(0, false).unwrap().spawn, 1);
         assert!(

@@ -129,9 +129,6 @@ const STEP_START: u8 = 0;
 const STEP_FINISH: u8 = 1;
 const STEP_SKIP: u8 = 2;
 
-/// How long `spin_for_release` may spin, at most (see `PoolCore`).
-const RESULT_SPIN: Duration = Duration::from_micros(50);
-
 /// An asyncio submitter waiting for room in a bounded queue.
 struct RoomWaiter {
     id: u64,
@@ -1095,13 +1092,13 @@ impl PoolCore {
             .collect()
     }
 
-    /// Release the GIL and spin (at most `micros` µs) until a worker comes
-    /// back for more work — having released the GIL, so that taking it
-    /// back is immediate. A waiter calls this before parking: for a short
-    /// call it saves the wake-up of a parked thread on both sides.
-    fn spin_for_release(&self, py: Python<'_>, micros: u64) {
-        let limit = Duration::from_micros(micros).min(RESULT_SPIN);
+    /// Release the GIL and spin (for the pool's spin window at most) until
+    /// a worker comes back for more work — having released the GIL, so that
+    /// taking it back is immediate. A waiter calls this before parking: for
+    /// a short call it saves the wake-up of a parked thread on both sides.
+    fn spin_for_release(&self, py: Python<'_>) {
         let pool = &self.shared.pool;
+        let limit = pool.spin_window();
         // Spin only when it is likely to pay: calls arrive close together
         // (workers are hot, not parked) and are short. Otherwise the caller
         // parks at once, as with the standard library, and costs no CPU.
@@ -1146,6 +1143,13 @@ impl PoolCore {
     /// `position` on the futures it leaves behind answer without locking.
     fn orphan(&self) {
         self.shared.orphaned.store(true, Ordering::Release);
+    }
+
+    /// The pool's spin window in seconds: how long its workers and its
+    /// result waiters spin before parking (three measured wake-ups of a
+    /// parked thread, 50-250 µs; see `pool::SPIN_FLOOR`).
+    fn spin_window(&self) -> f64 {
+        self.shared.pool.spin_window().as_secs_f64()
     }
 
     /// True when called on a worker thread of this pool.

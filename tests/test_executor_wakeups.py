@@ -22,8 +22,9 @@ from _waiting import LONG, wait_until
 import taut
 
 # How long a waiter must have been inside result() before the gate opens when
-# it is not seen parked in a threading wait: lopsided against the 50 µs spin a
-# result() may do before it waits, so the timeout surely reached the wait.
+# it is not seen parked in a threading wait: lopsided against the spin (250 µs
+# at most) a result() may do before it waits, so the timeout surely reached the
+# wait.
 _PAST_THE_SPIN = 0.5
 
 

@@ -591,10 +591,13 @@ class PoolCore:
     def orphan(self) -> None:
         """In a forked child: never touch this pool again; ``remove`` and
         ``position`` answer without locking."""
-    def spin_for_release(self, micros: int) -> None:
+    def spin_for_release(self) -> None:
         """Spin, GIL released, until a worker comes back for work."""
     def position(self, seq: int) -> int | None:
         """The 1-based queue position of ``seq``, None once it started."""
+    def spin_window(self) -> float:
+        """Seconds workers and result waiters spin before parking: three
+        measured wake-ups of a parked thread, 50-250 µs."""
     def in_worker(self) -> bool:
         """True on a worker thread of this pool."""
     def stats(self) -> tuple[int, int, int, int, int, int, int, int, int]:

@@ -31,9 +31,6 @@ _DONE_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED)
 _CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
 
 
-# How long result() spins (GIL released) for a short call before parking.
-_SPIN_MICROS = 50
-
 # Guards the lazy creation of a future's Condition and of its lists, and
 # the registration of result() waiters, against the lock-free state changes
 # below. Held only for a few attribute reads and writes. Re-entrant, as the
@@ -173,7 +170,7 @@ class Future(_cf.Future["_T"]):
         if self._state != _FINISHED and self._core is not None and timeout != 0:
             # A short call is likely to finish within microseconds: wait for
             # it without parking this thread (see PoolCore.spin_for_release).
-            self._core.spin_for_release(_SPIN_MICROS)
+            self._core.spin_for_release()
         if self._state != _FINISHED:
             self._wait_until_done(timeout)
         state = self._state

@@ -239,7 +239,7 @@ impl ArmedDeadline {
 /// An `await` that is over at once with `value`: what the fast `__aenter__`
 /// returns (`async with` needs an awaitable; a coroutine would cost a frame).
 /// Its own iterator, as `yield from awaitable.__await__()` needs.
-#[pyclass(frozen, module = "taut._core")]
+#[pyclass(frozen, freelist = 16, module = "taut._core")]
 pub struct Ready {
     value: Py<PyAny>,
 }
@@ -635,7 +635,14 @@ impl ScopeCore {
         label: &Bound<'_, PyAny>,
         interrupt: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let (relative, label, interrupt) = check_arguments(seconds, label, interrupt)?;
+        // The blank scope `fail_after` fills in (its own arguments checked
+        // there): the defaults themselves need no checking.
+        let blank = seconds.is_none() && label.is(operation()) && interrupt.is(false_());
+        let (relative, label, interrupt) = if blank {
+            (None, label.clone().unbind(), false)
+        } else {
+            check_arguments(seconds, label, interrupt)?
+        };
         let s = setup()?;
         let clock = global(s.clock_module.bind(py), s.names.now.bind(py))?;
         Ok(ScopeCore {

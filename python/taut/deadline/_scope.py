@@ -205,18 +205,14 @@ class DeadlineScope(_core.ScopeCore):
             raise ValueError(
                 "interrupt=True is for `with` blocks; `async with` cancels the task instead"
             )
-        # The loop a scope last armed on, if it still runs on this thread
-        # (see _loop_waker.last), else asyncio's answer.
-        ref, arm, by_thread_id, _ = _loop_waker.last
-        loop = None if ref is None else ref()
-        if not (by_thread_id and loop is not None and loop._thread_id == get_ident()):  # type: ignore[attr-defined]
-            running = get_running_loop()
-            if running is not loop:
-                loop, arm = running, None
-        task = None if loop is None else task_of(loop)
-        if task is None:
+        # asyncio's own lookup: the fast path's shortcuts (rust/py_scope.rs,
+        # `running_loop`) save a little per scope, and `_enter` finds the
+        # loop's arming function itself.
+        found = running_task()
+        if found is None:
             raise RuntimeError("`async with` a deadline scope must run inside an asyncio task")
-        self._enter(loop, task, arm)
+        loop, task = found
+        self._enter(loop, task)
         return self
 
     # -- exit -----------------------------------------------------------------

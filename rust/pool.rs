@@ -263,8 +263,8 @@ pub struct Pool<J> {
     /// again, a running median (`record_wake`): the machine's wake-up cost,
     /// which sets the spin window.
     wake_ns: AtomicU64,
-    /// When the last notify was sent (`now_ns`), for the woken worker to
-    /// measure its wake-up.
+    /// When the last notify was sent (`now_ns`), for the first worker it
+    /// wakes to measure its wake-up; 0 once taken.
     notified_ns: AtomicU64,
     epoch: Instant,
 }
@@ -338,8 +338,8 @@ impl<J> Pool<J> {
     /// milliseconds for a CPU (a gRPC server and its client on 2 cores:
     /// median 15 µs, 90th percentile 191 µs), and a mean pulled up by those
     /// had workers spinning longest exactly where the CPU was scarce. It
-    /// stays within the range that can move the window, so it never has far
-    /// to come back.
+    /// stays between half the wake-up of a floor-sized window and that of
+    /// the ceiling, so it never has far to come back.
     fn record_wake(&self, ns: u64) {
         let old = self.wake_ns.load(Ordering::Relaxed);
         let step = old / 16;
@@ -456,8 +456,10 @@ impl<J> Pool<J> {
     /// (or ask for threads: the count returned) for queued jobs nobody is on
     /// the way for.
     ///
-    /// When calls are short, one parked worker at most: it runs the queued
-    /// calls one after another faster than a second could even wake, and
+    /// When calls are short (under [`SPIN_FLOOR`], whatever the window: a
+    /// call as long as a few wake-ups is worth a worker of its own), one
+    /// parked worker at most: it runs the queued calls one after another
+    /// faster than a second could even wake, and
     /// each worker awake takes turns at the GIL with the event loop that
     /// feeds them (an asyncio fan-out, 16 in flight on 8 workers: 19.9 ->
     /// 16.8 us per call). A woken worker that claims a job and still sees
@@ -466,7 +468,7 @@ impl<J> Pool<J> {
     /// workers sleep.
     pub fn wake_owed(&self) -> usize {
         let mut st = self.lock();
-        let wakes = if self.calls_are_short(self.spin_window()) {
+        let wakes = if self.calls_are_short(SPIN_FLOOR) {
             1
         } else {
             usize::MAX
@@ -631,9 +633,15 @@ impl<J> Pool<J> {
             st.idle -= 1;
             st.parked -= 1;
             woken = true;
-            let notified_at = self.notified_ns.load(Ordering::Acquire);
-            if !timed_out && notified_at > parked_at {
-                self.record_wake(self.now_ns().saturating_sub(notified_at));
+            // A sample only from a notify sent while we slept, one per
+            // notify (taken from the slot), and only while a notify is owed:
+            // `notify_all` (resize, shutdown), spurious and timed-out
+            // wake-ups say nothing about how fast a notified thread runs.
+            if !timed_out && st.notified > 0 {
+                let notified_at = self.notified_ns.swap(0, Ordering::AcqRel);
+                if notified_at > parked_at {
+                    self.record_wake(self.now_ns().saturating_sub(notified_at));
+                }
             }
             // Whether or not the notify was meant for us (a spurious or
             // timed-out wake-up may race with it), count one as consumed: an
@@ -1403,6 +1411,8 @@ mod tests {
         pool.submit(0, false).unwrap();
         assert!(job(pool.first_take(None)).is_some());
         pool.done(true);
+        // A notify stamp that looks sent during the wait: still no sample.
+        pool.notified_ns.store(u64::MAX, Ordering::Relaxed);
         assert_eq!(pool.wait_take(Some(Duration::from_millis(1))), Take::Exit);
         assert_eq!(
             pool.wake_ns.load(Ordering::Relaxed),
@@ -1716,9 +1726,6 @@ mod tests {
         assert_eq!(job(worker.join().unwrap()), Some(7));
     }
 
-    /// Start a worker thread that takes one job and wait until it has
-    /// spun out and parked (far past the spin window; nothing observable
-    /// tells "parked" from "spinning" without the lock).
     #[test]
     fn a_worker_woken_in_its_first_wait_passes_an_owed_wake_up_on() {
         // A fresh worker whose first call was taken by a busy worker waits

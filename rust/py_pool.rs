@@ -1092,13 +1092,23 @@ impl PoolCore {
             .collect()
     }
 
-    /// Release the GIL and spin (for the pool's spin window at most) until
-    /// a worker comes back for more work — having released the GIL, so that
-    /// taking it back is immediate. A waiter calls this before parking: for
-    /// a short call it saves the wake-up of a parked thread on both sides.
-    fn spin_for_release(&self, py: Python<'_>) {
+    /// Release the GIL and spin (for the pool's spin window at most, and
+    /// never past the caller's `timeout` in seconds) until a worker comes
+    /// back for more work — having released the GIL, so that taking it back
+    /// is immediate. A waiter calls this before parking: for a short call it
+    /// saves the wake-up of a parked thread on both sides.
+    #[pyo3(signature = (timeout = None))]
+    fn spin_for_release(&self, py: Python<'_>, timeout: Option<f64>) {
         let pool = &self.shared.pool;
-        let limit = pool.spin_window();
+        let mut limit = pool.spin_window();
+        if let Some(timeout) = timeout {
+            if timeout.is_nan() || timeout <= 0.0 {
+                return;
+            }
+            if timeout < limit.as_secs_f64() {
+                limit = Duration::from_secs_f64(timeout);
+            }
+        }
         // Spin only when it is likely to pay: calls arrive close together
         // (workers are hot, not parked) and are short. Otherwise the caller
         // parks at once, as with the standard library, and costs no CPU.

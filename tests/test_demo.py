@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -33,7 +34,9 @@ def test_demo_runs_and_every_check_holds() -> None:
         assert f"Waiting for a free worker - position {n}" in out
     # the clearing notice says where the call started
     assert "t4 shell: started on agent-tool-worker_" in out
-    assert "Error executing tool 'hang': timed out after 1.2s" in out
+    # what was left of the 1.2 s batch deadline when its group started:
+    # 1.2 s, or 1.1 s on a machine busy enough to start it 50 ms late
+    assert re.search(r"Error executing tool 'hang': timed out after 1\.[12]s", out), out
     assert "grandchild sleep (pid" in out and "killed with it" in out
     assert "planning round 2: You have" in out
     assert "round | call | tool" in out  # the final table
@@ -59,7 +62,7 @@ def test_demo_in_german() -> None:
     # the status and result columns too: the table, the per-call lines, the tools' texts
     table = out.split("Ergebnisse", 1)[1].split("Prüfungen", 1)[0]
     assert "| Zeitüberschreitung |" in table
-    assert "Fehler beim Ausführen von 'hang': Zeitüberschreitung nach 1,2 s" in table
+    assert re.search(r"Fehler beim Ausführen von 'hang': Zeitüberschreitung nach 1,[12] s", table)
     assert "3 Textstellen zu 'deadlines'" in table and "mit beendet" in table
     assert "t3 hang: Zeitüberschreitung nach" in out
     for english in ("timeout", "Error executing", "timed out", "passages", "bytes read", " words"):
@@ -132,8 +135,6 @@ def test_readme_command_one_makes_and_uses_a_virtual_environment() -> None:
 
 
 def test_readme_speaks_to_users_not_to_the_team() -> None:
-    import re
-
     text = _readme()
     for word in (r"\bseeds?\b", r"\bissues?\b", "§", r"\bhelpers?\b", r"\bwt-"):
         assert not re.search(word, text, re.IGNORECASE), word

@@ -40,7 +40,7 @@ def parked_pair():
     while ex.stats().idle != 2:
         assert time.monotonic() < until, "the workers never went idle"
         time.sleep(0.001)
-    time.sleep(0.05)  # far past a worker's spin (50 us): both parked
+    time.sleep(0.05)  # far past a worker's spin (250 us at most): both parked
     return ex
 
 
@@ -120,7 +120,7 @@ def parked():
     while ex.stats().idle != 1:
         assert time.monotonic() < until, "the worker never went idle"
         time.sleep(0.001)
-    time.sleep(0.05)  # far past a worker's spin (50 us)
+    time.sleep(0.05)  # far past a worker's spin (250 us at most)
 
 
 parked()

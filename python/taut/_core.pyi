@@ -591,8 +591,9 @@ class PoolCore:
     def orphan(self) -> None:
         """In a forked child: never touch this pool again; ``remove`` and
         ``position`` answer without locking."""
-    def spin_for_release(self) -> None:
-        """Spin, GIL released, until a worker comes back for work."""
+    def spin_for_release(self, timeout: float | None = None) -> None:
+        """Spin, GIL released, until a worker comes back for work (the
+        pool's spin window at most, never past ``timeout`` seconds)."""
     def position(self, seq: int) -> int | None:
         """The 1-based queue position of ``seq``, None once it started."""
     def spin_window(self) -> float:

@@ -170,7 +170,7 @@ class Future(_cf.Future["_T"]):
         if self._state != _FINISHED and self._core is not None and timeout != 0:
             # A short call is likely to finish within microseconds: wait for
             # it without parking this thread (see PoolCore.spin_for_release).
-            self._core.spin_for_release()
+            self._core.spin_for_release(timeout)
         if self._state != _FINISHED:
             self._wait_until_done(timeout)
         state = self._state

@@ -42,9 +42,6 @@ from taut._blocked_loop import (
 )
 from taut._checks import check_duration, check_timeout
 from taut._core import Deadline, monotonic
-
-# The caller spins for a short pooled call exactly as the executor's own
-# Future.result() does, with the same bound.
 from taut._loop_waker import waker_for
 from taut.deadline import BoundedResult, DeadlineExpired
 from taut.executor import default_executor
@@ -199,7 +196,7 @@ def run_bounded_sync(
         # already expired, so the outcome is the same.
         spin = getattr(getattr(future, "_core", None), "spin_for_release", None)
         if spin is not None:
-            spin()
+            spin(budget)
     if future.done():
         # Completion wins a tie with the deadline.
         return _result(started, budget, label, value=future.result())

@@ -14,7 +14,7 @@ import sys
 import time
 from threading import get_ident
 from types import TracebackType
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._core import MAX_TIMEOUT, clamp_timeout
@@ -119,11 +119,9 @@ class DeadlineScope(_core.ScopeCore):
         self,
         loop: asyncio.AbstractEventLoop | None,
         task: asyncio.Task[Any] | None,
-        arm: Callable[[float, DeadlineScope], _core.Deadline] | None = None,
     ) -> None:
         """Compute the deadline, link to the enclosing scope, arm the timer.
-        With a task (and its loop), expiry cancels the task; ``arm`` is the
-        loop's waker's, if the caller has it at hand."""
+        With a task (and its loop), expiry cancels the task."""
         if self._entered:
             raise RuntimeError("a deadline scope can be entered only once")
         self._entered = True
@@ -155,10 +153,9 @@ class DeadlineScope(_core.ScopeCore):
             else:
                 # One Rust call through the loop's wake-up channel: the loop is
                 # woken (and _fire called) only if the deadline expires.
-                if arm is None:
-                    ref, arm, _, _ = _loop_waker.last
-                    if ref is None or ref() is not loop:
-                        arm = _loop_waker.waker_for(loop).arm
+                ref, arm, _, _ = _loop_waker.last
+                if ref is None or ref() is not loop:
+                    arm = _loop_waker.waker_for(loop).arm
                 self._deadline = arm(real_at, self)  # type: ignore[misc]
                 if at <= now:
                     # Already expired: cancel before the task's next step, as
@@ -212,6 +209,9 @@ class DeadlineScope(_core.ScopeCore):
         if found is None:
             raise RuntimeError("`async with` a deadline scope must run inside an asyncio task")
         loop, task = found
+        # (Before 3.12, in a forked child still running its parent's loop, the
+        # Rust fast path trusts the loop's _thread_id and enters; asyncio,
+        # and so this path, refuses: that loop does not run in the child.)
         self._enter(loop, task)
         return self
 

@@ -26,6 +26,9 @@ pub const SPIN_FLOOR: Duration = Duration::from_micros(50);
 /// submit and finish calls.
 pub const SPIN_CEILING: Duration = Duration::from_micros(250);
 
+const FLOOR_NS: u64 = SPIN_FLOOR.as_nanos() as u64;
+const CEILING_NS: u64 = SPIN_CEILING.as_nanos() as u64;
+
 /// The spin window in measured wake-ups. A `submit().result()` loop through
 /// a parked worker pays two (the worker's, then the waiter's) plus the call
 /// itself; with a window shorter than that such a loop never counts as hot
@@ -33,6 +36,12 @@ pub const SPIN_CEILING: Duration = Duration::from_micros(250);
 /// with a fixed 50 µs window the round trip was 0.92x the standard
 /// library's, with 150 µs 0.05x, and CPU per request under paced loads held.
 const WAKES_PER_WINDOW: u64 = 3;
+
+/// The range the wake-up estimate keeps to (`record_wake`): from half the
+/// wake-up of a floor-sized window to that of the ceiling, so that it never
+/// has far to come back.
+const WAKE_LOWEST_NS: u64 = FLOOR_NS / WAKES_PER_WINDOW / 2;
+const WAKE_HIGHEST_NS: u64 = CEILING_NS / WAKES_PER_WINDOW + 1;
 
 /// How long a spinning worker that found work waits, still spinning, for
 /// the submitter to let go of the GIL before it asks for it. The submitter
@@ -324,12 +333,13 @@ impl<J> Pool<J> {
         (WAKES_PER_WINDOW * self.wake_ns.load(Ordering::Relaxed)).clamp(FLOOR_NS, CEILING_NS)
     }
 
-    /// One step of the averages of `gap_ns` and `service_ns` (see
-    /// [`AVERAGE_CAP_WINDOWS`]).
+    /// One step of the averages of `gap_ns` and `service_ns`: an
+    /// exponential moving average with weight 1/4 of samples capped at
+    /// [`AVERAGE_CAP_WINDOWS`] windows.
     fn smooth_average(&self, average: &AtomicU64, sample: u64) {
-        let cap = AVERAGE_CAP_WINDOWS * self.window_ns();
+        let sample = sample.min(AVERAGE_CAP_WINDOWS * self.window_ns());
         let old = average.load(Ordering::Relaxed);
-        average.store(smooth(old, sample.min(cap)), Ordering::Relaxed);
+        average.store(old - old / 4 + sample / 4, Ordering::Relaxed);
     }
 
     /// A parked worker was running again `ns` after the notify that woke it.
@@ -337,17 +347,15 @@ impl<J> Pool<J> {
     /// up or down), not a mean: on a loaded machine some wake-ups wait
     /// milliseconds for a CPU (a gRPC server and its client on 2 cores:
     /// median 15 µs, 90th percentile 191 µs), and a mean pulled up by those
-    /// had workers spinning longest exactly where the CPU was scarce. It
-    /// stays between half the wake-up of a floor-sized window and that of
-    /// the ceiling, so it never has far to come back.
+    /// had workers spinning longest exactly where the CPU was scarce.
     fn record_wake(&self, ns: u64) {
         let old = self.wake_ns.load(Ordering::Relaxed);
         let step = old / 16;
         let new = if ns > old { old + step } else { old - step };
-        let lowest = FLOOR_NS / WAKES_PER_WINDOW / 2;
-        let highest = CEILING_NS / WAKES_PER_WINDOW + 1;
-        self.wake_ns
-            .store(new.clamp(lowest, highest), Ordering::Relaxed);
+        self.wake_ns.store(
+            new.clamp(WAKE_LOWEST_NS, WAKE_HIGHEST_NS),
+            Ordering::Relaxed,
+        );
     }
 
     /// True while calls arrive less than the spin window apart on average:
@@ -459,9 +467,8 @@ impl<J> Pool<J> {
     /// When calls are short (under [`SPIN_FLOOR`], whatever the window: a
     /// call as long as a few wake-ups is worth a worker of its own), one
     /// parked worker at most: it runs the queued calls one after another
-    /// faster than a second could even wake, and
-    /// each worker awake takes turns at the GIL with the event loop that
-    /// feeds them (an asyncio fan-out, 16 in flight on 8 workers: 19.9 ->
+    /// faster than a second could even wake, and each worker awake takes
+    /// turns at the GIL with the event loop that feeds them (an asyncio fan-out, 16 in flight on 8 workers: 19.9 ->
     /// 16.8 us per call). A woken worker that claims a job and still sees
     /// jobs nobody is on the way for wakes the next one (`claim_woken`), so
     /// a call that turns out long never keeps the others queued while
@@ -1009,14 +1016,6 @@ impl<J> Pool<J> {
         }
     }
 }
-
-/// One step of an exponential moving average with weight 1/4.
-fn smooth(old: u64, sample: u64) -> u64 {
-    old - old / 4 + sample / 4
-}
-
-const FLOOR_NS: u64 = SPIN_FLOOR.as_nanos() as u64;
-const CEILING_NS: u64 = SPIN_CEILING.as_nanos() as u64;
 
 impl<J> State<J> {
     /// Workers already on their way to take a queued job: notified parked

@@ -238,7 +238,8 @@ impl ArmedDeadline {
 
 /// An `await` that is over at once with `value`: what the fast `__aenter__`
 /// returns (`async with` needs an awaitable; a coroutine would cost a frame).
-/// Its own iterator, as `yield from awaitable.__await__()` needs.
+/// Its own iterator, as `yield from awaitable.__await__()` needs. From a
+/// free list: one is made and freed per request in a gateway.
 #[pyclass(frozen, freelist = 16, module = "taut._core")]
 pub struct Ready {
     value: Py<PyAny>,

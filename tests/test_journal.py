@@ -3,12 +3,16 @@ contract every journal shares is in test_journal_contract.py."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from _waiting import child_exit_code
 
 import taut
 import taut.journal.sqlite as journal_sqlite
+import taut.journal.sqlite_gate as sqlite_gate
 from taut.journal import (
     InMemoryJournal,
     Journal,
@@ -363,7 +368,7 @@ def test_fork_while_another_thread_holds_the_journal_lock(
 ) -> None:
     # A fork waits for a journal call in progress (below), but not for
     # ever: past the wait it goes ahead, and the child gets the lock fresh.
-    monkeypatch.setattr(journal_sqlite, "_FORK_WAIT_S", 0.05)
+    monkeypatch.setattr(sqlite_gate, "_FORK_WAIT_S", 0.05)
     journal = SqliteJournal(tmp_path / "j.db")
     journal.reserve(["a"])
     held, release = threading.Event(), threading.Event()
@@ -416,3 +421,133 @@ def test_a_fork_waits_for_a_journal_call_in_progress(tmp_path: Path) -> None:
     holder.join()
     assert let_go.is_set()
     assert child_exit_code(pid) == 0  # the fork came after the call let go
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_fork_waits_for_a_journal_being_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A journal opening its file on another thread is inside SQLite before
+    # any fork hook could know the journal: the fork still waits for it.
+    opening, opened = threading.Event(), threading.Event()
+    connect = SqliteJournal._connect
+
+    def slow_connect(self: SqliteJournal) -> sqlite3.Connection:
+        opening.set()
+        time.sleep(0.2)  # against a wait of 10 s: lopsided
+        conn = connect(self)
+        opened.set()
+        return conn
+
+    monkeypatch.setattr(SqliteJournal, "_connect", slow_connect)
+    opener = threading.Thread(target=SqliteJournal, args=(tmp_path / "j.db",))
+    opener.start()
+    opening.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(0 if opened.is_set() else 1)
+    opener.join()
+    assert child_exit_code(pid) == 0  # the fork came after the file was open
+
+
+def test_a_journal_freed_without_close_is_closed_inside_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The collector runs on any thread, outside the gate a fork waits on: a
+    # journal it frees hands its connection to the gate, and the next
+    # journal call closes it there.
+    class Watched(sqlite3.Connection):  # a plain Connection takes no weakref
+        pass
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(
+        journal_sqlite.sqlite3, "connect", lambda *a, **k: connect(*a, factory=Watched, **k)
+    )
+    journal = SqliteJournal(tmp_path / "freed.db")
+    journal.reserve(["a"])
+    conn = weakref.ref(journal._conn)
+    del journal
+    gc.collect()
+    assert conn() is not None  # not closed by the collector
+    SqliteJournal(tmp_path / "next.db").close()
+    assert conn() is None  # closed (and freed) by the next call, inside the gate
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_forked_child_never_closes_the_connection_it_inherited(tmp_path: Path) -> None:
+    # SQLite: closing a connection inherited through fork can undo the
+    # parent's locks. The child keeps it open, unused, and opens its own.
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    parents = journal._conn
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            journal.complete(0, "a", "ok", "from child", None)
+            kept = any(conn is parents for conn in sqlite_gate.inherited)
+            if kept and journal._conn is not parents:
+                code = 0 if parents.in_transaction is False else 1  # closed: raises
+        except BaseException:
+            pass
+        os._exit(code)
+    assert child_exit_code(pid) == 0
+    assert journal.records() == [(0, "a", "ok")]
+
+
+# Forks while another thread keeps opening, using and dropping journals:
+# before the gate about one child in four waited for good on SQLite's
+# allocator mutex, copied locked from that thread.
+_FORK_AMID_JOURNAL_CHURN = """
+import os, sys, threading, time
+from taut.journal import SqliteJournal
+
+folder = sys.argv[1]
+stop = threading.Event()
+
+def churn():
+    i = 0
+    while not stop.is_set():
+        journal = SqliteJournal(os.path.join(folder, f"c{i % 8}.db"), run=f"r{i}")
+        journal.reserve(["x"])
+        if i % 2:
+            journal.close()
+        del journal  # the others are freed unclosed
+        i += 1
+
+threading.Thread(target=churn, daemon=True).start()
+journal = SqliteJournal(os.path.join(folder, "j.db"))
+journal.reserve([f"k{i}" for i in range(40)])
+for i in range(40):
+    pid = os.fork()
+    if pid == 0:
+        journal.complete(i, f"k{i}", "ok", "child", None)
+        os._exit(0)
+    for _ in range(1000):  # 10 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit(f"fork {i}: the child hung")
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"fork {i}: the child failed")
+stop.set()
+print(len(journal.records()), "ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(300)
+def test_forks_amid_journal_churn_on_another_thread_never_hang(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _FORK_AMID_JOURNAL_CHURN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "40 ok"), done.stderr[-2000:]

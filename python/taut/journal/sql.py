@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Callable, ClassVar, TypeVar
 
 from taut._core import MAX_TIMEOUT, clamp_timeout
@@ -94,7 +95,7 @@ class SqlJournal:
         self._cursor = 0
         # Re-entrant so reserve() can hold it across the transaction and the cursor
         # update: two threads reserving at once must get different positions.
-        self._lock = threading.RLock()
+        self._lock = self._make_lock()
         self._pid = os.getpid()
         self._closed = False
         self._conn: Any = None
@@ -112,6 +113,10 @@ class SqlJournal:
         return self._cursor
 
     # -- what a backend provides -----------------------------------------
+    def _make_lock(self) -> AbstractContextManager[object]:
+        """The lock every call into the database is made under."""
+        return threading.RLock()
+
     def _connect(self) -> Any:
         """Open the connection (creating the tables when missing) and keep it."""
         raise NotImplementedError

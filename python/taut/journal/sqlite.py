@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 import weakref
 from typing import Callable, TypeVar
@@ -13,6 +12,7 @@ from taut._checks import describe, int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
 from taut.journal.sql import SqlJournal, tables
+from taut.journal.sqlite_gate import GatedLock, close_later, inherited
 
 __all__ = ["SqliteJournal"]
 
@@ -27,44 +27,20 @@ _SCHEMA = tables(
 _live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
 
 
-# How long a fork waits for another thread's journal call to finish (a few
-# milliseconds; a stalled disk may take longer). Past this it goes ahead.
-_FORK_WAIT_S = 10.0
-_held_at_fork: list[threading.RLock] = []
-
-
-def _before_fork() -> None:
-    # No other thread may be inside SQLite at the fork: it may hold one of
-    # SQLite's own process-wide mutexes (its allocator's), which the child
-    # would get locked for good, and the child's first query would wait
-    # for ever. Every call into SQLite is made under its journal's lock, so
-    # a fork waits for those; in a fixed order, so that two forking threads
-    # never wait for each other.
-    for journal in sorted(_live, key=id):
-        lock = journal._lock
-        if lock.acquire(timeout=_FORK_WAIT_S):
-            _held_at_fork.append(lock)
-
-
-def _after_fork_in_parent() -> None:
-    while _held_at_fork:
-        _held_at_fork.pop().release()
-
-
 def _after_fork_in_child() -> None:
-    _held_at_fork.clear()
-    # Fresh, also one still held by a thread of the parent (the wait above
-    # gave up on it): in the child nobody would ever release it.
+    # After the gate's own hook (registered first, on import). The parent's
+    # connections stay open but unused here (see sqlite_gate); each journal
+    # opens its own at its next call, under a fresh lock: one held by a
+    # thread of the parent (a fork that gave up waiting) would never be let go.
     for journal in list(_live):
-        journal._lock = threading.RLock()
+        if journal._conn is not None:
+            inherited.append(journal._conn)
+            journal._conn = None
+        journal._lock = GatedLock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -111,7 +87,9 @@ class SqliteJournal(SqlJournal):
 
     One connection is shared by all threads behind a lock (calls complete on
     worker threads); a forked child opens its own connection and writes as the
-    same runner.
+    same runner. A fork waits until no thread is inside SQLite through a
+    journal (:mod:`taut.journal.sqlite_gate`): one caught inside would leave
+    the child SQLite's locks held for good.
     """
 
     def __init__(
@@ -150,9 +128,22 @@ class SqliteJournal(SqlJournal):
         self._synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # (device, inode) of the open file
+        # Known to the fork hook before it has a connection to orphan.
+        _live.add(self)
         with self._lock:
             self._connect()
-        _live.add(self)
+
+    def _make_lock(self) -> GatedLock:
+        return GatedLock()
+
+    def __del__(self) -> None:
+        # Freed without close(): closing here would enter SQLite on whatever
+        # thread the collector runs, outside the gate a fork waits on.
+        try:
+            if self._conn is not None and self._pid == os.getpid():
+                close_later(self._conn)
+        except Exception:  # half-made, or the interpreter is shutting down
+            pass
 
     @property
     def path(self) -> str:

@@ -62,6 +62,7 @@ FUTURE_CONDITION = "python/taut/_future_condition.py"
 WAITS = "tests/test_wait_as_completed.py"
 ASYNC = "python/taut/_asyncio.py"
 LOOP_WAKER = "python/taut/_loop_waker.py"
+SQLITE_GATE = "python/taut/journal/sqlite_gate.py"
 WORKER = "python/taut/_worker.py"
 ASYNC_PATH = "tests/test_asyncio_path.py"
 DELIVERY = "tests/test_asyncio_delivery.py"
@@ -208,8 +209,8 @@ MUTATIONS = [
     Mutation(
         "remaining-goes-negative",
         SCOPE_CONTEXT,
-        "    return max(0.0, at - _clock.now())",
-        "    return at - _clock.now()",
+        "    return max(0.0, at - _clock.current[0]())",
+        "    return at - _clock.current[0]()",
         ("tests/test_scopes.py",),
     ),
     Mutation(
@@ -545,6 +546,30 @@ MUTATIONS = [
             f"{SCOPE_INTERRUPT}::test_an_expired_inner_scope_passes_the_outer_interrupt_on",
             "tests/test_scopes.py::test_an_expired_inner_scope_never_swallows_the_outer_interrupt",
         ),
+    ),
+    Mutation(
+        "sqlite-fork-does-not-wait-for-threads-inside",
+        SQLITE_GATE,
+        "            self._changed.wait_for(lambda: self._inside <= here, timeout=_FORK_WAIT_S)",
+        "            pass",
+        (
+            "tests/test_journal.py::test_a_fork_waits_for_a_journal_call_in_progress",
+            "tests/test_journal.py::test_a_fork_waits_for_a_journal_being_opened",
+        ),
+    ),
+    Mutation(
+        "sqlite-journal-freed-closes-outside-the-gate",
+        "python/taut/journal/sqlite.py",
+        "                close_later(self._conn)",
+        "                self._conn.close()",
+        ("tests/test_journal.py::test_a_journal_freed_without_close_is_closed_inside_the_gate",),
+    ),
+    Mutation(
+        "sqlite-child-closes-the-connection-it-inherited",
+        "python/taut/journal/sqlite.py",
+        "            inherited.append(journal._conn)\n            journal._conn = None",
+        "            journal._conn.close()\n            journal._conn = None",
+        ("tests/test_journal.py::test_a_forked_child_never_closes_the_connection_it_inherited",),
     ),
     Mutation(
         "journal-failure-of-a-shut-down-pool-batch-hidden",

@@ -14,10 +14,10 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
-from _waiting import child_exit_code
+from _waiting import child_exit_code, wait_until
 
 import taut
 import taut.journal.sqlite as journal_sqlite
@@ -451,14 +451,51 @@ def test_a_fork_waits_for_a_journal_being_opened(
     assert child_exit_code(pid) == 0  # the fork came after the file was open
 
 
+def _freed(ref: weakref.ReferenceType[Any]) -> Callable[[], bool]:
+    def check() -> bool:
+        gc.collect()
+        return ref() is None
+
+    return check
+
+
+def test_a_journal_dropped_without_close_is_freed_and_no_longer_renewed(tmp_path: Path) -> None:
+    # The lease renewal thread kept the last journal it renewed in a loop
+    # variable while it slept: a journal dropped without close() lived on,
+    # its lease renewed for good, and every other runner of its run got
+    # JournalBusy until this process ended.
+    journal = SqliteJournal(tmp_path / "j.db", lease=0.3)
+    journal.reserve(["a"])
+    lease = journal._lease
+    first = lease.renewed
+    wait_until(lambda: lease.renewed > first)  # renewed by the thread
+    dropped = weakref.ref(journal)
+    del journal
+    wait_until(_freed(dropped))
+
+
 def test_a_journal_freed_without_close_is_closed_inside_the_gate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The collector runs on any thread, outside the gate a fork waits on: a
-    # journal it frees hands its connection to the gate, and the next
-    # journal call closes it there.
+    # journal it frees hands its connection to the gate, and the next call
+    # into SQLite (any journal's, on any thread) closes it there.
+    closed_outside = []  # for each close (or free while open): outside the gate?
+
+    def outside() -> bool:
+        return getattr(sqlite_gate._gate._depth, "n", 0) == 0
+
     class Watched(sqlite3.Connection):  # a plain Connection takes no weakref
-        pass
+        def close(self) -> None:
+            closed_outside.append(outside())
+            super().close()
+
+        def __del__(self) -> None:
+            try:
+                self.in_transaction  # noqa: B018 - raises once closed
+            except sqlite3.ProgrammingError:
+                return  # closed before: freeing it enters SQLite no more
+            closed_outside.append(outside())
 
     connect = sqlite3.connect
     monkeypatch.setattr(
@@ -466,12 +503,12 @@ def test_a_journal_freed_without_close_is_closed_inside_the_gate(
     )
     journal = SqliteJournal(tmp_path / "freed.db")
     journal.reserve(["a"])
-    conn = weakref.ref(journal._conn)
+    dropped, conn = weakref.ref(journal), weakref.ref(journal._conn)
     del journal
-    gc.collect()
-    assert conn() is not None  # not closed by the collector
+    wait_until(_freed(dropped))
     SqliteJournal(tmp_path / "next.db").close()
-    assert conn() is None  # closed (and freed) by the next call, inside the gate
+    wait_until(_freed(conn))  # closed and freed
+    assert closed_outside and not any(closed_outside)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

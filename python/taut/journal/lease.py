@@ -136,22 +136,32 @@ def _renew_forever() -> None:
             journals = list(_journals)
         held = [j for j in journals if j._lease.token is not None and j._lease.lost is None]
         del journals
-        now = time.monotonic()
-        for journal in held:
-            if _exiting:
-                return
-            if journal._lease.due() <= now:
-                try:
-                    journal._renew_lease()
-                except Exception:
-                    # The next write reports the problem to the caller; a renewal
-                    # that failed for a passing reason is retried soon.
-                    journal._lease.renewed = now - journal._lease.seconds / 6
+        if not _renew_the_due(held):
+            return
         due = min((j._lease.due() for j in held), default=None)
+        # No reference to a journal may outlive this round: one dropped
+        # without close() must be freed (and stop being renewed) at once.
         del held
         # Woken early when a journal takes a new lease (it may be due sooner).
         _wake.wait(None if due is None else max(due - time.monotonic(), 0.001))
         _wake.clear()
+
+
+def _renew_the_due(held: list[_Renewable]) -> bool:
+    """Renew the leases of ``held`` that are due; False once exiting. (A
+    function of its own: its loop variable goes when it returns.)"""
+    now = time.monotonic()
+    for journal in held:
+        if _exiting:
+            return False
+        if journal._lease.due() <= now:
+            try:
+                journal._renew_lease()
+            except Exception:
+                # The next write reports the problem to the caller; a renewal
+                # that failed for a passing reason is retried soon.
+                journal._lease.renewed = now - journal._lease.seconds / 6
+    return True
 
 
 def _release_all_at_exit() -> None:

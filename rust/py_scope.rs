@@ -19,6 +19,7 @@
 //! through. The Python general path is protected by code object instead
 //! (`taut._signal_interrupt.protect`).
 
+use std::ptr;
 use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
@@ -26,7 +27,7 @@ use pyo3::ffi;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyDict, PyString, PyTuple, PyType, PyWeakrefMethods, PyWeakrefReference,
+    PyBool, PyList, PyListMethods, PyString, PyTuple, PyType, PyWeakrefMethods, PyWeakrefReference,
 };
 use pyo3::PyTraverseError;
 
@@ -48,10 +49,10 @@ struct Setup {
     innermost_get: Py<PyAny>,
     innermost_set: Py<PyAny>,
     innermost_reset: Py<PyAny>,
-    /// The namespace of `taut._loop_waker`: its `last` names the loop a
-    /// scope last armed on. (A module's globals, read as a dict: a module
-    /// attribute lookup costs twice as much.)
-    loop_waker: Py<PyDict>,
+    /// `taut._loop_waker.last_seen`: its one item names the loop a scope
+    /// last armed on. (An item of a list held here: a module global would
+    /// cost a dict lookup per scope.)
+    last_seen: Py<PyList>,
     /// `asyncio._get_running_loop` and `taut.deadline._tasks.task_of` (a
     /// loop's running task), both C functions; None if either is written
     /// in Python (no C accelerator for asyncio): then no fast paths.
@@ -62,9 +63,9 @@ struct Setup {
     c_task: Py<PyAny>,
     /// `time.monotonic`: the fast paths run only under the real clock.
     monotonic: Py<PyAny>,
-    /// The namespace of `taut.deadline._clock`: its `now` is the clock a
-    /// new scope reads.
-    clock_module: Py<PyDict>,
+    /// `taut.deadline._clock.current`: its one item is the clock a new
+    /// scope reads (a list's item, as `last_seen`).
+    clock: Py<PyList>,
     /// `taut.DeadlineScope`, the class `fail_after` and `move_on_after` make.
     scope_type: Py<PyType>,
     /// `Task.cancelling` of that C task, unbound (called with the task: no
@@ -78,8 +79,6 @@ struct Setup {
 }
 
 struct Names {
-    last: Py<PyString>,
-    now: Py<PyString>,
     thread_id: Py<PyString>,
     enter_slow: Py<PyString>,
     aenter_slow: Py<PyString>,
@@ -88,21 +87,6 @@ struct Names {
 }
 
 static SETUP: OnceLock<Setup> = OnceLock::new();
-
-/// A module's globals.
-fn namespace(module: &Bound<'_, PyAny>) -> PyResult<Py<PyDict>> {
-    Ok(module.getattr("__dict__")?.cast_into::<PyDict>()?.unbind())
-}
-
-/// Global `name` of a module whose namespace is `globals`.
-fn global<'py>(
-    globals: &Bound<'py, PyDict>,
-    name: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyAny>> {
-    globals
-        .get_item(name)?
-        .ok_or_else(|| PyRuntimeError::new_err(format!("taut: module global {name} is gone")))
-}
 
 fn setup() -> PyResult<&'static Setup> {
     SETUP
@@ -116,12 +100,12 @@ fn setup() -> PyResult<&'static Setup> {
 pub fn _scope_setup(
     py: Python<'_>,
     innermost: &Bound<'_, PyAny>,
-    loop_waker: &Bound<'_, PyAny>,
+    last_seen: Py<PyList>,
     get_running_loop: Option<Py<PyAny>>,
     task_of: Option<Py<PyAny>>,
     c_task: Py<PyAny>,
     monotonic: Py<PyAny>,
-    clock_module: &Bound<'_, PyAny>,
+    clock: Py<PyList>,
     scope_type: Py<PyType>,
     has_cancelling: bool,
 ) -> PyResult<()> {
@@ -130,7 +114,7 @@ pub fn _scope_setup(
         innermost_get: innermost.getattr("get")?.unbind(),
         innermost_set: innermost.getattr("set")?.unbind(),
         innermost_reset: innermost.getattr("reset")?.unbind(),
-        loop_waker: namespace(loop_waker)?,
+        last_seen,
         get_running_loop,
         task_of,
         task_cancelling: if has_cancelling {
@@ -145,11 +129,9 @@ pub fn _scope_setup(
         c_task,
         cheap_running_loop: py.version_info() >= (3, 12),
         monotonic,
-        clock_module: namespace(clock_module)?,
+        clock,
         scope_type,
         names: Names {
-            last: name("last"),
-            now: name("now"),
             thread_id: name("_thread_id"),
             enter_slow: name("_enter_slow"),
             aenter_slow: name("_aenter_slow"),
@@ -255,8 +237,23 @@ impl Ready {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
-        Err(stop_with(self.value.bind(py)))
+    /// Ends at once with the value: StopIteration(value) is set as the
+    /// error here, and None makes pyo3 return NULL leaving it set (an
+    /// iterator that returns NULL with StopIteration set has ended with its
+    /// value). Cheaper than returning the error through pyo3, which keeps
+    /// it as a `PyErr` and sets it again.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<()>> {
+        let stop = call_one(
+            py.get_type::<PyStopIteration>().as_any(),
+            self.value.bind(py),
+        )?;
+        // SAFETY: attached (a `Python` token in hand); PyErr_Restore takes
+        // over the new references given to it.
+        unsafe {
+            ffi::Py_INCREF(ffi::PyExc_StopIteration);
+            ffi::PyErr_Restore(ffi::PyExc_StopIteration, stop.into_ptr(), ptr::null_mut());
+        }
+        Ok(None)
     }
 }
 
@@ -283,17 +280,6 @@ impl Done {
     /// result is true; None and False both let the exception through.
     fn __next__(&self) -> Option<()> {
         None
-    }
-}
-
-/// `StopIteration(value)`, the end of an `await` with `value`. Made as an
-/// instance at once: a lazily made error costs about three times as much
-/// to raise, and this is raised on every entry and exit.
-fn stop_with(value: &Bound<'_, PyAny>) -> PyErr {
-    let py = value.py();
-    match call_one(py.get_type::<PyStopIteration>().as_any(), value) {
-        Ok(stop) => PyErr::from_value(stop),
-        Err(err) => err,
     }
 }
 
@@ -479,18 +465,18 @@ impl ScopeCore {
         self.relative.filter(|&r| r >= SMALLEST_FAST_SECONDS)
     }
 
-    /// The running loop, and its channel when `_loop_waker.last` holds
+    /// The running loop, and its channel when `_loop_waker.last_seen` holds
     /// that loop with a channel (a loop seen for the first time, or one
     /// without readers, takes the general path: it runs Python).
     /// `trust_thread_id`: as `__aenter__` in Python, believe the loop's own
-    /// `_thread_id` where `last` says so (before 3.12 asyncio's lookup
+    /// `_thread_id` where `last_seen` says so (before 3.12 asyncio's lookup
     /// makes a system call).
     fn running_loop<'py>(
         py: Python<'py>,
         s: &Setup,
         trust_thread_id: bool,
     ) -> PyResult<RunningLoop<'py>> {
-        let last = global(s.loop_waker.bind(py), s.names.last.bind(py))?;
+        let last = s.last_seen.bind(py).get_item(0)?;
         let last = last.cast_into::<PyTuple>()?;
         // A weak reference, or None: read in C, not called.
         let remembered = last
@@ -645,7 +631,7 @@ impl ScopeCore {
             check_arguments(seconds, label, interrupt)?
         };
         let s = setup()?;
-        let clock = global(s.clock_module.bind(py), s.names.now.bind(py))?;
+        let clock = s.clock.bind(py).get_item(0)?;
         Ok(ScopeCore {
             relative,
             absolute,

@@ -128,6 +128,21 @@ def test_async_exit_returns_nothing_true_and_never_swallows() -> None:
     asyncio.run(main())
 
 
+def test_the_fast_entrys_awaitable_ends_with_the_scope_when_driven_by_hand() -> None:
+    # What `await` reads (StopIteration.value), also for Python code that
+    # calls __next__ itself, and again after the first one was caught there.
+    async def main() -> None:
+        for _ in range(2):
+            scope = taut.fail_after(LONG)
+            step = scope.__aenter__().__await__()
+            with pytest.raises(StopIteration) as stop:
+                next(step)
+            assert stop.value.value is scope and stop.value.args == (scope,)
+            assert await scope.__aexit__(None, None, None) is None
+
+    asyncio.run(main())
+
+
 def test_exit_in_a_copy_of_the_context_restores_the_parent_there() -> None:
     # The token of the entry belongs to the original context: reset() refuses
     # it in a copy, and the fast exit sets the parent instead, as _restore does.

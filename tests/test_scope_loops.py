@@ -2,7 +2,7 @@
 
 A scope in a task arms its deadline through the loop's wake-up channel
 (``taut._loop_waker``), and before CPython 3.12 finds its loop through the
-last loop a scope used (``_loop_waker.last``) when that loop still runs on
+last loop a scope used (``_loop_waker.last_seen``) when that loop still runs on
 this thread. These tests make that shortcut meet every case where it could
 pick the wrong loop or task: loops one after the other on one thread, loops
 on several threads at once, a loop that does not run as asyncio's do, and a
@@ -112,7 +112,7 @@ def test_a_scope_does_not_use_a_loop_running_on_another_thread() -> None:
     thread.start()
     try:
         assert a_ready.wait(LONG)
-        ref, _, _, _ = _loop_waker.last
+        ref, _, _, _ = _loop_waker.last_seen[0]
         assert ref is not None and ref() is a_stop[0]
         assert asyncio.run(_expires())
         assert a_cancelled == []
@@ -138,7 +138,7 @@ def test_a_loop_that_runs_its_own_way_is_never_trusted_by_thread() -> None:
     loop = _OwnRunForever()
     try:
         assert loop.run_until_complete(_in_time())
-        assert _loop_waker.last[2] is False
+        assert _loop_waker.last_seen[0][2] is False
         assert loop.run_until_complete(_expires())
     finally:
         loop.close()
@@ -146,7 +146,7 @@ def test_a_loop_that_runs_its_own_way_is_never_trusted_by_thread() -> None:
 
     async def main() -> bool:
         await _in_time()
-        return _loop_waker.last[2]
+        return _loop_waker.last_seen[0][2]
 
     assert asyncio.run(main()) is (sys.version_info < (3, 12))
 

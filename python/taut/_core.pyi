@@ -441,12 +441,12 @@ def move_on_after(
 
 def _scope_setup(
     innermost: Any,
-    loop_waker: Any,
+    last_seen: list[Any],
     get_running_loop: Callable[[], Any] | None,
     task_of: Callable[[Any], Any] | None,
     c_task: type | None,
     monotonic: Callable[[], float],
-    clock_module: Any,
+    clock: list[Callable[[], float]],
     scope_type: type[DeadlineScope],
     has_cancelling: bool,
 ) -> None:

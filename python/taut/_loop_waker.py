@@ -45,7 +45,7 @@ from typing import Any, Callable, Protocol
 from taut._core import Deadline, LoopChannel
 from taut._fork_locks import fork_safe_lock
 
-__all__ = ["LoopWaker", "Owner", "Watch", "last", "waker_for"]
+__all__ = ["LoopWaker", "Owner", "Watch", "last_seen", "waker_for"]
 
 
 class Owner(Protocol):
@@ -258,10 +258,9 @@ class LoopWaker:
 
     def _release(self) -> None:
         """The loop is gone: close the read end, forget the fast lookup."""
-        global last
         self._reader.close()
-        if last[1] is self.arm:
-            last = (None, None, False, None)
+        if last_seen[0][1] is self.arm:
+            last_seen[0] = (None, None, False, None)
 
 
 # What asyncio's own wrap_future (so run_in_executor and to_thread) turns a
@@ -306,6 +305,9 @@ _wakers_lock = fork_safe_lock()
 # programs run one loop, and a WeakKeyDictionary lookup makes a weak
 # reference each time.
 #
+# Held as the one item of a list, which the Rust fast path reads cheaper
+# than a module global (a dict lookup).
+#
 # Before CPython 3.12, asyncio.get_running_loop() makes a getpid() system
 # call each time (to notice a fork); a scope entered once per request pays
 # for it. asyncio's own loops set ``_thread_id`` while they run and refuse to
@@ -313,12 +315,14 @@ _wakers_lock = fork_safe_lock()
 # is this thread" answers the same question without it. Trusted only for
 # loops whose run_forever is asyncio's own (nest_asyncio, for one, replaces
 # it and lets loops nest), and only where the lookup is slow.
-last: tuple[
-    weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
-    Callable[[float, Owner], Deadline] | None,
-    bool,
-    LoopChannel | None,
-] = (None, None, False, None)
+last_seen: list[
+    tuple[
+        weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
+        Callable[[float, Owner], Deadline] | None,
+        bool,
+        LoopChannel | None,
+    ]
+] = [(None, None, False, None)]
 
 
 def _let_closed_loops_go() -> None:
@@ -345,7 +349,6 @@ def _runs_as_asyncio_does(loop: asyncio.AbstractEventLoop) -> bool:
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
     """The waker of ``loop``, made on first use."""
-    global last
     waker = _wakers.get(loop)
     if waker is None:
         with _wakers_lock:
@@ -353,5 +356,5 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
             if waker is None:
                 _let_closed_loops_go()
                 waker = _wakers[loop] = LoopWaker(loop)
-    last = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop), waker.channel)
+    last_seen[0] = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop), waker.channel)
     return waker

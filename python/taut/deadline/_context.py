@@ -47,7 +47,7 @@ def remaining() -> float | None:
     at = current_deadline()
     if at is None:
         return None
-    return max(0.0, at - _clock.now())
+    return max(0.0, at - _clock.current[0]())
 
 
 def current_deadline() -> float | None:

@@ -153,7 +153,7 @@ class DeadlineScope(_core.ScopeCore):
             else:
                 # One Rust call through the loop's wake-up channel: the loop is
                 # woken (and _fire called) only if the deadline expires.
-                ref, arm, _, _ = _loop_waker.last
+                ref, arm, _, _ = _loop_waker.last_seen[0]
                 if ref is None or ref() is not loop:
                     arm = _loop_waker.waker_for(loop).arm
                 self._deadline = arm(real_at, self)  # type: ignore[misc]
@@ -384,12 +384,12 @@ _signal_interrupt.protect(
 _C_FUNCTION = type(len)
 _core._scope_setup(
     innermost,
-    _loop_waker,
+    _loop_waker.last_seen,
     get_running_loop if isinstance(get_running_loop, _C_FUNCTION) else None,
     task_of if isinstance(task_of, _C_FUNCTION) else None,
     getattr(sys.modules.get("_asyncio"), "Task", None),
     _monotonic,
-    _clock,
+    _clock.current,
     DeadlineScope,
     HAS_CANCELLING,
 )

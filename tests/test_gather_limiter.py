@@ -4,6 +4,7 @@ ceiling shared beyond one pool, waited for within the deadline."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -11,13 +12,16 @@ import textwrap
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _waiting import wait_until
 
 import taut
+from taut.gather import limits
 
 
 class Gauge:
@@ -217,3 +221,21 @@ def test_two_processes_share_one_named_dask_semaphore(dask_client: Any, tmp_path
         running += step
         most = max(most, running)
     assert most <= 2
+
+
+def test_the_dask_release_thread_keeps_no_limiter_alive_while_it_waits() -> None:
+    # Dask limiters are released on a thread of their own (a blocking RPC);
+    # one it released must not live on in that thread's loop variable, with
+    # its client, until the next release arrives.
+    released = threading.Event()
+
+    class Limiter:
+        def release(self) -> None:
+            released.set()
+
+    limiter = Limiter()
+    freed = weakref.ref(limiter)
+    limits._release_soon(limiter)
+    released.wait()
+    del limiter
+    wait_until(lambda: gc.collect() >= 0 and freed() is None)

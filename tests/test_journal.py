@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from _waiting import child_exit_code, wait_until
+from _waiting import LONG, child_exit_code, wait_until
 
 import taut
 import taut.journal.sqlite as journal_sqlite
@@ -483,7 +483,7 @@ def test_a_journal_freed_without_close_is_closed_inside_the_gate(
     closed_outside = []  # for each close (or free while open): outside the gate?
 
     def outside() -> bool:
-        return getattr(sqlite_gate._gate._depth, "n", 0) == 0
+        return sqlite_gate._gate._depth() == 0
 
     class Watched(sqlite3.Connection):  # a plain Connection takes no weakref
         def close(self) -> None:
@@ -588,3 +588,76 @@ def test_forks_amid_journal_churn_on_another_thread_never_hang(tmp_path: Path) -
         timeout=240,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "40 ok"), done.stderr[-2000:]
+
+
+def _finishes(action: Callable[[], object]) -> bool:
+    """Whether ``action`` ends on a thread of its own (a deadlock does not)."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    thread.join(LONG)
+    return not thread.is_alive()
+
+
+def test_a_journal_call_from_inside_the_gates_own_bookkeeping_goes_through(
+    tmp_path: Path,
+) -> None:
+    # A signal handler or finalizer runs at any bytecode, also while its
+    # thread holds the gate's own lock: a journal call there must not wait
+    # for that lock (held by itself) for ever.
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+
+    def from_a_handler() -> None:
+        with sqlite_gate._gate._changed:
+            journal.records()
+
+    assert _finishes(from_a_handler)
+
+
+def test_a_forking_thread_never_waits_for_its_own_fork(tmp_path: Path) -> None:
+    # A finalizer or another fork hook of the forking thread calling a
+    # journal half-way through the fork: it goes in, the fork waits for it.
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+
+    def during_a_fork() -> None:
+        sqlite_gate._gate.before_fork()
+        try:
+            journal.records()
+        finally:
+            sqlite_gate._gate.after_fork_in_parent()
+
+    assert _finishes(during_a_fork)
+    assert _finishes(journal.records)  # and the gate is open again
+
+
+def test_a_fork_hook_interrupted_before_it_counted_leaves_the_gate_open(
+    tmp_path: Path,
+) -> None:
+    # CPython forks anyway when a before-fork hook raises, and runs the
+    # after-fork hooks: one that was never counted must not be uncounted
+    # (a count of -1 read as "a fork is being made" closed the gate).
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    sqlite_gate._gate.after_fork_in_parent()
+    assert _finishes(journal.records)
+
+
+def test_an_error_while_closing_a_freed_journal_leaves_nothing_held(tmp_path: Path) -> None:
+    # KeyboardInterrupt (here its stand-in) may land in any close: the
+    # thread must come out of the gate and let go of the journal's lock.
+    class Stop(BaseException):
+        pass
+
+    class Breaks:
+        def close(self) -> None:
+            raise Stop
+
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a"])
+    sqlite_gate.close_later(Breaks())  # type: ignore[arg-type]
+    with pytest.raises(Stop):
+        journal.records()
+    assert sqlite_gate._gate._depth() == 0
+    wait_until(lambda: sqlite_gate._gate._inside == 0)  # (the lease thread may be in)
+    assert _finishes(journal.records)  # the lock was let go

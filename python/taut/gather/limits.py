@@ -125,3 +125,5 @@ def _release_forever() -> None:
             limiter.release()
         except Exception:  # a lease Dask already dropped (its holder went away)
             pass
+        # Not kept (with its client) while this thread waits for the next.
+        del limiter

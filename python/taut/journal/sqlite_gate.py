@@ -12,8 +12,14 @@ gate: shared (journals on many threads go in at once), closed by a fork.
 
 Connections of journals freed without ``close()`` wait here to be closed
 inside the gate, by the next thread that goes in (or by a fork). A child
-never closes a connection it inherited (SQLite: that corrupts the parent's
-locks); it keeps them, unused, in :data:`inherited`.
+does not close a connection it inherited (SQLite: using one across a fork
+can undo the parent's locks); it keeps them, unused, in :data:`inherited`
+until it exits.
+
+Limits: a thread waiting in SQLite's own busy handler (another process
+holds the write lock) is inside, so a fork then waits for it, up to
+``_FORK_WAIT_S``, and goes ahead past that; SQLite used outside the journals
+(the program's own connections) is not gated.
 """
 
 from __future__ import annotations
@@ -28,38 +34,45 @@ __all__ = ["GatedLock", "close_later", "inherited"]
 # milliseconds; a stalled disk may take longer). Past this it goes ahead.
 _FORK_WAIT_S = 10.0
 
-# Connections inherited through fork: never used, never closed.
+# Connections inherited through fork: never used, closed only at exit.
 inherited: list[sqlite3.Connection] = []
 
 
 class _Gate:
     """Shared by the threads inside SQLite, closed by a forking thread. A
     thread already inside goes in again at once (a journal call nests), and
-    a thread that forks from inside does not wait for itself."""
+    a forking thread never waits for itself: neither when it forks from
+    inside nor when a finalizer or signal handler of its own calls a journal
+    half-way through the fork (the lock is re-entrant for the same reason)."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition(threading.Lock())
+        self._changed = threading.Condition(threading.RLock())
         self._inside = 0  # threads inside now
-        self._forks = 0  # forks waiting or being made: nobody goes in
-        self._depth = threading.local()  # how deep this thread is inside
+        self._forks = 0  # forks waiting or being made: nobody else goes in
+        # This thread: how deep it is inside ("n"), whether it is forking.
+        self._mine = threading.local()
         # Connections to close inside the gate (appended by __del__, which
         # takes no lock: the collector may run inside the gate's own lock).
         self._to_close: list[sqlite3.Connection] = []
 
+    def _depth(self) -> int:
+        return getattr(self._mine, "n", 0)
+
+    def _forking_here(self) -> bool:
+        return getattr(self._mine, "forking", False)
+
     def enter(self) -> None:
-        depth = getattr(self._depth, "n", 0)
+        depth = self._depth()
         if depth == 0:
             with self._changed:
-                while self._forks:
+                while self._forks > 0 and not self._forking_here():
                     self._changed.wait()
                 self._inside += 1
-        self._depth.n = depth + 1
-        if depth == 0 and self._to_close:
-            self._close_waiting()
+        self._mine.n = depth + 1
 
     def leave(self) -> None:
-        depth = self._depth.n - 1
-        self._depth.n = depth
+        depth = self._depth() - 1
+        self._mine.n = depth
         if depth == 0:
             with self._changed:
                 self._inside -= 1
@@ -69,7 +82,8 @@ class _Gate:
     def close_later(self, conn: sqlite3.Connection) -> None:
         self._to_close.append(conn)
 
-    def _close_waiting(self) -> None:
+    def close_waiting(self) -> None:
+        """Close the connections of journals freed unclosed (call inside)."""
         while True:
             try:
                 conn = self._to_close.pop()
@@ -81,29 +95,33 @@ class _Gate:
                 pass  # it is gone either way
 
     # -- fork ------------------------------------------------------------
-    def _inside_here(self) -> int:
-        return 1 if getattr(self._depth, "n", 0) else 0
-
     def before_fork(self) -> None:
-        here = self._inside_here()
+        here = 1 if self._depth() else 0
+        # Marked before counted: an exception between the two (a signal
+        # handler's) then leaves the count as it was, not closed for good.
+        self._mine.forking = True
         with self._changed:
             self._forks += 1
             self._changed.wait_for(lambda: self._inside <= here, timeout=_FORK_WAIT_S)
         # Nobody else is inside now (unless the wait gave up): closing the
         # waiting connections here cannot race with the fork.
-        self._close_waiting()
+        self.close_waiting()
 
     def after_fork_in_parent(self) -> None:
+        if not self._forking_here():
+            return  # before_fork did not get as far as counting this fork
+        self._mine.forking = False
         with self._changed:
-            self._forks -= 1
+            self._forks = max(self._forks - 1, 0)
             self._changed.notify_all()
 
     def after_fork_in_child(self) -> None:
         # Fresh: a thread of the parent may have held the condition's lock,
         # and only this thread exists here.
-        self._changed = threading.Condition(threading.Lock())
-        self._inside = self._inside_here()
+        self._changed = threading.Condition(threading.RLock())
+        self._inside = 1 if self._depth() else 0
         self._forks = 0
+        self._mine.forking = False
         inherited.extend(self._to_close)
         self._to_close.clear()
 
@@ -134,6 +152,11 @@ class GatedLock:
             self._lock.acquire()
         except BaseException:
             _gate.leave()
+            raise
+        try:
+            _gate.close_waiting()
+        except BaseException:
+            self.__exit__()
             raise
 
     def __exit__(self, *exc_info: object) -> None:

@@ -98,7 +98,8 @@ class _Gate:
     def before_fork(self) -> None:
         here = 1 if self._depth() else 0
         # Marked before counted: an exception between the two (a signal
-        # handler's) then leaves the count as it was, not closed for good.
+        # handler's) then costs at most one uncounting too many, which the
+        # clamp below absorbs, never a gate closed for good.
         self._mine.forking = True
         with self._changed:
             self._forks += 1

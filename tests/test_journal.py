@@ -395,6 +395,21 @@ def test_fork_while_another_thread_holds_the_journal_lock(
     assert journal.records() == [(0, "a", "ok")]
 
 
+def _fork_during(
+    work: Callable[[], object], started: threading.Event, done: threading.Event
+) -> None:
+    """Fork once ``work``, on a thread of its own, has set ``started``: the
+    child must find ``done`` set (the fork waited for the work to finish)."""
+    worker = threading.Thread(target=work)
+    worker.start()
+    started.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(0 if done.is_set() else 1)
+    worker.join()
+    assert child_exit_code(pid) == 0
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.timeout(60)
 def test_a_fork_waits_for_a_journal_call_in_progress(tmp_path: Path) -> None:
@@ -412,15 +427,8 @@ def test_a_fork_waits_for_a_journal_call_in_progress(tmp_path: Path) -> None:
             time.sleep(0.2)  # against a wait of 10 s: lopsided
             let_go.set()
 
-    holder = threading.Thread(target=call_in_progress)
-    holder.start()
-    held.wait()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os._exit(0 if let_go.is_set() else 1)
-    holder.join()
+    _fork_during(call_in_progress, held, let_go)
     assert let_go.is_set()
-    assert child_exit_code(pid) == 0  # the fork came after the call let go
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -441,14 +449,7 @@ def test_a_fork_waits_for_a_journal_being_opened(
         return conn
 
     monkeypatch.setattr(SqliteJournal, "_connect", slow_connect)
-    opener = threading.Thread(target=SqliteJournal, args=(tmp_path / "j.db",))
-    opener.start()
-    opening.wait()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os._exit(0 if opened.is_set() else 1)
-    opener.join()
-    assert child_exit_code(pid) == 0  # the fork came after the file was open
+    _fork_during(lambda: SqliteJournal(tmp_path / "j.db"), opening, opened)
 
 
 def _freed(ref: weakref.ReferenceType[Any]) -> Callable[[], bool]:

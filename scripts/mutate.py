@@ -566,9 +566,9 @@ MUTATIONS = [
     ),
     Mutation(
         "sqlite-child-closes-the-connection-it-inherited",
-        "python/taut/journal/sqlite.py",
-        "            inherited.append(journal._conn)\n            journal._conn = None",
-        "            journal._conn.close()\n            journal._conn = None",
+        "python/taut/journal/sql.py",
+        "            inherited.append(self._conn)\n            self._conn = None",
+        "            self._conn.close()\n            self._conn = None",
         ("tests/test_journal.py::test_a_forked_child_never_closes_the_connection_it_inherited",),
     ),
     Mutation(

@@ -30,6 +30,7 @@ from taut.journal import (
     JournalRecord,
     SqliteJournal,
 )
+from taut.journal import sql as sql_journal
 
 
 @pytest.mark.parametrize(
@@ -525,7 +526,7 @@ def test_a_forked_child_never_closes_the_connection_it_inherited(tmp_path: Path)
         code = 1
         try:
             journal.complete(0, "a", "ok", "from child", None)
-            kept = any(conn is parents for conn in sqlite_gate.inherited)
+            kept = any(conn is parents for conn in sql_journal.inherited)
             if kept and journal._conn is not parents:
                 code = 0 if parents.in_transaction is False else 1  # closed: raises
         except BaseException:

@@ -14,6 +14,7 @@ from _journals import drop_run, postgres_dsn
 from _waiting import wait_until
 
 from taut.journal import JournalError, PostgresJournal
+from taut.journal import sql as sql_journal
 
 
 def test_import_taut_does_not_import_psycopg() -> None:
@@ -42,17 +43,27 @@ def test_forked_child_uses_its_own_connection_and_the_parents_survives() -> None
     journal = PostgresJournal(dsn, run=run)
     try:
         journal.reserve(["a", "b"])
+        parents = journal._conn
+        session = parents.info.backend_pid
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
-            code = 0
+            code = 1
             try:
                 journal.complete(1, "b", "ok", "from child", None)
+                if journal._conn is not parents and parents in sql_journal.inherited:
+                    # What the child's exit does to what it inherited: freed
+                    # here, it must not end the parent's session.
+                    for conn in sql_journal.inherited:
+                        conn.close()
+                    code = 0
             except BaseException:
-                code = 1
+                pass
             os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-        journal.complete(0, "a", "ok", "from parent", None)  # the parent's session is intact
+        journal.complete(0, "a", "ok", "from parent", None)
+        # The parent's session is intact: the same one, not a reconnection.
+        assert journal._conn is parents and parents.info.backend_pid == session
         journal.close()
         again = PostgresJournal(dsn, run=run)
         assert [r.value for r in again.reserve(["a", "b"]) if r is not None] == [

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import weakref
 from typing import Any, Callable, TypeVar
 
 from taut import _lazy_import
@@ -46,9 +44,6 @@ _OUTCOME_UPDATE = (
 _FENCED_OUTCOME = (
     f"WITH fence AS ({_RENEW} RETURNING 1) {_OUTCOME_UPDATE} AND EXISTS (SELECT 1 FROM fence)"
 )
-
-_live: weakref.WeakSet[PostgresJournal] = weakref.WeakSet()
-
 
 def _import_psycopg() -> Any:
     try:
@@ -106,7 +101,6 @@ class PostgresJournal(SqlJournal):
         self._where = f"the PostgreSQL journal (run {run!r})"
         with self._lock:
             self._connect()
-        _live.add(self)
 
     def __repr__(self) -> str:
         return f"PostgresJournal(run={self._run!r}, cursor={self._cursor})"
@@ -154,27 +148,21 @@ class PostgresJournal(SqlJournal):
 
     def _detach_after_fork(self) -> None:
         # The child shares the parent's socket. Freeing the inherited connection
-        # would send PostgreSQL a Terminate message on it and end the *parent's*
-        # session; point the child's copy of the descriptor at /dev/null first.
+        # (at the child's exit, say) would send PostgreSQL a Terminate message
+        # on it and end the *parent's* session; point the child's copy of the
+        # descriptor at /dev/null first.
         conn = self._conn
-        if conn is None or conn.closed:
-            return
-        try:
-            fd = conn.fileno()
-            null = os.open(os.devnull, os.O_RDWR)
+        if conn is not None and not conn.closed:
             try:
-                os.dup2(null, fd)
-            finally:
-                os.close(null)
-        except Exception:
-            pass
-        _orphans.append(conn)  # never freed while the child runs
-        self._conn = None
-        self._lock = threading.RLock()
-
-    def close(self) -> None:
-        super().close()
-        _live.discard(self)
+                fd = conn.fileno()
+                null = os.open(os.devnull, os.O_RDWR)
+                try:
+                    os.dup2(null, fd)
+                finally:
+                    os.close(null)
+            except Exception:
+                pass
+        super()._detach_after_fork()
 
     def _transaction(self, action: str, body: Callable[[Any], T]) -> T:
         return self._execute(f"{action} in", body, fenced=True)
@@ -287,15 +275,3 @@ class PostgresJournal(SqlJournal):
                 self._lease.held()
                 return True
             return False
-
-
-_orphans: list[Any] = []
-
-
-def _after_fork_in_child() -> None:
-    for journal in list(_live):
-        journal._detach_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Callable, ClassVar, TypeVar
@@ -32,9 +33,17 @@ from taut.journal.codec import Codec, check_codec
 from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
 from taut.journal.lease import Lease, check_lease_seconds
 
-__all__ = ["SqlJournal", "tables"]
+__all__ = ["SqlJournal", "inherited", "tables"]
 
 T = TypeVar("T")
+
+# Every journal not closed yet, for the fork hook at the end of this module.
+_live: weakref.WeakSet[SqlJournal] = weakref.WeakSet()
+
+# Connections a forked child inherited: never used there, and never closed
+# while it runs (closing one can end or undo the parent's session: see the
+# backends' ``_detach_after_fork``).
+inherited: list[Any] = []
 
 
 def tables(
@@ -102,6 +111,8 @@ class SqlJournal:
         # True while a write is retried after the connection broke: the first
         # attempt may have committed before the break (its answer was lost).
         self._retrying = False
+        # Known to the fork hook before it has a connection to leave behind.
+        _live.add(self)
 
     @property
     def run(self) -> str:
@@ -153,10 +164,22 @@ class SqlJournal:
         """Whether a kept connection can no longer be used (reconnect)."""
         return False
 
+    def _detach_after_fork(self) -> None:
+        """In a forked child: leave the parent's connection unused in
+        :data:`inherited` (the next call opens the child's own) and take a
+        fresh lock: one a thread of the parent held at the fork would never
+        be let go here. A backend whose connection must not even be freed in
+        the child makes it harmless first, then calls this."""
+        if self._conn is not None:
+            inherited.append(self._conn)
+            self._conn = None
+        self._lock = self._make_lock()
+
     # -- connection ------------------------------------------------------
     def _connection(self) -> Any:
         # Called with self._lock held. A connection inherited through fork must not
-        # be used by the child, so the child opens its own.
+        # be used by the child, so the child opens its own (the fork hook has
+        # normally set it aside already; this covers a fork it did not see).
         if self._closed:
             raise JournalError(f"{self._where} is closed")
         if self._pid != os.getpid():
@@ -179,6 +202,7 @@ class SqlJournal:
                 self._conn.close()
             self._conn = None
             self._closed = True
+        _live.discard(self)
 
     def __enter__(self: T) -> T:
         return self
@@ -337,3 +361,12 @@ class SqlJournal:
         with self._lock:
             self._transaction("clear", lambda conn: conn.execute(self._DELETE_RUN, (self._run,)))
             self._cursor = 0
+
+
+def _after_fork_in_child() -> None:
+    for journal in list(_live):
+        journal._detach_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

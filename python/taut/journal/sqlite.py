@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-import weakref
 from typing import Callable, TypeVar
 
 from taut._checks import describe, int_millis
 from taut.journal.base import PENDING
 from taut.journal.errors import JournalError
 from taut.journal.sql import SqlJournal, tables
-from taut.journal.sqlite_gate import GatedLock, close_later, inherited
+from taut.journal.sqlite_gate import GatedLock, close_later
 
 __all__ = ["SqliteJournal"]
 
@@ -23,25 +22,6 @@ T = TypeVar("T")
 _SCHEMA = tables(
     text="TEXT", integer="INTEGER", blob="BLOB", instant="REAL", options="WITHOUT ROWID"
 )
-
-_live: weakref.WeakSet[SqliteJournal] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # After the gate's own hook (registered first, on import). The parent's
-    # connections stay open but unused here (see sqlite_gate); each journal
-    # opens its own at its next call, under a fresh lock: one held by a
-    # thread of the parent (a fork that gave up waiting) would never be let go.
-    for journal in list(_live):
-        if journal._conn is not None:
-            inherited.append(journal._conn)
-            journal._conn = None
-        journal._lock = GatedLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 def _identity(path: str) -> tuple[int, int] | None:
     """(device, inode) of the file at ``path``, or None if there is none."""
@@ -128,8 +108,6 @@ class SqliteJournal(SqlJournal):
         self._synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # (device, inode) of the open file
-        # Known to the fork hook before it has a connection to orphan.
-        _live.add(self)
         with self._lock:
             self._connect()
 

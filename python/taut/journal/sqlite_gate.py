@@ -13,8 +13,8 @@ gate: shared (journals on many threads go in at once), closed by a fork.
 Connections of journals freed without ``close()`` wait here to be closed
 inside the gate, by the next thread that goes in (or by a fork). A child
 does not close a connection it inherited (SQLite: using one across a fork
-can undo the parent's locks); it keeps them, unused, in :data:`inherited`
-until it exits.
+can undo the parent's locks); it keeps them, unused, in
+:data:`taut.journal.sql.inherited` with the journals' own, until it exits.
 
 Limits: a thread waiting in SQLite's own busy handler (another process
 holds the write lock) is inside, so a fork then waits for it, up to
@@ -28,14 +28,13 @@ import os
 import sqlite3
 import threading
 
-__all__ = ["GatedLock", "close_later", "inherited"]
+from taut.journal.sql import inherited
+
+__all__ = ["GatedLock", "close_later"]
 
 # How long a fork waits for the threads inside SQLite to come out (a few
 # milliseconds; a stalled disk may take longer). Past this it goes ahead.
 _FORK_WAIT_S = 10.0
-
-# Connections inherited through fork: never used, closed only at exit.
-inherited: list[sqlite3.Connection] = []
 
 
 class _Gate:

@@ -357,9 +357,11 @@ def test_abandon_replaces_the_worker_and_interrupt_raises_inside_the_call():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="max_workers must be greater than 0"):
         taut.ThreadPoolExecutor(0)
-    with pytest.raises(TypeError, match=r"max_workers must be an int or None, got True \(bool\)"):
+    with pytest.raises(
+        TypeError, match=r"max_workers must be an integer or None, got True \(bool\)"
+    ):
         taut.ThreadPoolExecutor(True)
-    with pytest.raises(ValueError, match=r"max_queue must be an int >= 0.*got -1"):
+    with pytest.raises(ValueError, match=r"max_queue must be an integer >= 0.*got -1"):
         taut.ThreadPoolExecutor(1, max_queue=-1)
     with pytest.raises(ValueError, match=r"idle_timeout must not be NaN, got nan \(float\)"):
         taut.ThreadPoolExecutor(1, idle_timeout=float("nan"))

@@ -582,9 +582,11 @@ def test_map_buffersize_of_zero_or_less_is_the_stdlibs_value_error(base):
 
 
 def test_map_buffersize_of_the_wrong_type_names_it():
+    # The standard library's words (3.14: "buffersize must be an integer or
+    # None", which its own tests match), then the value.
     with taut.ThreadPoolExecutor(1) as ex:
         for bad in (1.0, "2", True):
-            with pytest.raises(TypeError, match=r"^buffersize must be an int or None, got "):
+            with pytest.raises(TypeError, match=r"^buffersize must be an integer or None, got "):
                 ex.map(abs, [1], buffersize=bad)
 
 

@@ -438,10 +438,12 @@ def test_argument_validation_names_the_parameter() -> None:
         taut.gather([h], timeout=True)
     with pytest.raises(ValueError, match=r"timeout must not be NaN, got nan \(float\)"):
         taut.gather([h], timeout=float("nan"))
-    with pytest.raises(TypeError, match=r"max_parallel must be an int or None, got 2.0 \(float\)"):
+    with pytest.raises(
+        TypeError, match=r"max_parallel must be an integer or None, got 2.0 \(float\)"
+    ):
         taut.gather([h], max_parallel=2.0)
     with pytest.raises(
-        ValueError, match=r"max_parallel must be an int >= 1 or None, got 0 \(int\)"
+        ValueError, match=r"max_parallel must be an integer >= 1 or None, got 0 \(int\)"
     ):
         taut.gather([h], max_parallel=0)
     with pytest.raises(TypeError, match="call_id must be a non-empty str"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import queue
 import threading
+from typing import Any
 
 import pytest
 
@@ -61,13 +62,41 @@ def test_pubsub_style_shutdown_drain_hands_back_calls_that_never_started() -> No
 def test_a_work_item_taken_out_can_be_run_by_hand() -> None:
     with taut.ThreadPoolExecutor(1) as ex:
         gate = _busy(ex)
-        future = ex.submit(pow, 2, 8)
-        item = ex._work_queue.get_nowait()
-        assert (item.fn, item.args, item.kwargs) == (pow, (2, 8), {})
-        assert item.future is future
-        item.run()
-        assert future.result(timeout=0) == 256
-        gate.set()
+        try:
+            future = ex.submit(pow, 2, 8)
+            item = ex._work_queue.get_nowait()
+            assert (item.fn, item.args, item.kwargs) == (pow, (2, 8), {})
+            assert item.future is future
+            item.run()
+            assert future.result(timeout=0) == 256
+        finally:
+            gate.set()
+
+
+class _RecordingContext:
+    """What 3.14's ``_WorkItem.run(ctx)`` is handed: runs ``(fn, args, kwargs)``."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[object, ...]] = []
+
+    def run(self, task: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> object:
+        self.tasks.append(task)
+        fn, args, kwargs = task
+        return fn(*args, **kwargs)
+
+
+def test_a_work_item_taken_out_runs_through_a_worker_context_as_on_3_14() -> None:
+    with taut.ThreadPoolExecutor(1) as ex:
+        gate = _busy(ex)
+        try:
+            future = ex.submit(pow, 2, 8, mod=5)
+            item = ex._work_queue.get_nowait()
+            assert item.task == (pow, (2, 8), {"mod": 5})
+            ctx = _RecordingContext()
+            item.run(ctx)
+            assert future.result(timeout=0) == 1 and ctx.tasks == [item.task]
+        finally:
+            gate.set()
 
 
 @pytest.mark.parametrize("make", [taut.ThreadPoolExecutor, cf.ThreadPoolExecutor])
@@ -85,7 +114,9 @@ def test_a_work_item_cancelled_after_it_was_taken_out_is_skipped_by_run(make: ty
             item = ex._work_queue.get(block=False)
             assert item.future is future
             assert future.cancel()
-            item.run()
+            # 3.14's standard library runs an item through a worker context.
+            make_context = getattr(ex, "_create_worker_context", None)
+            item.run(*([make_context()] if make_context else []))
             assert future.cancelled() and ran == []
         finally:
             gate.set()

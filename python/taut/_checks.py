@@ -121,24 +121,27 @@ def check_count(
     shown, as there); ``or_none`` says in the
     messages that the caller also takes ``None`` (and replaced it already)."""
     or_none_text = " or None" if or_none else ""
+    # "an integer": the standard library's word (3.14's map(buffersize=)).
+    wrong_type = f"{name} must be an integer{or_none_text}"
     if type(value) is int:
         number = value
     else:
         if isinstance(value, (bool, str, bytes, bytearray, float)) or not hasattr(
             type(value), "__index__"
         ):
-            raise TypeError(f"{name} must be an int{or_none_text}, got {describe(value)}")
+            raise TypeError(f"{wrong_type}, got {describe(value)}")
         try:
             # An exact int from 3.10 on; int.__int__ makes it one on 3.9 too,
             # so no overridden comparison of a subclass runs below.
             number = int.__int__(operator.index(value))  # type: ignore[arg-type]
         except Exception as exc:
-            raise TypeError(f"{name} must be an int{or_none_text}, got {describe(value)}") from exc
+            raise TypeError(f"{wrong_type}, got {describe(value)}") from exc
     if number < minimum:
         if too_small is not None:
             # The standard library's exact message (a drop-in raises the same).
             raise ValueError(f"{name} must be {too_small}")
-        raise ValueError(f"{name} must be an int >= {minimum}{or_none_text}, got {describe(value)}")
+        at_least = f"an integer >= {minimum}{or_none_text}"
+        raise ValueError(f"{name} must be {at_least}, got {describe(value)}")
     return min(number, MAX_COUNT)
 
 

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 class WorkItem:
     """A call taken out of the queue by hand, like the standard library's
-    ``_WorkItem``: ``run()`` runs it and completes its future."""
+    ``_WorkItem``: ``run()`` runs it and completes its future. Both shapes
+    of it are here: ``fn``/``args``/``kwargs`` and ``run()`` (before 3.14),
+    ``task`` and ``run(ctx)`` with a worker context (3.14)."""
 
     __slots__ = ("args", "fn", "future", "kwargs")
 
@@ -42,7 +44,15 @@ class WorkItem:
         self.args = args
         self.kwargs = kwargs
 
-    def run(self) -> None:
+    @property
+    def task(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """``(fn, args, kwargs)``: what 3.14's ``_WorkItem`` keeps and hands
+        to its worker context's ``run``."""
+        return (self.fn, self.args, self.kwargs)
+
+    def run(self, ctx: Any = None) -> None:
+        """Run the call and complete its future; with ``ctx`` (3.14's
+        ``WorkerContext``, or anything with its ``run(task)``), through it."""
         if self.future._state == CANCELLED_AND_NOTIFIED:
             # cancel() of a call taken out of the pool has told its waiters
             # already (the standard library's run() does that): skip it, as
@@ -51,7 +61,10 @@ class WorkItem:
         if not self.future.set_running_or_notify_cancel():
             return
         try:
-            result = self.fn(*self.args, **self.kwargs)
+            if ctx is None:
+                result = self.fn(*self.args, **self.kwargs)
+            else:
+                result = ctx.run(self.task)
         except BaseException as exc:
             self.future.set_exception(exc)
             self = None  # type: ignore[assignment]  # break the traceback cycle

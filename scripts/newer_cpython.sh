@@ -6,13 +6,14 @@
 # Debian's 3.11 test modules), and that interpreter's own thread-pool and
 # asyncio tests with taut swapped in (tests/cpython_suite/).
 #
-#   sudo bash scripts/newer_cpython.sh            # 3.14 and 3.15
-#   TAUT_NEWER_PYTHONS="3.15" sudo bash scripts/newer_cpython.sh
+#   bash scripts/newer_cpython.sh                       # as root: 3.14 and 3.15
+#   sudo env "PATH=$PATH" TAUT_NEWER_PYTHONS=3.15 bash scripts/newer_cpython.sh
 #
-# Needs root (debootstrap, chroot, bind mounts) on a Debian host whose apt
-# mirror serves unstable. Not part of .ci/run: the chroot and the four
-# suites take about 20 minutes on 2 cores. The chroot is kept in
-# $TAUT_NEWER_ROOT (default /tmp/taut-sid) and reused by later runs.
+# Needs root (debootstrap, chroot, bind mounts), maturin on PATH, and a
+# Debian host whose apt mirror serves unstable. Not part of .ci/run: about
+# 13 minutes on 2 cores (6 per interpreter), plus a few for a new chroot.
+# The chroot is kept in $TAUT_NEWER_ROOT (default /tmp/taut-sid) and reused
+# by later runs; one run at a time uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${TAUT_NEWER_ROOT:-/tmp/taut-sid}
@@ -21,36 +22,53 @@ mirror=${TAUT_NEWER_MIRROR:-http://deb.debian.org/debian}
 
 log() { echo "newer_cpython.sh: $*" >&2; }
 
-if ! [ -x "$root/usr/bin/apt-get" ]; then
+# The bind mounts below live in a mount namespace of this run's own: they
+# go away with it, however it ends, so none is left under $root (where an
+# `rm -rf` of the chroot would reach the host's /dev).
+if [ -z "${TAUT_NEWER_UNSHARED:-}" ]; then
+    exec unshare --mount --propagation private env TAUT_NEWER_UNSHARED=1 bash "$0" "$@"
+fi
+command -v maturin >/dev/null || { log "maturin is not on PATH (pip install maturin)"; exit 2; }
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock -n 9 || { log "another run is using $root ($root.lock)"; exit 2; }
+
+# debootstrap removes $root/debootstrap when it has finished: a chroot that
+# still has it was interrupted, and is made again.
+if ! [ -x "$root/usr/bin/apt-get" ] || [ -d "$root/debootstrap" ]; then
     command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
     log "making a Debian unstable chroot in $root"
+    # Mounts an older run left (seen here only in this namespace) first.
+    for dir in dev/pts dev/shm dev sys proc; do
+        if mountpoint -q "$root/$dir"; then umount -l "$root/$dir"; fi
+    done
+    rm -rf --one-file-system "$root"
     debootstrap --variant=minbase sid "$root" "$mirror" >/dev/null
 fi
 # This machine's name resolution and certificate authorities (a proxy that
-# re-signs TLS needs its own CA inside too).
+# re-signs TLS needs its own CA inside too). The bundle gets a path of its
+# own: installing ca-certificates in the chroot rewrites the usual one.
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-mkdir -p "$root/etc/ssl/certs"
-cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+host_ca=/etc/ssl/host-ca-certificates.crt
+mkdir -p "$root/etc/ssl"
+cp "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$root$host_ca"
 
-mounted=()
-unmount() {
-    local i
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" || true; done
-}
-trap unmount EXIT
 for dir in proc sys dev dev/shm dev/pts; do
-    if ! mountpoint -q "$root/$dir"; then
-        mount --bind "/$dir" "$root/$dir"
-        mounted+=("$root/$dir")
-    fi
+    mountpoint -q "$root/$dir" || mount --bind "/$dir" "$root/$dir"
 done
 
-in_root() { chroot "$root" env -u PIP_FIND_LINKS DEBIAN_FRONTEND=noninteractive "$@"; }
+in_root() {
+    chroot "$root" env -u PIP_FIND_LINKS -u SSL_CERT_DIR DEBIAN_FRONTEND=noninteractive \
+        SSL_CERT_FILE="$host_ca" PIP_CERT="$host_ca" REQUESTS_CA_BUNDLE="$host_ca" "$@"
+}
 
 packages=(ca-certificates procps)
 for v in $versions; do packages+=("python$v" "python$v-venv" "libpython$v-testsuite"); done
-in_root apt-get update -qq
-in_root apt-get install -y -qq "${packages[@]}" >/dev/null
+# A mirror that serves a snapshot of unstable has a Release file past its
+# Valid-Until date (seen here: 26 days); the snapshot is still what we want.
+apt_options=(-o Acquire::Check-Valid-Until=false)
+in_root apt-get "${apt_options[@]}" update -qq
+in_root apt-get "${apt_options[@]}" install -y -qq "${packages[@]}" >/dev/null
 
 log "building the abi3 wheel"
 rm -rf "$root/taut-wheel" "$root/taut-src"

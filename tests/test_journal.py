@@ -536,6 +536,56 @@ def test_a_forked_child_never_closes_the_connection_it_inherited(tmp_path: Path)
     assert journal.records() == [(0, "a", "ok")]
 
 
+def test_a_fork_the_hook_did_not_see_also_sets_the_connection_aside(tmp_path: Path) -> None:
+    # A fork made without the interpreter's hooks (by C code, say) is noticed
+    # by the pid on the next call: the connection is kept, unused, not freed.
+    journal = SqliteJournal(tmp_path / "j.db")
+    try:
+        journal.reserve(["a"])
+        before = journal._conn
+        journal._pid = -1  # as if inherited through such a fork
+        assert journal.records() == [(0, "a", "pending")]
+        assert journal._conn is not before
+        assert any(conn is before for conn in sql_journal.inherited)
+        assert before.in_transaction is False  # still open: a closed one raises
+    finally:
+        journal.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_journal_whose_fork_step_fails_does_not_keep_the_others_on_the_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every journal is detached in the child, whatever order the hook meets
+    # them in and even when one journal's own step raises.
+    journals = [SqliteJournal(tmp_path / f"j{i}.db") for i in range(3)]
+    for journal in journals:
+        journal.reserve(["a"])
+    failing = journals[1]
+
+    def broken_step() -> None:
+        raise RuntimeError("a backend's fork step failed")
+
+    monkeypatch.setattr(failing, "_detach_after_fork", broken_step)
+    parents = [journal._conn for journal in journals]
+    parents_locks = [journal._lock for journal in journals]
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            set_aside = all(any(c is conn for c in sql_journal.inherited) for conn in parents)
+            detached = all(journal._conn is None for journal in journals)
+            fresh = all(j._lock is not old for j, old in zip(journals, parents_locks))
+            code = 0 if set_aside and detached and fresh else 1
+        except BaseException:
+            pass
+        os._exit(code)
+    assert child_exit_code(pid) == 0
+    for journal in journals:
+        journal.close()
+
+
 # Forks while another thread keeps opening, using and dropping journals:
 # before the gate about one child in four waited for good on SQLite's
 # allocator mutex, copied locked from that thread.

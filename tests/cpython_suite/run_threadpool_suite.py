@@ -15,7 +15,8 @@ untouched for everything else):
 * ``ThreadPoolMixin.executor_type`` -> ``taut.ThreadPoolExecutor``;
 * each module's ``futures`` global (``concurrent.futures``) -> a proxy module
   whose ``ThreadPoolExecutor`` is taut's, for tests that write
-  ``futures.ThreadPoolExecutor(...)`` directly;
+  ``futures.ThreadPoolExecutor(...)`` directly, and a ``ThreadPoolExecutor``
+  global imported by name -> taut's;
 * each module's ``Future`` global -> ``taut.executor.Future`` (what taut's
   ``submit`` returns), so ``FutureTests`` test taut's future; the module-level
   ready-made futures (``CANCELLED_FUTURE`` ...) stay stdlib futures, so the
@@ -48,6 +49,8 @@ import debian_suite
 PACKAGE = "test_concurrent_futures"
 # From 3.12 the tests are a package: these of its modules hold the thread
 # pool's tests, ``util`` the mixins and the ready-made futures they share.
+# What they import from the package in turn (``executor``, say) is swapped
+# too: every module of the package that is loaded.
 PACKAGE_MODULES = (
     "util",
     "test_thread_pool",
@@ -92,6 +95,8 @@ def _swap_in_taut(modules: list[types.ModuleType]) -> None:
     for module in modules:
         if "futures" in vars(module):
             module.futures = proxy  # type: ignore[attr-defined]
+        if "ThreadPoolExecutor" in vars(module):
+            module.ThreadPoolExecutor = taut.ThreadPoolExecutor  # type: ignore[attr-defined]
         if "Future" in vars(module):
             module.Future = taut.executor.Future  # type: ignore[attr-defined]
         if "ThreadPoolMixin" in vars(module):
@@ -142,6 +147,8 @@ def _check_swapped(modules: list[types.ModuleType]) -> None:
     for module in modules:
         if "futures" in vars(module):
             assert module.futures.ThreadPoolExecutor is taut.ThreadPoolExecutor, module
+        if "ThreadPoolExecutor" in vars(module):
+            assert module.ThreadPoolExecutor is taut.ThreadPoolExecutor, module
         if "Future" in vars(module):
             assert module.Future is taut.executor.Future, module
     for name, cls in _classes(modules).items():
@@ -183,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.isdir(os.path.join(suite, PACKAGE)):
         debian_suite.require(suite, os.path.join(PACKAGE, "test_thread_pool.py"))
         package = debian_suite.import_from_shim(shim, PACKAGE)
-        modules = [
-            importlib.import_module(f"{package.__name__}.{name}") for name in PACKAGE_MODULES
-        ]
+        for name in PACKAGE_MODULES:
+            importlib.import_module(f"{package.__name__}.{name}")
+        prefix = f"{package.__name__}."
+        modules = [sys.modules[name] for name in sorted(sys.modules) if name.startswith(prefix)]
     else:
         debian_suite.require(suite, f"{PACKAGE}.py")
         modules = [debian_suite.import_from_shim(shim, PACKAGE)]

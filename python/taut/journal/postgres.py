@@ -146,11 +146,13 @@ class PostgresJournal(SqlJournal):
     def _is_gone(self, conn: Any) -> bool:
         return bool(conn.closed)
 
-    def _detach_after_fork(self) -> None:
-        # The child shares the parent's socket. Freeing the inherited connection
-        # (at the child's exit, say) would send PostgreSQL a Terminate message
-        # on it and end the *parent's* session; point the child's copy of the
-        # descriptor at /dev/null first.
+    def _set_aside_inherited_connection(self) -> None:
+        # The child shares the parent's socket. psycopg does not end a session
+        # when a connection made in another process is freed, but close() on
+        # it in the child (by code that found it in `inherited`, say) would
+        # send PostgreSQL a Terminate message on that socket and end the
+        # *parent's* session: point the child's copy of the descriptor at
+        # /dev/null first.
         conn = self._conn
         if conn is not None and not conn.closed:
             try:
@@ -162,7 +164,7 @@ class PostgresJournal(SqlJournal):
                     os.close(null)
             except Exception:
                 pass
-        super()._detach_after_fork()
+        super()._set_aside_inherited_connection()
 
     def _transaction(self, action: str, body: Callable[[Any], T]) -> T:
         return self._execute(f"{action} in", body, fenced=True)

@@ -164,15 +164,20 @@ class SqlJournal:
         """Whether a kept connection can no longer be used (reconnect)."""
         return False
 
-    def _detach_after_fork(self) -> None:
+    def _set_aside_inherited_connection(self) -> None:
         """In a forked child: leave the parent's connection unused in
-        :data:`inherited` (the next call opens the child's own) and take a
-        fresh lock: one a thread of the parent held at the fork would never
-        be let go here. A backend whose connection must not even be freed in
-        the child makes it harmless first, then calls this."""
+        :data:`inherited`; the next call opens the child's own. A backend
+        whose connection must not even be closed in the child makes it
+        harmless first, then calls this."""
         if self._conn is not None:
             inherited.append(self._conn)
             self._conn = None
+
+    def _detach_after_fork(self) -> None:
+        """The fork hook's part: the connection set aside, and a fresh lock
+        (one a thread of the parent held at the fork would never be let go
+        in the child)."""
+        self._set_aside_inherited_connection()
         self._lock = self._make_lock()
 
     # -- connection ------------------------------------------------------
@@ -184,7 +189,7 @@ class SqlJournal:
             raise JournalError(f"{self._where} is closed")
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._conn = None
+            self._set_aside_inherited_connection()
         if self._conn is None or self._is_gone(self._conn):
             return self._connect()
         return self._conn
@@ -365,7 +370,12 @@ class SqlJournal:
 
 def _after_fork_in_child() -> None:
     for journal in list(_live):
-        journal._detach_after_fork()
+        try:
+            journal._detach_after_fork()
+        except Exception:
+            # One backend's failure must not leave the journals after it on
+            # the parent's connection and lock: this one gets the plain part.
+            SqlJournal._detach_after_fork(journal)
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Build the abi3 wheel once and install and smoke-test it on every CPython
+# Build the two abi3 wheels and install and smoke-test one on every CPython
 # 3.9+ interpreter found on this machine (pyenv versions and the system's);
 # then the whole suite on the oldest and the newest of them.
+#
+# PyO3 targets the stable ABI of the interpreter that builds the extension
+# (Cargo.toml): the wheel built on 3.9 (cp39-abi3) loads on every 3.9+, the
+# one built on 3.10 (cp310-abi3) has fast-call methods and is what pip picks
+# on 3.10 and later when both are offered. So 3.9 gets the first, every later
+# CPython the second, and the newest also the first (the fallback must load
+# there too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
-maturin build --release --quiet --out "$out" >/dev/null
-wheel=$(ls "$out"/taut-*-abi3-*.whl)
-echo "wheel: $(basename "$wheel")"
+build_on() {  # build_on VERSION: the wheel built by pyenv's CPython VERSION
+    local python
+    python=$(ls -d /root/.pyenv/versions/"$1".*/bin/python3 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$python" ] || { echo "no pyenv CPython $1 here to build its wheel" >&2; return 1; }
+    maturin build --release --quiet --interpreter "$python" --out "$out/$1" >/dev/null
+    ls "$out/$1"/taut-*-cp"${1/./}"-abi3-*.whl
+}
+wheel_39=$(build_on 3.9)
+wheel_310=$(build_on 3.10)
+echo "wheels: $(basename "$wheel_39"), $(basename "$wheel_310")"
 
 # The oldest and the newest CPython get the test extras too (for the whole
 # suite below); the others only the wheel.
@@ -21,6 +35,8 @@ for py in /root/.pyenv/versions/3.*/bin/python3 /usr/bin/python3.[0-9]*; do
     [ -n "$version" ] || continue
     env_dir=$(mktemp -d)
     "$py" -m venv "$env_dir" 2>/dev/null || { echo "skip $py: no venv module"; continue; }
+    wheel=$wheel_310
+    [ "$version" != 3.9 ] || wheel=$wheel_39
     if [[ " $full_suite_versions " == *" $version "* ]] && [ -z "${full_suite_python[$version]:-}" ] \
             && [[ "$py" == /root/.pyenv/* ]]; then
         "$env_dir/bin/python" -m pip install -q "$wheel[test]"
@@ -28,14 +44,23 @@ for py in /root/.pyenv/versions/3.*/bin/python3 /usr/bin/python3.[0-9]*; do
     else
         "$env_dir/bin/python" -m pip install -q "$wheel"
     fi
+    echo "--- $("$env_dir/bin/python" --version): $(basename "$wheel")"
     "$env_dir/bin/python" scripts/smoke.py
     # Programs that end with abandoned, queued or running work exit cleanly.
     # (Run before the suites below, on a quiet machine: it checks exit times.)
     "$env_dir/bin/python" tests/exit_matrix.py --runs "${TAUT_EXIT_RUNS_EACH:-3}"
     found=$((found + 1))
 done
-echo "abi3 wheel checked on $found interpreters"
+echo "abi3 wheels checked on $found interpreters"
 [ "$found" -ge 1 ]
+# The 3.9 wheel on the newest CPython: what a 3.10+ user gets where only the
+# fallback is offered.
+newest_python=$(ls -d /root/.pyenv/versions/3.*/bin/python3 | sort -V | tail -n 1)
+fallback_env=$(mktemp -d)
+"$newest_python" -m venv "$fallback_env"
+"$fallback_env/bin/python" -m pip install -q "$wheel_39"
+echo "--- $("$fallback_env/bin/python" --version): $(basename "$wheel_39")"
+"$fallback_env/bin/python" scripts/smoke.py
 
 # The whole suite on the oldest and the newest CPython, from the wheel: the
 # two run side by side (each is mostly waiting on threads, processes and

@@ -11,16 +11,11 @@
 # there too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/wheels.sh
+. scripts/wheels.sh
 out=$(mktemp -d)
-build_on() {  # build_on VERSION: the wheel built by pyenv's CPython VERSION
-    local python
-    python=$(ls -d /root/.pyenv/versions/"$1".*/bin/python3 2>/dev/null | sort -V | tail -n 1)
-    [ -n "$python" ] || { echo "no pyenv CPython $1 here to build its wheel" >&2; return 1; }
-    maturin build --release --quiet --interpreter "$python" --out "$out/$1" >/dev/null
-    ls "$out/$1"/taut-*-cp"${1/./}"-abi3-*.whl
-}
-wheel_39=$(build_on 3.9)
-wheel_310=$(build_on 3.10)
+wheel_39=$(build_wheel_on 3.9 "$out/3.9")
+wheel_310=$(build_wheel_on 3.10 "$out/3.10")
 echo "wheels: $(basename "$wheel_39"), $(basename "$wheel_310")"
 
 # The oldest and the newest CPython get the test extras too (for the whole
@@ -55,7 +50,7 @@ echo "abi3 wheels checked on $found interpreters"
 [ "$found" -ge 1 ]
 # The 3.9 wheel on the newest CPython: what a 3.10+ user gets where only the
 # fallback is offered.
-newest_python=$(ls -d /root/.pyenv/versions/3.*/bin/python3 | sort -V | tail -n 1)
+newest_python=$(pyenv_python 3)
 fallback_env=$(mktemp -d)
 "$newest_python" -m venv "$fallback_env"
 "$fallback_env/bin/python" -m pip install -q "$wheel_39"

@@ -74,8 +74,10 @@ log "building the abi3 wheel"
 rm -rf "$root/taut-wheel" "$root/taut-src"
 # The wheel CPython 3.10 and later get (scripts/check_abi3.sh): built on 3.10
 # where pyenv has one, else on maturin's choice of interpreter.
-builder=$(ls -d /root/.pyenv/versions/3.10.*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
-maturin build --release --quiet ${builder:+--interpreter "$builder"} --out "$root/taut-wheel" >/dev/null
+# shellcheck source=scripts/wheels.sh
+. scripts/wheels.sh
+build_wheel_on 3.10 "$root/taut-wheel" >/dev/null \
+    || maturin build --release --quiet --out "$root/taut-wheel" >/dev/null
 # The tests and their helpers, as committed (plus uncommitted edits).
 mkdir -p "$root/taut-src"
 git ls-files -z | xargs -0 cp --parents -t "$root/taut-src"

@@ -140,8 +140,9 @@ def check_count(
         if too_small is not None:
             # The standard library's exact message (a drop-in raises the same).
             raise ValueError(f"{name} must be {too_small}")
-        at_least = f"an integer >= {minimum}{or_none_text}"
-        raise ValueError(f"{name} must be {at_least}, got {describe(value)}")
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}{or_none_text}, got {describe(value)}"
+        )
     return min(number, MAX_COUNT)
 
 

@@ -1105,3 +1105,29 @@ def test_a_process_whose_table_we_may_not_read_is_not_read_thread_by_thread(
     monkeypatch.setattr(process.os, "listdir", listdir)
     assert process._pipe_peers({proc.stdout.fileno(): os.O_RDONLY}) == []
     assert refused == [f"/proc/{proc.pid}/fd"]
+
+
+@pytest.mark.parametrize("group", [-1, -5, 2**40])
+def test_run_process_bad_process_group_is_refused_before_anything_starts(
+    group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Popen ignores a negative process_group: the command started in the
+    # caller's group, and only then was the tree's kill refused, leaving it
+    # running with no deadline. 2**40 failed inside Popen with OverflowError.
+    started: list[object] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(ValueError, match=rf"process_group must be 0 .* got {group}"):
+        taut.run_process(["sleep", "30"], 30, process_group=group)
+    with pytest.raises(TypeError, match=r"process_group must be an int or None, got True \(bool"):
+        taut.run_process(["sleep", "30"], 30, process_group=True)
+    assert started == []
+
+
+def test_run_process_takes_any_iterable_of_arguments_and_refuses_an_empty_one() -> None:
+    # An empty generator reached Popen's IndexError: list index out of range.
+    with pytest.raises(ValueError, match=r"args must name a command, got \[\]"):
+        taut.run_process((word for word in ()), 30)
+    with pytest.raises(TypeError, match=r"args must be a command string or a sequence"):
+        taut.run_process(5, 30)
+    result = taut.run_process((word for word in ("sh", "-c", "exit 3")), 30)
+    assert result.returncode == 3

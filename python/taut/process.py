@@ -268,7 +268,17 @@ def run_process(
     killed before the exception propagates.
     """
     budget = check_timeout(timeout)
-    if isinstance(args, (str, bytes, list, tuple)) and len(args) == 0:
+    if not isinstance(args, (str, bytes, os.PathLike)):
+        # Any iterable of arguments, read once here: a generator would reach
+        # Popen's empty-command failure below unchecked.
+        try:
+            args = list(args)
+        except TypeError:
+            raise TypeError(
+                "args must be a command string or a sequence of arguments, got "
+                f"{_describe(args)}"
+            ) from None
+    if isinstance(args, (str, bytes, list)) and len(args) == 0:
         # Popen would fail deep inside: IndexError: list index out of range.
         raise ValueError(f"args must name a command, got {_describe(args)}")
     if not isinstance(check, bool):
@@ -366,6 +376,17 @@ def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:
     a group of its own, and a request to keep it in the caller's group is refused."""
     new_session = popen_kwargs.get("start_new_session")
     group = popen_kwargs.get("process_group")
+    if group is not None:
+        # Checked before anything starts: Popen ignores a negative group (the
+        # command would stay in the caller's, found only after it started)
+        # and fails deep inside on one too large for a pid.
+        if isinstance(group, bool) or not isinstance(group, int):
+            raise TypeError(f"process_group must be an int or None, got {_describe(group)}")
+        if not 0 <= group <= _PID_MAX:
+            raise ValueError(
+                f"process_group must be 0 (a group of its own) or an existing group's "
+                f"id, at most {_PID_MAX}, got {group!r}"
+            )
     if new_session is None and group is None:
         popen_kwargs["start_new_session"] = True
     elif not new_session and (group is None or group == os.getpgrp()):

@@ -83,6 +83,7 @@ struct Names {
     enter_slow: Py<PyString>,
     aenter_slow: Py<PyString>,
     exit_slow: Py<PyString>,
+    finish_exit: Py<PyString>,
     aexit_slow: Py<PyString>,
 }
 
@@ -136,6 +137,7 @@ pub fn _scope_setup(
             enter_slow: name("_enter_slow"),
             aenter_slow: name("_aenter_slow"),
             exit_slow: name("_exit"),
+            finish_exit: name("_finish_exit"),
             aexit_slow: name("_aexit_slow"),
         },
     });
@@ -720,9 +722,19 @@ impl ScopeCore {
         if Self::exit_fast(slf, s)? {
             return Ok(PyBool::new(py, false).to_owned().into_any().unbind());
         }
-        Ok(slf
-            .call_method1(s.names.exit_slow.bind(py), (exc_type, exc))?
-            .unbind())
+        let exited = slf.call_method1(s.names.exit_slow.bind(py), (exc_type, exc));
+        if exited.is_err() {
+            // Another signal handler's exception (a Ctrl-C) may have landed
+            // before `_exit`'s own guard: finish the exit from here, where no
+            // bytecode runs between tries (see `_finish_exit`). One landing
+            // in a try is dropped; the first is on its way out.
+            for _ in 0..8 {
+                if slf.call_method0(s.names.finish_exit.bind(py)).is_ok() {
+                    break;
+                }
+            }
+        }
+        Ok(exited?.unbind())
     }
 
     fn __aexit__(

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pytest
 
+import taut
 from taut import (
     DeadlineExpired,
     _core,
@@ -638,3 +639,76 @@ def test_a_report_goes_through_every_hook_the_program_chained() -> None:
     finally:
         sys.unraisablehook = outer
     assert got == [("library", "ValueError"), ("program", "ValueError")]
+
+
+def _exit_lines() -> list[tuple[str, int]]:
+    """Every line of the code an interrupt scope's exit runs, by function."""
+    from taut import _signal_interrupt
+
+    functions: list[Any] = [
+        DeadlineScope._exit,
+        DeadlineScope._exit_steps,
+        DeadlineScope._leave,
+        DeadlineScope._close,
+        DeadlineScope._restore,
+        _signal_interrupt.disarm,
+    ]
+    return [
+        (fn.__qualname__, line)
+        for fn in functions
+        for line in sorted({line for _, _, line in fn.__code__.co_lines() if line is not None})
+    ]
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="main-thread signals"
+)
+@pytest.mark.parametrize(("function", "line"), _exit_lines())
+def test_a_ctrl_c_inside_an_interrupt_scopes_exit_leaves_nothing_of_it_behind(
+    function: str, line: int
+) -> None:
+    # Another signal handler's exception (Ctrl-C) can land at any bytecode of
+    # the exit; taut's own signal waits for the exit to return, that one does
+    # not. Cut short after cancelling the deadline, the scope stayed open and
+    # armed: its interrupt later hit code outside any scope, the program's
+    # SIGURG handler was never put back, and remaining() said 0 for good.
+    from taut import _signal_interrupt
+
+    def program_handler(signum: int, frame: FrameType | None) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGURG, program_handler)
+    landed: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_qualname != function:  # type: ignore[attr-defined,unused-ignore]
+            return None
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == line and not landed:
+                landed.append(True)
+                raise KeyboardInterrupt("a Ctrl-C during the exit")
+            return local
+
+        return local
+
+    scope = move_on_after(0.05, label="short", interrupt=True)
+    try:
+        try:
+            sys.settrace(tracer)
+            with scope:
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert scope._closed
+        assert scope not in _signal_interrupt._active
+        assert taut.remaining() is None
+        assert signal.getsignal(signal.SIGURG) is program_handler
+        # Past its deadline now: nothing of it may land in unrelated code.
+        time.sleep(0.1)
+        for _ in range(1000):
+            pass
+    finally:
+        signal.signal(signal.SIGURG, previous)

@@ -120,10 +120,11 @@ def disarm(scope: _Interruptible) -> None:
     """``scope`` closed: no interrupt for it any more; the user's handler is
     back once no interrupt scope is open."""
     global _previous
-    try:
+    # Safe to run again when an exception from another signal handler (a
+    # Ctrl-C) cut it short: each step checks what is left to do, and the
+    # program's handler is forgotten only once it is back.
+    if scope in _active:
         _active.remove(scope)
-    except ValueError:
-        return
     if not _active:
         assert SIGNAL is not None
         if threading.get_ident() != threading.main_thread().ident:
@@ -132,8 +133,8 @@ def disarm(scope: _Interruptible) -> None:
             # SIGURG on to the program's handler (nothing is due), until
             # the main thread's next interrupt scope closes.
             return
-        previous, _previous = _previous, None
         if signal.getsignal(SIGNAL) is not _handler:
+            _previous = None
             return  # replaced meanwhile by the program: its handler stays
         # The scope's cancel() returned, so the timer thread's signal was
         # sent already (it is pending on this thread) or never will be. A
@@ -142,7 +143,8 @@ def disarm(scope: _Interruptible) -> None:
         # consumed by _handler here (and ignored, nothing is due), never by
         # the program's handler once it is back.
         signal.pthread_sigmask(signal.SIG_BLOCK, ())
-        signal.signal(SIGNAL, previous if previous is not None else signal.SIG_DFL)
+        signal.signal(SIGNAL, _previous if _previous is not None else signal.SIG_DFL)
+        _previous = None
 
 
 def raise_again(scope: _Interruptible) -> None:

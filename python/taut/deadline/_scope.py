@@ -223,6 +223,31 @@ class DeadlineScope(_core.ScopeCore):
 
     def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
         """What ``__exit__`` and ``__aexit__`` return (True swallows ``exc``)."""
+        try:
+            return self._exit_steps(exc_type, exc)
+        except BaseException:
+            self._finish_exit()
+            raise
+
+    def _finish_exit(self) -> None:
+        """The exit raised. Usually on purpose, with the scope closed; but an
+        exception from another signal handler (a Ctrl-C, a SIGALRM timeout)
+        can land at any bytecode of it: taut's own signal waits for this code
+        to return, theirs does not. Finish closing and restoring the context
+        then, or the deadline outlives the scope: its interrupt would hit
+        unrelated code and ``remaining()`` stay 0. Another such exception
+        landing here is dropped (the first is on its way out); a few tries
+        only, so a failure that repeats cannot keep the caller here."""
+        for _ in range(8):
+            try:
+                self._close()
+                if innermost.get() is self:
+                    self._restore()
+                return
+            except BaseException:
+                continue
+
+    def _exit_steps(self, exc_type: _ExcType, exc: _Exc) -> bool:
         if self._abandoned:
             # Closed when an outer scope was exited first; that exit raised.
             return False
@@ -311,20 +336,23 @@ class DeadlineScope(_core.ScopeCore):
             innermost.set(self._parent)
 
     def _close(self) -> bool:
-        """Disarm everything; True if the deadline expired."""
-        d = self._deadline
-        # cancel() first: after it returns no asynchronous interrupt of ours
-        # can be set any more (and the loop's wake-up for it is dropped).
-        fired = d is not None and not d.cancel()
-        expired = fired or (self._at is not None and self._clock() >= self._at)
-        self._expired = expired
-        self._closed = True
+        """Disarm everything; True if the deadline expired. Safe to run again
+        when an exception cut it short (see ``_finish_exit``)."""
+        if not self._closed:
+            d = self._deadline
+            # cancel() first: after it returns no asynchronous interrupt of
+            # ours can be set any more (and the loop's wake-up for it is
+            # dropped). Asked again after an interrupted close, cancel()
+            # finds it cancelled, which is not fired.
+            fired = d is not None and not d.cancel() and not d.cancelled
+            self._expired = fired or (self._at is not None and self._clock() >= self._at)
+            self._closed = True
         if self._interrupt:
             self._frame = None  # the frame holds this scope: no cycle left behind
             if self._signal_armed:
+                _signal_interrupt.disarm(self)  # (a second call does nothing)
                 self._signal_armed = False
-                _signal_interrupt.disarm(self)
-        return expired
+        return bool(self._expired)
 
     def _fire(self) -> None:
         """On the loop's thread: this scope's deadline has expired (called by
@@ -375,6 +403,8 @@ class DeadlineScope(_core.ScopeCore):
 _signal_interrupt.protect(
     DeadlineScope._enter_slow,
     DeadlineScope._exit,
+    DeadlineScope._exit_steps,
+    DeadlineScope._finish_exit,
     DeadlineScope._aenter_slow,
     DeadlineScope._aexit_slow,
 )

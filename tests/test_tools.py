@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -448,6 +448,113 @@ def test_run_refuses_a_hostile_batch_or_notice_callback(runners: list[ToolRunner
     ):
         runner.run(twice)
     assert ran == []  # refused before anything ran
+
+
+class _UnreadableArguments(Mapping[str, Any]):
+    """A mapping whose own code raises when it is read."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("cannot read")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["x"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("value", ["abc-123", 42, ""])
+def test_a_tool_parameter_named_call_id_gets_its_argument(
+    runners: list[ToolRunner], value: Any
+) -> None:
+    # Run as fn(**arguments): the argument call_id is the tool's, not taken as
+    # the gather handle's id (the tool failed "missing 1 required positional
+    # argument: 'call_id'", or the batch raised TypeError for a non-str value).
+    runner = make(runners, 2)
+
+    def lookup(call_id: Any, query: str = "") -> tuple[Any, str]:
+        return call_id, query
+
+    (result,) = runner.run(
+        [ToolCall("lookup", lookup, {"call_id": value, "query": "q"}, read_only=True, call_id="m1")]
+    )
+    assert (result.call_id, result.status, result.value) == ("m1", "ok", (value, "q"))
+
+
+def test_a_tool_taking_keywords_sees_every_argument(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 2)
+
+    def tool(**kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    # call_id and self were keywords of Scheduler.call itself; fn and func of
+    # the layers under it.
+    arguments = {"call_id": "X", "self": 1, "fn": 2, "func": 3, "a": 4}
+    (result,) = runner.run([ToolCall("tool", tool, arguments)])
+    assert (result.call_id, result.status, result.value) == ("call_0", "ok", arguments)
+
+
+def test_parallel_calls_may_pass_the_same_call_id_argument(runners: list[ToolRunner]) -> None:
+    # Refused as "call ids must be unique in a gather" when the argument was
+    # taken as the handle's id.
+    runner = make(runners, 2)
+    calls = [
+        ToolCall("lookup", lambda call_id: call_id, {"call_id": "same"}, read_only=True)
+        for _ in range(2)
+    ]
+    results = runner.run(calls)
+    assert [(r.call_id, r.status, r.value) for r in results] == [
+        ("call_0", "ok", "same"),
+        ("call_1", "ok", "same"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "match"),
+    [
+        (
+            {5: "x"},
+            TypeError,
+            r"^calls\[1\]\.arguments keys must be str \(the tool is called as "
+            r"fn\(\*\*arguments\)\), got 5 \(int\)$",
+        ),
+        (
+            {"h": taut.call(print)},
+            taut.GatherRejected,
+            r"^calls\[1\]\.arguments\['h'\] holds a taut handle, got <taut\.Call .*\(Call\); ",
+        ),
+        (
+            {"hs": [1, taut.call(print)]},
+            taut.GatherRejected,
+            r"^calls\[1\]\.arguments\['hs'\] holds a taut handle, got \[1, <taut\.Call ",
+        ),
+        (
+            _UnreadableArguments(),
+            TypeError,
+            r"^calls\[1\]\.arguments must be a readable mapping, got .*\(_UnreadableArguments\)$",
+        ),
+    ],
+    ids=["non-str key", "a handle", "a handle in a list", "unreadable mapping"],
+)
+def test_bad_arguments_of_a_later_call_are_refused_before_any_call_runs(
+    runners: list[ToolRunner], arguments: Any, error: type[BaseException], match: str
+) -> None:
+    # The first call (a write) ran and the batch raised at the second: the
+    # side effect happened and its result was lost.
+    runner = make(runners, 2)
+    written: list[str] = []
+
+    def write(text: str) -> str:
+        written.append(text)
+        return "saved"
+
+    calls = [
+        ToolCall("write", write, {"text": "note"}, call_id="w"),
+        ToolCall("lookup", _echo, arguments, call_id="bad"),
+    ]
+    with pytest.raises(error, match=match):
+        runner.run(calls)
+    assert written == []
 
 
 def test_public_names() -> None:

@@ -32,6 +32,7 @@ waiting for workers of the same bounded pool could wait forever.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
@@ -43,7 +44,8 @@ from taut import config as taut_config
 from taut._checks import check_count, check_timeout, describe
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
-from taut.gather import Call, Outcome, Scheduler, Submission
+from taut.gather import Call, GatherRejected, Outcome, Scheduler, Submission
+from taut.gather.handles import nested_argument
 from taut.gather.limits import check_limiter
 
 __all__ = ["FROM_CONFIG", "QueueNotice", "ToolCall", "ToolResult", "ToolRunner", "ToolStatus"]
@@ -89,8 +91,10 @@ TimeoutSetting = Union[float, None, _FromConfig]
 class ToolCall:
     """One tool call of a model's batch: ``fn(**arguments)``.
 
-    ``read_only`` calls may run in parallel with each other; others run alone.
-    ``call_id`` is the model's id for the call (results carry it back).
+    Every key of ``arguments`` reaches ``fn`` unchanged, one named ``call_id``
+    too. ``read_only`` calls may run in parallel with each other; others run
+    alone. The field ``call_id`` is the model's id for the call (results carry
+    it back), never an argument of the tool.
     """
 
     name: str
@@ -330,11 +334,16 @@ class ToolRunner:
         _check_notice_callback(on_notice)
         batch = list(calls)
         first_with_id: dict[str, int] = {}
+        # Every call's arguments are checked (and copied: what was checked is
+        # what runs) before any call runs: a bad later call must not cost the
+        # results of earlier calls that have run, side effects and all.
+        arguments: list[dict[str, Any]] = []
         for i, c in enumerate(batch):
             if not isinstance(c, ToolCall):
                 raise TypeError(
                     f"calls[{i}] must be a taut.ToolCall, got {describe(c)}"
                 )
+            arguments.append(_checked_arguments(c.arguments, f"calls[{i}].arguments"))
             if c.call_id is not None:
                 # The results carry the ids back: two alike could not be told apart.
                 first = first_with_id.setdefault(c.call_id, i)
@@ -354,7 +363,7 @@ class ToolRunner:
             limit = _earliest(configured, left, scope_remaining())
             group_ids = [ids[i] for i in group]
             for index, result in zip(
-                group, self._run_group(batch, group, group_ids, limit, notify)
+                group, self._run_group(batch, arguments, group, group_ids, limit, notify)
             ):
                 results[index] = result
         return [r for r in results if r is not None]
@@ -362,13 +371,16 @@ class ToolRunner:
     def _run_group(
         self,
         batch: Sequence[ToolCall],
+        arguments: Sequence[dict[str, Any]],
         group: Sequence[int],
         ids: Sequence[str],
         timeout: float | None,
         notify: Callable[[QueueNotice], object] | None,
     ) -> list[ToolResult]:
+        # The arguments are bound here, not passed to Scheduler.call: its own
+        # keywords (call_id) would take them, and the tool would never see them.
         handles: list[Call[Any]] = [
-            self._scheduler.call(batch[i].fn, **dict(batch[i].arguments)) for i in group
+            self._scheduler.call(functools.partial(batch[i].fn, **arguments[i])) for i in group
         ]
         waited: set[int] = set()
         began: set[int] = set()
@@ -449,6 +461,28 @@ class ToolRunner:
     def __repr__(self) -> str:
         ceiling = self._ceiling or "no ceiling"
         return f"<taut.ToolRunner tool_workers={ceiling}>"
+
+
+def _checked_arguments(arguments: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A copy of one call's arguments, refused (naming the argument and its
+    value) if they cannot be passed as ``fn(**arguments)`` or hold a taut
+    handle, which a gather refuses."""
+    try:
+        copied = dict(arguments)
+    except Exception as exc:  # the mapping's own code raised
+        raise TypeError(f"{where} must be a readable mapping, got {describe(arguments)}") from exc
+    for key, value in copied.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{where} keys must be str (the tool is called as fn(**arguments)), "
+                f"got {describe(key)}"
+            )
+        if nested_argument((), {key: value}) is not None:
+            raise GatherRejected(
+                f"{where}[{key!r}] holds a taut handle, got {describe(value)}; "
+                "gather or await the handle first and pass its value"
+            )
+    return copied
 
 
 def _result_ids(batch: Sequence[ToolCall]) -> list[str]:

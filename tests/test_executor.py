@@ -728,3 +728,19 @@ def test_resize_wakes_a_submitter_blocked_on_a_full_queue():
         assert submitted.wait(LONG)
         gate.open.set()
         t.join(LONG)
+
+
+def test_a_default_executor_shut_down_by_its_user_is_replaced_at_its_next_use() -> None:
+    # `with taut.default_executor() as ex:` shuts the shared pool down on exit;
+    # every later to_thread, bounded run and gather of the process then failed
+    # with "cannot schedule new futures after shutdown".
+    import asyncio
+
+    with taut.default_executor() as shared:
+        assert shared.submit(abs, -1).result(timeout=LONG) == 1
+    replacement = taut.default_executor()
+    assert replacement is not shared
+    assert taut.default_executor() is replacement
+    assert replacement.submit(abs, -2).result(timeout=LONG) == 2
+    assert asyncio.run(taut.to_thread(abs, -3)) == 3
+    assert taut.run_bounded_sync(lambda: 4, LONG).value == 4

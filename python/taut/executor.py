@@ -792,16 +792,25 @@ _default_lock = threading.Lock()
 
 def default_executor() -> ThreadPoolExecutor:
     """The shared process-wide pool used by taut's bounded runs and gathers
-    (context propagation on, idle workers retire after 60 s)."""
+    (context propagation on, idle workers retire after 60 s). One shut down
+    by its user (``with taut.default_executor() as ex:`` shuts it down on
+    exit) is replaced here by a fresh one: the rest of the process (its
+    ``to_thread``, bounded runs and gathers) must not lose its pool to that.
+    Not at interpreter exit, when every pool is shut down for good."""
     global _default
     executor = _default
-    if executor is None:
+    if executor is None or _replaceable(executor):
         with _default_lock:
             executor = _default
-            if executor is None:
+            if executor is None or _replaceable(executor):
                 executor = _default = ThreadPoolExecutor(
                     thread_name_prefix="taut-default",
                     idle_timeout=60.0,
                     propagate_context=True,
                 )
     return executor
+
+
+def _replaceable(executor: ThreadPoolExecutor) -> bool:
+    """Whether the default pool was shut down by its user (see default_executor)."""
+    return executor._shutdown and not _worker._interpreter_exiting

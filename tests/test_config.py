@@ -181,7 +181,7 @@ def test_bad_key_or_default_is_a_programming_error() -> None:
         resolve_timeout("", default=1)
     with pytest.raises(TypeError, match=r"default must be .* got True \(bool\)"):
         resolve_timeout(KEY, default=True)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"default must be .* got nan"):
+    with pytest.raises(ValueError, match=r"default must not be NaN, got nan"):
         resolve_timeout(KEY, default=float("nan"))
     with pytest.raises(TypeError, match="default must be"):
         resolve_timeout(KEY, default=[1])  # type: ignore[arg-type]
@@ -189,6 +189,20 @@ def test_bad_key_or_default_is_a_programming_error() -> None:
     assert resolve_timeout(KEY, default=1) == 1.0
     with pytest.raises(TypeError, match=r"got True \(bool\)"):
         resolve_timeout(KEY, default=True)  # type: ignore[arg-type]
+
+
+def test_default_goes_through_the_timeout_gate() -> None:
+    # It refused what every other timeout parameter takes (Decimal, Fraction,
+    # timedelta) and negative values, with a TypeError.
+    import datetime
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert resolve_timeout(KEY, default=Decimal("5")) == 5.0  # type: ignore[arg-type]
+    assert resolve_timeout(KEY, default=Fraction(1, 2)) == 0.5  # type: ignore[arg-type]
+    assert resolve_timeout(KEY, default=datetime.timedelta(seconds=5)) == 5.0  # type: ignore[arg-type]
+    assert resolve_timeout(KEY, default=-1) == 0.0
+    assert resolve_timeout(KEY, default=10**400) == taut.MAX_TIMEOUT
 
 
 def test_hostile_mapping_never_raises(rec: Recorder) -> None:

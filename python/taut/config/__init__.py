@@ -133,14 +133,9 @@ def tool_workers(config: ConfigArg = None) -> int:
 
 
 def _check_default(default: object) -> float | None:
-    if default is None:
-        return None
-    ok, number, _ = _check_number(default)
-    if not ok or number is None:
-        raise TypeError(
-            f"default must be a non-negative number of seconds or None, got {_describe(default)}"
-        )
-    result: float | None = clamp_timeout(number)
+    # The caller's own timeout: through the gate every timeout parameter
+    # takes (Decimal, Fraction and timedelta accepted; NaN a ValueError).
+    result: float | None = clamp_timeout(default, name="default")
     return result
 
 

@@ -431,6 +431,9 @@ def test_cost_budgets_are_hard_and_shared_with_children() -> None:
         budget.charge("usd", -1)
     with pytest.raises(TypeError, match="amount must be a number"):
         budget.charge("usd", True)  # type: ignore[arg-type]
+    # An int beyond float's range was an OverflowError from math.isfinite.
+    with pytest.raises(ValueError, match=r"amount must be a finite number >= 0, got 1000"):
+        budget.charge("usd", 10**400)
 
 
 def test_budget_cap_and_repr() -> None:

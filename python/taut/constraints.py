@@ -412,12 +412,18 @@ class Budget:
         budget); returns what remains of it (None if ``name`` has no budget)."""
         if isinstance(amount, bool) or not isinstance(amount, (int, float)):
             raise TypeError(f"amount must be a number, got {describe(amount, limit=60)}")
-        if not math.isfinite(amount) or amount < 0:
-            raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+        try:
+            spent = float(amount)
+        except OverflowError:  # an int beyond float's range (10**400)
+            spent = math.inf
+        if not math.isfinite(spent) or spent < 0:
+            raise ValueError(
+                f"amount must be a finite number >= 0, got {describe(amount, limit=60)}"
+            )
         with self._lock:
-            self._spent[name] = self._spent.get(name, 0.0) + float(amount)
+            self._spent[name] = self._spent.get(name, 0.0) + spent
         if self._parent is not None:
-            self._parent.charge(name, amount)
+            self._parent.charge(name, spent)
         return self.cost_remaining(name)
 
     def cost_remaining(self, name: str) -> float | None:

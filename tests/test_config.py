@@ -806,6 +806,39 @@ def test_an_iso_zero_disables_like_0(rec: Recorder) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("PT0.0000001S", 1e-7),
+        ("PT0.0000004S", 4e-7),
+        ("PT0.0000000001H", 3.6e-7),
+        ("P0.0000000000001W", 6.048e-8),
+        ("PT0." + "0" * 400 + "1S", math.ulp(0.0)),
+    ],
+)
+def test_a_tiny_iso_duration_never_becomes_the_0_that_disables(
+    text: str, seconds: float, rec: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ISO parser rounds to whole microseconds; a positive duration that
+    # rounds to 0 keeps its exact (tiny, positive) value, like the same number
+    # written in seconds, instead of turning the timeout off.
+    assert resolve_timeout(KEY, default=1, config=nested(text)) == pytest.approx(seconds)
+    f = write(tmp_path / "c.yaml", f"timeouts:\n  tools:\n    concurrent_batch: {text}\n")
+    got = concurrent_batch_timeout(f)
+    assert got is not None and got == pytest.approx(seconds) and got > 0
+    assert check_config_file(f) == []
+    monkeypatch.setenv(ENV, text)
+    got = resolve_timeout(KEY, default=1, env_var=ENV)
+    assert got is not None and got == pytest.approx(seconds) and got > 0
+    assert rec.messages == []
+
+
+def test_a_tiny_negative_iso_duration_is_refused_as_negative(rec: Recorder) -> None:
+    assert resolve_timeout(KEY, default=7, config=nested("-PT0.0000001S")) == 7.0
+    assert len(rec.messages) == 1 and "negative duration" in rec.messages[0]
+    assert resolve_timeout(KEY, default=1, config=nested("-PT0S")) is None  # -0 is 0
+
+
+@pytest.mark.parametrize(
     ("text", "reason"),
     [
         ("P1M", "years and months have no fixed length"),

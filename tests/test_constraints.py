@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 
 import taut
 from taut import Budget, PlanningConstraints
@@ -164,6 +172,114 @@ def test_yaml_loader_is_safe() -> None:
     with pytest.raises(Exception) as info:
         PlanningConstraints.from_yaml("timeBudget: !!python/object/apply:os.getcwd []\n")
     assert "could not determine a constructor" in str(info.value)
+
+
+# Constraints files are untrusted input, read like a taut config file. Each case
+# is refused at once; the 10 s bound only limits how long a regression (a hang
+# on a FIFO, an expanding alias) takes to fail.
+HOSTILE_BOUND = pytest.mark.timeout(10)
+
+
+@HOSTILE_BOUND
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
+@pytest.mark.parametrize("name", ["constraints.yaml", "constraints.json"])
+def test_load_refuses_a_fifo_without_blocking(tmp_path: Path, name: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)  # no writer ever opens it: reading it would block for ever
+    with pytest.raises(ValueError, match=r"FIFO \(named pipe\), not a regular file") as info:
+        PlanningConstraints.load(fifo)
+    assert str(fifo) in str(info.value)
+
+
+@HOSTILE_BOUND
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.skipif(resource is None, reason="needs the resource module (POSIX)")
+def test_load_refuses_a_device() -> None:
+    # In a child with its memory capped: reading /dev/zero without a limit
+    # cannot be interrupted and would take all the memory of the machine.
+    code = (
+        "import taut\n"
+        "try:\n"
+        "    taut.PlanningConstraints.load('/dev/zero')\n"
+        "except ValueError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+
+    def cap_memory() -> None:
+        assert resource is not None
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=9,
+        preexec_fn=cap_memory,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'/dev/zero' refused: a character device, not a regular file" in out.stdout
+
+
+@HOSTILE_BOUND
+def test_load_refuses_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a directory, not a regular file") as info:
+        PlanningConstraints.load(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+@HOSTILE_BOUND
+def test_load_refuses_files_over_one_mib(tmp_path: Path) -> None:
+    body = "timeBudget: PT1M\n"
+    at_limit = tmp_path / "limit.yaml"
+    at_limit.write_text(body + "#" * ((1 << 20) - len(body) - 1) + "\n")
+    assert at_limit.stat().st_size == 1 << 20
+    assert PlanningConstraints.load(at_limit).time_budget == timedelta(minutes=1)
+    big = tmp_path / "big.yaml"
+    big.write_text(body + "# padding\n" * (1 << 20))  # 10 MiB
+    with pytest.raises(ValueError, match="larger than 1048576 bytes") as info:
+        PlanningConstraints.load(big)
+    assert str(big) in str(info.value)
+
+
+def constraints_alias_bomb(levels: int = 8) -> str:
+    """About 400 bytes of YAML that expands to 10**levels weights if aliases expand."""
+    lines = ["weights:", "  a0: &a0 [x,x,x,x,x,x,x,x,x,x]"]
+    for i in range(1, levels):
+        lines.append(f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@HOSTILE_BOUND
+def test_yaml_aliases_are_refused(tmp_path: Path) -> None:
+    bomb = constraints_alias_bomb()
+    assert len(bomb) < 500
+    with pytest.raises(
+        ValueError, match=r"^PlanningConstraints\.from_yaml\(text\) refused: YAML aliases"
+    ):
+        PlanningConstraints.from_yaml(bomb)
+    with pytest.raises(ValueError, match="YAML aliases"):
+        PlanningConstraints.from_yaml("timeBudget: &t PT1M\nmaxAgents: *t\n")
+    f = tmp_path / "bomb.yaml"
+    f.write_text(bomb)
+    with pytest.raises(ValueError, match="YAML aliases") as info:
+        PlanningConstraints.load(f)
+    assert str(f) in str(info.value)
+    # An anchor that is never used again is fine.
+    assert PlanningConstraints.from_yaml("timeBudget: &t PT1M\n").time_budget_s == 60
+
+
+@HOSTILE_BOUND
+def test_json_nested_too_deep_is_malformed_json(tmp_path: Path) -> None:
+    for text in ("[" * 100_000, b"[" * 100_000, '{"weights": ' + "[" * 100_000):
+        with pytest.raises(json.JSONDecodeError, match="nested too deep"):
+            PlanningConstraints.from_json(text)
+    f = tmp_path / "deep.json"
+    f.write_text("[" * 100_000)
+    with pytest.raises(json.JSONDecodeError, match="nested too deep"):
+        PlanningConstraints.load(f)
+    with pytest.raises(json.JSONDecodeError):  # the other malformed cases: the same type
+        PlanningConstraints.from_json("[")
 
 
 @given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=10**6)))

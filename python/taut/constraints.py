@@ -20,8 +20,8 @@ and :meth:`Budget.constraints` gives the re-planning input: a new
 from __future__ import annotations
 
 import contextvars
-import json
 import math
+import os
 import re
 import threading
 import time
@@ -40,9 +40,9 @@ from pydantic import (
     field_validator,
 )
 
-from taut import _lazy_import
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
 from taut._guidance import planning_sentence
+from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
 from taut.deadline import DeadlineScope, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
@@ -231,25 +231,48 @@ class PlanningConstraints(BaseModel):
         return value
 
     # ------------------------------------------------------------------ loading
+    # Constraints are untrusted input like a config file, read by the same code
+    # (taut.config.files): only a regular file of at most 1 MiB (a FIFO or a
+    # device is refused without blocking), no YAML aliases, no deep nesting.
+    # What is refused raises ConfigFileRefused (a ValueError) naming the reason.
     @classmethod
     def from_json(cls, text: str | bytes) -> PlanningConstraints:
         """Parse a JSON object (camelCase or field names)."""
-        return cls.model_validate(json.loads(text))
+        return cls.model_validate(_json_loads(text))
 
     @classmethod
     def from_yaml(cls, text: str) -> PlanningConstraints:
-        """Parse a YAML mapping (safe loader; camelCase or field names)."""
-        yaml = _lazy_import.load("yaml")  # counted: fork-safe (see taut._lazy_import)
-        return cls.model_validate(yaml.safe_load(text) or {})
+        """Parse a YAML mapping (safe loader; camelCase or field names). YAML
+        aliases (``*name``) and nesting deeper than 100 levels are refused with
+        ``taut.config.files.ConfigFileRefused`` (a ``ValueError``)."""
+        return cls._from_yaml_text(
+            text, "<planning constraints>", "PlanningConstraints.from_yaml(text)"
+        )
+
+    @classmethod
+    def _from_yaml_text(cls, text: str | bytes, name: str, what: str) -> PlanningConstraints:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        try:
+            data = _yaml_document(name, text)[1]
+        except ConfigFileRefused as exc:
+            raise ConfigFileRefused(f"{what} refused: {exc}") from None
+        return cls.model_validate(data or {})
 
     @classmethod
     def load(cls, path: str | Path) -> PlanningConstraints:
-        """Read a ``.json``, ``.yaml`` or ``.yml`` file."""
-        file = Path(path)
-        text = file.read_text(encoding="utf-8")
-        if file.suffix.lower() == ".json":
+        """Read a ``.json``, ``.yaml`` or ``.yml`` file: a regular file of at most
+        1 MiB (a FIFO, device or directory is refused without blocking), no YAML
+        aliases. Refusals raise ``taut.config.files.ConfigFileRefused`` (a
+        ``ValueError``) naming the file and the reason."""
+        name = os.fspath(path)
+        try:
+            text = _read_text(name)
+        except ConfigFileRefused as exc:
+            raise ConfigFileRefused(f"planning constraints file {name!r} refused: {exc}") from None
+        if Path(name).suffix.lower() == ".json":
             return cls.from_json(text)
-        return cls.from_yaml(text)
+        return cls._from_yaml_text(text, name, f"planning constraints file {name!r}")
 
     def to_json(self) -> str:
         """JSON with camelCase names and the budget as an ISO-8601 duration."""

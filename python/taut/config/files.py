@@ -53,7 +53,8 @@ _NOCTTY = getattr(os, "O_NOCTTY", 0)
 
 
 class ConfigFileRefused(ValueError):
-    """A config file that taut will not parse: not a regular file, too large,
+    """A config file (or planning constraints, :meth:`taut.PlanningConstraints.load`
+    and ``from_yaml``) that taut will not parse: not a regular file, too large,
     YAML aliases, or nested too deep. The message says which."""
 
 
@@ -186,8 +187,9 @@ def _check_nodes(root: Any) -> None:
             # The composer hands out an anchored node again for each alias.
             mark = node.start_mark
             raise ConfigFileRefused(
-                f"YAML aliases (*name) are not allowed in a taut config file: the node "
-                f"anchored at line {mark.line + 1} is used again"
+                f"YAML aliases (*name) are not allowed in an untrusted taut file (a config "
+                f"file, planning constraints): the node anchored at line {mark.line + 1} "
+                "is used again"
             )
         seen.add(id(node))
         if depth > MAX_CONFIG_DEPTH:
@@ -215,11 +217,24 @@ def _check_depth(data: Any) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
+def _json_loads(text: str | bytes, **options: Any) -> Any:
+    """``json.loads``, with a document nested too deep for the parser's
+    recursion (``"[" * 100000``) a ``json.JSONDecodeError`` like any other
+    malformed JSON, not a ``RecursionError``."""
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError(
+            "nested too deep to parse (more levels than Python's recursion limit)", doc, 0
+        ) from None
+
+
 def _parse_text(path: str, text: str) -> Any:
     suffix = Path(path).suffix.lower()
     if suffix in (".toml", ".json"):
         if suffix == ".json":
-            data = json.loads(text, parse_float=_float_never_zeroed)
+            data = _json_loads(text, parse_float=_float_never_zeroed)
         elif sys.version_info >= (3, 11):
             tomllib = _lazy_import.load("tomllib")
             data = tomllib.loads(text, parse_float=_float_never_zeroed)

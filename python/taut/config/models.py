@@ -75,6 +75,14 @@ _ISO_SHAPE = re.compile(
     re.IGNORECASE,
 )
 
+# The same shape, by part: what a duration the parser rounds to 0 is exactly.
+_ISO_PARTS = re.compile(
+    rf"^[+-]?P(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
+    rf"(?:T(?:(?P<H>{_NUMBER})H)?(?:(?P<M>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
+    re.IGNORECASE,
+)
+_ISO_FACTORS = {"W": 604800, "D": 86400, "H": 3600, "M": 60, "S": 1}
+
 
 @functools.lru_cache(maxsize=1)
 def _timedelta_parser() -> Any:
@@ -104,9 +112,30 @@ def _iso_seconds(text: str) -> tuple[bool, float | None, str]:
                 "(a number of seconds that large is clamped instead)",
             )
         return False, None, f"{_TEXT_RULE}, got text that is not a valid ISO-8601 duration"
+    if value == timedelta(0):
+        # The parser rounds to whole microseconds: PT0.0000001S would become
+        # the 0 that disables a timeout. Read such a duration exactly instead.
+        exact = _iso_exact_seconds(stripped)
+        if exact is not None and exact != 0:
+            if stripped.startswith("-"):
+                return False, None, f"{_TEXT_RULE}, got a negative duration"
+            return True, max(float(exact), math.ulp(0.0)), ""
     if value < timedelta(0):
         return False, None, f"{_TEXT_RULE}, got a negative duration"
     return True, value.total_seconds(), ""
+
+
+def _iso_exact_seconds(text: str) -> Decimal | None:
+    """The exact (unsigned) seconds of a duration of :data:`_ISO_PARTS`' shape."""
+    match = _ISO_PARTS.match(text)
+    if match is None:
+        return None
+    total = Decimal(0)
+    for unit, factor in _ISO_FACTORS.items():
+        part = match.group(unit)
+        if part is not None:
+            total += Decimal(part.replace(",", ".")) * factor
+    return total
 
 
 def _check_number(value: object) -> tuple[bool, float | int | None, str]:

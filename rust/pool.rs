@@ -777,12 +777,25 @@ impl<J> Pool<J> {
     /// Remove a queued job (its future was cancelled). Returns the job and
     /// the position updates, or None if a worker already took it.
     pub fn remove(&self, seq: u64) -> Option<(J, Vec<(u64, usize)>)> {
+        self.take_back(seq, true)
+    }
+
+    /// `remove` for a job whose submission is refused after all (no worker
+    /// thread could start for it): it was never accepted, so it is not
+    /// counted as cancelled.
+    pub fn withdraw(&self, seq: u64) -> Option<(J, Vec<(u64, usize)>)> {
+        self.take_back(seq, false)
+    }
+
+    fn take_back(&self, seq: u64, cancelled: bool) -> Option<(J, Vec<(u64, usize)>)> {
         let mut st = self.lock();
         let index = st.queue.binary_search_by_key(&seq, |q| q.seq).ok()?;
         let queued = st.queue.remove(index)?;
         self.queued.store(st.queue.len(), Ordering::Release);
         st.tracked.remove(&seq);
-        st.stats.cancelled += 1;
+        if cancelled {
+            st.stats.cancelled += 1;
+        }
         let updates = Self::position_updates(&mut st);
         drop(st);
         self.room.notify_one();
@@ -988,6 +1001,30 @@ impl<J> Pool<J> {
         let mut st = self.lock();
         st.workers = st.workers.saturating_sub(1);
         st.starting = st.starting.saturating_sub(1);
+    }
+
+    /// A claimed worker start whose thread could not be made (`Thread.start`
+    /// raised, as it does when the process can start no more threads). Its
+    /// place goes back, as in `worker_gone`, and so do the starts still
+    /// unclaimed: each would fail the same way, and while owed they count as
+    /// workers (`stats`, and against the ceiling) and as takers on their way
+    /// (`takers_in_flight`), so idle workers would leave queued the calls they
+    /// were meant for. Parked workers are woken for the queued calls nobody is
+    /// on the way for now; the rest are taken by busy workers as they finish,
+    /// and the next submission asks for a start again if still needed.
+    pub fn start_failed(&self) {
+        let mut st = self.lock();
+        let dropped = 1 + st.unclaimed;
+        st.unclaimed = 0;
+        st.workers = st.workers.saturating_sub(dropped);
+        st.starting = st.starting.saturating_sub(dropped);
+        let mut notify = 0;
+        while st.queue.len() > st.takers_in_flight() && st.parked > st.notified {
+            st.notified += 1;
+            notify += 1;
+        }
+        drop(st);
+        self.notify_workers(notify);
     }
 
     /// Whether a submission now would be refused as full (and the pool is
@@ -2074,6 +2111,29 @@ mod tests {
         let s = pool.submit(1, false).unwrap();
         assert_eq!((s.spawn, s.unclaimed), (1, 1));
         assert!(pool.claim_start());
+        assert_eq!(job(pool.first_take(None)), Some(0));
+    }
+
+    #[test]
+    fn a_failed_start_gives_back_every_owed_start() {
+        // Thread.start failed: the starts still owed would fail alike, and
+        // while owed they count as workers and as takers on their way.
+        let pool = Pool::new(3, 0);
+        for i in 0..3 {
+            pool.submit(i, false).unwrap();
+        }
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (3, 3));
+        assert!(pool.claim_start());
+        pool.start_failed();
+        assert_eq!((pool.unclaimed(), pool.stats().workers), (0, 0));
+        // The next submission asks for threads for the calls still queued.
+        let s = pool.submit(3, false).unwrap();
+        assert_eq!((s.spawn, s.unclaimed), (3, 3));
+        // Were it refused, its job is withdrawn, not counted as cancelled.
+        assert!(pool.withdraw(s.seq).is_some());
+        assert!(pool.withdraw(s.seq).is_none());
+        assert_eq!(pool.stats().cancelled, 0);
+        claim_every_start(&pool);
         assert_eq!(job(pool.first_take(None)), Some(0));
     }
 

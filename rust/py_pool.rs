@@ -656,6 +656,18 @@ impl WorkerSlot {
         self.give_back_place()
     }
 
+    /// The thread claimed for this slot could not be made (`Thread.start`
+    /// raised an error, not an interrupt): as `give_back`, and the starts
+    /// still unclaimed are dropped too (see `Pool::start_failed`). False
+    /// (and nothing done) as for `give_back`.
+    fn start_failed(&self) -> bool {
+        let pending = self.start_pending.swap(false, Ordering::AcqRel);
+        if pending {
+            self.shared.pool.start_failed();
+        }
+        pending
+    }
+
     /// After a `False` step: wait (GIL released) for work.
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
@@ -996,13 +1008,26 @@ impl PoolCore {
     /// Remove a queued call whose future was cancelled. Returns None if a
     /// worker already took it, else `(notices, job)`: the `(tracker,
     /// position)` pairs of the calls behind it, for the caller to deliver,
-    /// and the removed call's objects, for the caller to drop.
-    fn remove(&self, py: Python<'_>, seq: u64) -> PyResult<Option<(Py<PyList>, Py<PyTuple>)>> {
+    /// and the removed call's objects, for the caller to drop. `refused`:
+    /// the call's submission is refused after all (no worker thread could
+    /// start for it), not counted as cancelled.
+    #[pyo3(signature = (seq, refused=false))]
+    fn remove(
+        &self,
+        py: Python<'_>,
+        seq: u64,
+        refused: bool,
+    ) -> PyResult<Option<(Py<PyList>, Py<PyTuple>)>> {
         let shared = &self.shared;
         if shared.orphaned.load(Ordering::Acquire) {
             return Ok(None);
         }
-        let Some((job, updates)) = shared.pool.remove(seq) else {
+        let removed = if refused {
+            shared.pool.withdraw(seq)
+        } else {
+            shared.pool.remove(seq)
+        };
+        let Some((job, updates)) = removed else {
             return Ok(None);
         };
         self.taken_out(py, seq, job, &updates).map(Some)

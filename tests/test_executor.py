@@ -529,7 +529,7 @@ def test_an_executor_made_during_interpreter_exit_refuses_work():
     assert result.stdout == "refused: cannot schedule new futures after interpreter shutdown\n"
 
 
-def test_a_worker_that_cannot_start_leaves_the_call_queued_once(monkeypatch):
+def test_a_worker_that_cannot_start_leaves_the_call_unqueued(monkeypatch):
     ex = taut.ThreadPoolExecutor(1)
 
     def cannot_start() -> None:
@@ -538,10 +538,103 @@ def test_a_worker_that_cannot_start_leaves_the_call_queued_once(monkeypatch):
     monkeypatch.setattr(ex, "_spawn", cannot_start)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         ex.submit(int)
-    # The error came after the call was queued: it is not queued again.
-    assert ex.stats().queued == 1
+    # The caller got the error: the call is taken back out of the queue
+    # (left there, it would run anyway, and a retry would run it twice).
+    assert ex.stats().queued == 0
     monkeypatch.undo()
     ex.shutdown(wait=False, cancel_futures=True)
+
+
+def test_a_failed_thread_start_refuses_the_call_and_gives_back_its_place(monkeypatch):
+    """Regression: Thread.start failing in submit ("can't start new thread")
+    left the refused call queued (it ran later: a retry ran it twice), the
+    threads never made counted as workers for good, and every later submit
+    tried to start one again, raising, though idle workers were there."""
+    real_start = threading.Thread.start
+    failing = False
+
+    def start(self: threading.Thread) -> None:
+        if failing:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ex = taut.ThreadPoolExecutor(8)
+    release = threading.Event()
+    refused: list[int] = []
+    ran: list[int] = []
+    try:
+        busy = [ex.submit(release.wait, LONG) for _ in range(2)]
+        wait_until(lambda: ex.stats().running == 2)
+        failing = True
+        for i in range(3):
+            with pytest.raises(RuntimeError, match="can't start new thread"):
+                ex.submit(refused.append, i)
+            s = ex.stats()
+            assert (s.workers, s.queued, s.cancelled) == (2, 0, 0), s
+        assert len(ex._threads) == 2
+        release.set()
+        assert all(f.result(LONG) for f in busy)
+        wait_until(lambda: ex.stats().idle == 2)
+        # Still no thread can start, but two workers are idle: they take
+        # the calls, and no submit asks for a thread.
+        for i in range(3):
+            assert ex.submit(ran.append, i).result(LONG) is None
+        assert ran == [0, 1, 2]
+        assert ex.stats().workers == len(ex._threads) == 2
+        # Threads start again: submits needing more workers get them.
+        failing = False
+        gate = threading.Event()
+        futures = [ex.submit(gate.wait, LONG) for _ in range(4)]
+        wait_until(lambda: ex.stats().running == 4)
+        assert ex.stats().workers == len(ex._threads) == 4
+        gate.set()
+        assert all(f.result(LONG) for f in futures)
+    finally:
+        failing = False
+        release.set()
+        ex.shutdown(wait=True)
+    assert refused == [], "a refused call ran"
+    assert ex.stats().workers == 0
+
+
+def test_a_failed_thread_start_drops_every_start_still_owed(monkeypatch):
+    """Regression: of several worker starts owed at once (here by a
+    resize), the ones after a failed Thread.start stayed owed: counted as
+    workers, and as on their way to the queued calls, and the next submit
+    tried (and failed) to start them though the worker was idle."""
+    real_start = threading.Thread.start
+    failing = False
+
+    def start(self: threading.Thread) -> None:
+        if failing:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ex = taut.ThreadPoolExecutor(1)
+    release = threading.Event()
+    ran: list[int] = []
+    try:
+        busy = ex.submit(release.wait, LONG)
+        wait_until(lambda: ex.stats().running == 1)
+        queued = [ex.submit(ran.append, i) for i in range(2)]  # accepted, waiting
+        failing = True
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            ex.resize(3)  # owes two starts for the two queued calls
+        assert ex.stats().workers == len(ex._threads) == 1
+        release.set()
+        assert busy.result(LONG)
+        for f in queued:  # the one worker takes them in turn
+            assert f.result(LONG) is None
+        wait_until(lambda: ex.stats().idle == 1)
+        assert ex.submit(ran.append, 2).result(LONG) is None
+        assert ran == [0, 1, 2]
+        assert ex.stats().workers == len(ex._threads) == 1
+    finally:
+        failing = False
+        release.set()
+        ex.shutdown(wait=True)
 
 
 def test_task_raising_base_exception_keeps_the_worker():

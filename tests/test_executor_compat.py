@@ -460,8 +460,9 @@ def test_a_worker_that_could_not_start_leaves_its_call_queued_for_the_next(cls):
 
 def test_workers_that_could_not_start_give_back_every_place():
     # resize() starts several workers at once: when the first cannot be
-    # made, its place is given back, and the others stay owed to the next
-    # caller, who starts them (never counted as on their way for good).
+    # made, its place is given back, and so are the others' (they would
+    # most likely fail alike, and owed they would count as workers, and as
+    # on their way to the queued calls): the next caller asks for them again.
     ex = taut.ThreadPoolExecutor(1, thread_name_prefix=_PrefixFailingOnce(0))
     gate = threading.Event()
     try:
@@ -469,8 +470,8 @@ def test_workers_that_could_not_start_give_back_every_place():
         ex._thread_name_prefix = _PrefixFailingOnce(1)  # type: ignore[assignment]
         with pytest.raises(RuntimeError, match="no thread this time"):
             ex.resize(4)
-        assert (ex.stats().workers, len(ex._threads)) == (3, 1)
-        ex.resize(3)  # the two it did not get to start now
+        assert (ex.stats().workers, len(ex._threads)) == (1, 1)
+        ex.resize(3)  # asks for two starts again, and makes them
         wait_until(lambda: ex.stats().running == 3)
         assert ex.stats().workers == len(ex._threads) == 3
         gate.set()

@@ -320,6 +320,12 @@ class WorkerSlot:
         """The thread claimed for this slot will never report in (never made,
         or its initializer failed): its place is free again (dropping such
         a slot does the same). False if the thread reported in already."""
+    def start_failed(self) -> bool:
+        """The thread for this slot could not be made (``Thread.start``
+        raised an error, not an interrupt): as :meth:`give_back`, and the
+        starts still unclaimed are dropped too (they would fail alike, and
+        while owed they count as workers and keep idle workers from the
+        queued calls). False if the thread reported in already."""
     def park(self) -> Any:
         """After a ``False`` step: wait (GIL released) for work."""
     def ok(self, value: Any) -> Any:
@@ -568,9 +574,11 @@ class PoolCore:
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""
-    def remove(self, seq: int) -> tuple[list[tuple[Any, int]], _Call] | None:
+    def remove(self, seq: int, refused: bool = False) -> tuple[list[tuple[Any, int]], _Call] | None:
         """Take a cancelled call out of the queue: ``(notices, call)`` for
-        the caller to deliver and drop; None if a worker has it."""
+        the caller to deliver and drop; None if a worker has it.
+        ``refused``: the call's submission is refused after all (no worker
+        thread could start for it), not counted as cancelled."""
     def pop_queued(self) -> tuple[list[tuple[Any, int]], _Call] | None:
         """Take the oldest queued call out by hand (``_work_queue.get()``):
         ``(notices, call)``, None if the queue is empty."""

@@ -32,7 +32,7 @@ from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
-from taut._notices import _Tracker
+from taut._notices import _deliver_notices, _Tracker
 from taut._stdlib_views import IdleSemaphore, WorkQueue
 
 __all__ = [
@@ -338,7 +338,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             else:
                 core.wait_for_room()
         if spawn:
-            self._spawn()
+            self._spawn_for(future)
         if tracker is not None and waiting_at is not None:
             tracker.wait(waiting_at)
         return future
@@ -397,7 +397,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # core's refusal.
             return self._submit(fn, args, kwargs, block=True)
         if spawn:
-            self._spawn()
+            self._spawn_for(future)
         return future
 
     def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, _T]:
@@ -511,9 +511,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             for args in arg_tuples:
                 future: Future[Any] = Future()
                 future._core = core
-                if submit(future, fn, args):
-                    self._spawn()
+                spawn = submit(future, fn, args)
+                # Listed before its worker starts: if no thread can start,
+                # it is cancelled (taken out of the queue) with the others.
                 append(future)
+                if spawn:
+                    self._spawn()
         except RuntimeError:
             for queued in futures:
                 queued.cancel()
@@ -529,6 +532,24 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         this one's, and any an interrupt kept an earlier caller from."""
         while self._start_worker():
             pass
+
+    def _spawn_for(self, future: Future[Any]) -> None:
+        """``_spawn`` for a submission whose call (``future``'s) was just
+        queued. If no thread can start ("can't start new thread") the
+        caller gets the error, so the call must not run: it is taken back
+        out of the queue. Left there (as the standard library leaves it) it
+        would run anyway, and a caller retrying would run it twice. If a
+        worker took it meanwhile, it runs: the submission stands and the
+        caller gets its future, as for any accepted call. (The failed start
+        gave its place back: see _start_worker.)"""
+        try:
+            self._spawn()
+        except Exception:
+            core = future._core
+            removed = None if core is None else core.remove(future._seq, refused=True)
+            if removed is not None:
+                _deliver_notices(removed[0])
+                raise
 
     def _start_worker(self) -> bool:
         """Claim one worker start and start its thread; False if none is
@@ -568,7 +589,19 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # in and works as usual). Should a second Ctrl-C cut this short,
             # the slot gives its place back once it is dropped.
             if slot is not None and (thread is None or not _thread_exists(thread, error)):
-                slot.give_back()
+                if isinstance(error, Exception):
+                    # Thread.start failed (no thread can start now): the
+                    # other owed starts go too. They would fail alike, and
+                    # while owed they count as workers (stats, the ceiling)
+                    # and as on their way to the queued calls, so idle
+                    # workers would leave those queued and every later
+                    # submit would try (and fail) to start them. A later
+                    # submission asks for a start again if one is needed.
+                    slot.start_failed()
+                else:
+                    # An interrupt: the start is made good by the next
+                    # submission (the owed starts stay).
+                    slot.give_back()
                 if thread is not None:
                     self._forget_thread(thread)
             raise

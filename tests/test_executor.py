@@ -837,3 +837,51 @@ def test_a_default_executor_shut_down_by_its_user_is_replaced_at_its_next_use() 
     assert replacement.submit(abs, -2).result(timeout=LONG) == 2
     assert asyncio.run(taut.to_thread(abs, -3)) == 3
     assert taut.run_bounded_sync(lambda: 4, LONG).value == 4
+
+
+@pytest.mark.parametrize("how", ["run", "to_thread", "run_in_executor"])
+def test_a_failed_thread_start_on_the_asyncio_path_refuses_the_call(monkeypatch, how):
+    """Regression: on the asyncio path (executor.run, to_thread,
+    loop.run_in_executor) a failed worker start raised to the awaiting task
+    but left its call queued: it ran later, for nobody."""
+    import asyncio
+
+    real_start = threading.Thread.start
+    failing = True
+
+    def start(self: threading.Thread) -> None:
+        if failing:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ex = taut.ThreadPoolExecutor(2)
+    ran: list[int] = []
+
+    async def call(value: int) -> None:
+        loop = asyncio.get_running_loop()
+        if how == "run":
+            await ex.run(ran.append, value)
+        elif how == "to_thread":
+            loop.set_default_executor(ex)
+            await taut.to_thread(ran.append, value)
+        else:
+            await loop.run_in_executor(ex, ran.append, value)
+
+    async def refused_then_run() -> None:
+        nonlocal failing
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            await call(1)
+        s = ex.stats()
+        assert (s.workers, s.queued, s.cancelled) == (0, 0, 0), s
+        failing = False
+        await call(2)
+
+    try:
+        # One loop: asyncio.run shuts its default executor (ex, for to_thread) down.
+        asyncio.run(refused_then_run())
+        assert ran == [2]
+    finally:
+        failing = False
+        ex.shutdown(wait=True)
+    assert ran == [2]

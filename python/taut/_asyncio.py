@@ -228,7 +228,7 @@ async def run_in(
         # Only now, the turn spent: a Ctrl-C landing before would lose it (_room).
         if turn is not None:
             turn.spent()
-        _after_queueing(executor, link, loop, spawn, owed)
+        _after_queueing(executor, link, loop, spawn, owed, seq)
     except BaseException:
         # A Ctrl-C may land once the call is queued, before its wake-up is
         # owed: nobody would hand that out (see _wake_owed_now).
@@ -242,12 +242,21 @@ async def run_in(
 
 
 def _after_queueing(
-    executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: int, owed: bool
+    executor: ThreadPoolExecutor, link: Any, loop: Any, spawn: int, owed: bool, seq: int
 ) -> None:
-    """A call is queued: start the worker threads the core asks for, and leave the
-    wake-up it owes for the end of this loop pass (see ``Pool::submit_waking``)."""
+    """A call (``seq``) is queued: start the worker threads the core asks for,
+    and leave the wake-up it owes for the end of this loop pass (see
+    ``Pool::submit_waking``). If no thread can start, the caller gets the
+    error, so the call is taken back out of the queue unless a worker took it
+    already (as ``ThreadPoolExecutor._spawn_for`` does for ``submit``)."""
     if spawn:
-        executor._spawn()
+        try:
+            executor._spawn()
+        except Exception:
+            removed = executor._core.remove(seq, refused=True)
+            if removed is not None:
+                _deliver_notices(removed[0])
+                raise
     if owed:
         link.owe(loop, executor)
 
@@ -299,15 +308,12 @@ def submit_for_run_in_executor(
         fn = contextvars.copy_context().run
     waiter = loop.create_future()
     try:
-        spawn, _, owed = executor._core.submit_async(
+        spawn, seq, owed = executor._core.submit_async(
             link.channel, waiter, fn, args, None, executor._max_queue != 0
         )
     except (QueueFull, RuntimeError):
         return None
-    if spawn:
-        executor._spawn()
-    if owed:
-        link.owe(loop, executor)
+    _after_queueing(executor, link, loop, spawn, owed, seq)
     return waiter
 
 
@@ -579,7 +585,7 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
                 pass  # run_in waits for room, or raises the right error
             else:
                 queued = True
-                _after_queueing(executor, link, loop, spawn, owed)
+                _after_queueing(executor, link, loop, spawn, owed, seq)
         except BaseException:
             _wake_owed_now(executor)
             raise

@@ -545,20 +545,28 @@ def test_a_worker_that_cannot_start_leaves_the_call_unqueued(monkeypatch):
     ex.shutdown(wait=False, cancel_futures=True)
 
 
+class _ThreadStarts:
+    """``threading.Thread.start`` patched to fail as it does when no thread
+    can start ("can't start new thread") while ``failing`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, failing: bool) -> None:
+        self.failing = failing
+        real_start = threading.Thread.start
+
+        def start(thread: threading.Thread) -> None:
+            if self.failing:
+                raise RuntimeError("can't start new thread")
+            real_start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+
+
 def test_a_failed_thread_start_refuses_the_call_and_gives_back_its_place(monkeypatch):
     """Regression: Thread.start failing in submit ("can't start new thread")
     left the refused call queued (it ran later: a retry ran it twice), the
     threads never made counted as workers for good, and every later submit
     tried to start one again, raising, though idle workers were there."""
-    real_start = threading.Thread.start
-    failing = False
-
-    def start(self: threading.Thread) -> None:
-        if failing:
-            raise RuntimeError("can't start new thread")
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
+    starts = _ThreadStarts(monkeypatch, failing=False)
     ex = taut.ThreadPoolExecutor(8)
     release = threading.Event()
     refused: list[int] = []
@@ -566,7 +574,7 @@ def test_a_failed_thread_start_refuses_the_call_and_gives_back_its_place(monkeyp
     try:
         busy = [ex.submit(release.wait, LONG) for _ in range(2)]
         wait_until(lambda: ex.stats().running == 2)
-        failing = True
+        starts.failing = True
         for i in range(3):
             with pytest.raises(RuntimeError, match="can't start new thread"):
                 ex.submit(refused.append, i)
@@ -583,7 +591,7 @@ def test_a_failed_thread_start_refuses_the_call_and_gives_back_its_place(monkeyp
         assert ran == [0, 1, 2]
         assert ex.stats().workers == len(ex._threads) == 2
         # Threads start again: submits needing more workers get them.
-        failing = False
+        starts.failing = False
         gate = threading.Event()
         futures = [ex.submit(gate.wait, LONG) for _ in range(4)]
         wait_until(lambda: ex.stats().running == 4)
@@ -591,7 +599,7 @@ def test_a_failed_thread_start_refuses_the_call_and_gives_back_its_place(monkeyp
         gate.set()
         assert all(f.result(LONG) for f in futures)
     finally:
-        failing = False
+        starts.failing = False
         release.set()
         ex.shutdown(wait=True)
     assert refused == [], "a refused call ran"
@@ -603,15 +611,7 @@ def test_a_failed_thread_start_drops_every_start_still_owed(monkeypatch):
     resize), the ones after a failed Thread.start stayed owed: counted as
     workers, and as on their way to the queued calls, and the next submit
     tried (and failed) to start them though the worker was idle."""
-    real_start = threading.Thread.start
-    failing = False
-
-    def start(self: threading.Thread) -> None:
-        if failing:
-            raise RuntimeError("can't start new thread")
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
+    starts = _ThreadStarts(monkeypatch, failing=False)
     ex = taut.ThreadPoolExecutor(1)
     release = threading.Event()
     ran: list[int] = []
@@ -619,7 +619,7 @@ def test_a_failed_thread_start_drops_every_start_still_owed(monkeypatch):
         busy = ex.submit(release.wait, LONG)
         wait_until(lambda: ex.stats().running == 1)
         queued = [ex.submit(ran.append, i) for i in range(2)]  # accepted, waiting
-        failing = True
+        starts.failing = True
         with pytest.raises(RuntimeError, match="can't start new thread"):
             ex.resize(3)  # owes two starts for the two queued calls
         assert ex.stats().workers == len(ex._threads) == 1
@@ -632,7 +632,7 @@ def test_a_failed_thread_start_drops_every_start_still_owed(monkeypatch):
         assert ran == [0, 1, 2]
         assert ex.stats().workers == len(ex._threads) == 1
     finally:
-        failing = False
+        starts.failing = False
         release.set()
         ex.shutdown(wait=True)
 
@@ -846,15 +846,7 @@ def test_a_failed_thread_start_on_the_asyncio_path_refuses_the_call(monkeypatch,
     but left its call queued: it ran later, for nobody."""
     import asyncio
 
-    real_start = threading.Thread.start
-    failing = True
-
-    def start(self: threading.Thread) -> None:
-        if failing:
-            raise RuntimeError("can't start new thread")
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
+    starts = _ThreadStarts(monkeypatch, failing=True)
     ex = taut.ThreadPoolExecutor(2)
     ran: list[int] = []
 
@@ -869,12 +861,11 @@ def test_a_failed_thread_start_on_the_asyncio_path_refuses_the_call(monkeypatch,
             await loop.run_in_executor(ex, ran.append, value)
 
     async def refused_then_run() -> None:
-        nonlocal failing
         with pytest.raises(RuntimeError, match="can't start new thread"):
             await call(1)
         s = ex.stats()
         assert (s.workers, s.queued, s.cancelled) == (0, 0, 0), s
-        failing = False
+        starts.failing = False
         await call(2)
 
     try:
@@ -882,6 +873,6 @@ def test_a_failed_thread_start_on_the_asyncio_path_refuses_the_call(monkeypatch,
         asyncio.run(refused_then_run())
         assert ran == [2]
     finally:
-        failing = False
+        starts.failing = False
         ex.shutdown(wait=True)
     assert ran == [2]

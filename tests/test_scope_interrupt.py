@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dis
 import os
 import select
 import signal
@@ -641,8 +642,8 @@ def test_a_report_goes_through_every_hook_the_program_chained() -> None:
     assert got == [("library", "ValueError"), ("program", "ValueError")]
 
 
-def _exit_lines() -> list[tuple[str, int]]:
-    """Every line of the code an interrupt scope's exit runs, by function."""
+def _exit_functions() -> dict[str, Any]:
+    """The code an interrupt scope's exit runs, by name."""
     from taut import _signal_interrupt
 
     functions: list[Any] = [
@@ -653,10 +654,15 @@ def _exit_lines() -> list[tuple[str, int]]:
         DeadlineScope._restore,
         _signal_interrupt.disarm,
     ]
+    return {fn.__qualname__: fn.__code__ for fn in functions}
+
+
+def _exit_lines() -> list[tuple[str, int]]:
+    """Every line of the code an interrupt scope's exit runs, by function."""
     return [
-        (fn.__qualname__, line)
-        for fn in functions
-        for line in sorted({line for _, _, line in fn.__code__.co_lines() if line is not None})
+        (name, line)
+        for name, code in _exit_functions().items()
+        for line in sorted({line for _, line in dis.findlinestarts(code) if line is not None})
     ]
 
 
@@ -680,8 +686,10 @@ def test_a_ctrl_c_inside_an_interrupt_scopes_exit_leaves_nothing_of_it_behind(
     previous = signal.signal(signal.SIGURG, program_handler)
     landed: list[bool] = []
 
+    code = _exit_functions()[function]
+
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code.co_qualname != function:  # type: ignore[attr-defined,unused-ignore]
+        if frame.f_code is not code:
             return None
 
         def local(frame: FrameType, event: str, arg: object) -> Any:

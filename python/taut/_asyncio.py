@@ -250,13 +250,7 @@ def _after_queueing(
     error, so the call is taken back out of the queue unless a worker took it
     already (as ``ThreadPoolExecutor._spawn_for`` does for ``submit``)."""
     if spawn:
-        try:
-            executor._spawn()
-        except Exception:
-            removed = executor._core.remove(seq, refused=True)
-            if removed is not None:
-                _deliver_notices(removed[0])
-                raise
+        executor._spawn_or_take_back(seq)
     if owed:
         link.owe(loop, executor)
 

@@ -542,11 +542,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         worker took it meanwhile, it runs: the submission stands and the
         caller gets its future, as for any accepted call. (The failed start
         gave its place back: see _start_worker.)"""
+        self._spawn_or_take_back(future._seq)
+
+    def _spawn_or_take_back(self, seq: int) -> None:
+        """``_spawn_for`` by the call's sequence number (the asyncio path's
+        calls have no concurrent future)."""
         try:
             self._spawn()
         except Exception:
-            core = future._core
-            removed = None if core is None else core.remove(future._seq, refused=True)
+            removed = self._core.remove(seq, refused=True)
             if removed is not None:
                 _deliver_notices(removed[0])
                 raise

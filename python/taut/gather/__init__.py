@@ -27,6 +27,12 @@ Semantics, in the order a gather applies them:
   ``KeyboardInterrupt``, ``SystemExit``) propagate out of the gather, after the
   rest of the batch has been fenced and cancelled, and are never cached; calls
   that had already finished keep their outcome, on the handle and in the journal.
+* **A journal that fails to record an outcome** (a value its codec cannot
+  store, a file locked by another process, a lease taken over) stops the
+  batch from starting more calls; the calls already running are still
+  settled and recorded, then the first failure is raised. Outcomes stay
+  cached on their handles: gathering the same handles again once the journal
+  works writes them without running the calls again.
 * **At the deadline** calls that finished keep their outcome, calls that
   started become ``timeout`` (cancelled where the executor can: a taut
   executor abandons the worker, so a replacement may start, and with
@@ -307,6 +313,7 @@ class Scheduler:
                 got.release_all()
                 raise
             got.finish(e, outcome)
+            got.raise_journal_failure()
             return outcome.unwrap()
 
     async def _await_async(self, handle: Call[Any]) -> Any:
@@ -343,6 +350,7 @@ class Scheduler:
                 got.release_all()
                 raise
             got.finish(e, outcome)
+            got.raise_journal_failure()
             return outcome.unwrap()
 
 

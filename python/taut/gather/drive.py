@@ -77,9 +77,16 @@ def steps(
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
     try:
-        while queue or in_flight:
+        # After a journal failure nothing more starts (its outcome could not
+        # be recorded either); what is running is still settled and recorded.
+        while (queue and run.journal_failure is None) or in_flight:
             short_of_slots = False
-            while queue and len(in_flight) < limit and not _past_deadline(run):
+            while (
+                queue
+                and len(in_flight) < limit
+                and run.journal_failure is None
+                and not _past_deadline(run)
+            ):
                 e = queue[0]
                 slots = run.slots
                 if slots is not None and under_held_slot is not None and under_held_slot(e):
@@ -148,6 +155,9 @@ def steps(
             for key in done:
                 run.settle(in_flight.pop(key))
         else:
+            # The calls never started go cold again (release_all in abort):
+            # a later gather of the same handles runs them.
+            run.raise_journal_failure()
             return
         # Fence first: a worker that picks a queued call up from now on
         # finds the fence and returns without running it.
@@ -157,6 +167,7 @@ def steps(
             run.expire(e, now)
         for e in queue:
             run.finish(e, Outcome(e.call_id, "not_started"))
+        run.raise_journal_failure()
     except BaseException:
         run.abort([*in_flight.values(), *queue])
         raise

@@ -132,6 +132,10 @@ class Run:
         ]
         self.deadline: float | None = None
         self.executor_was_open = True
+        # The first failure to record an outcome (see finish): it stops the
+        # batch from starting more calls and is raised once the calls already
+        # running are settled.
+        self.journal_failure: Exception | None = None
 
     # -- claim / reserve -------------------------------------------------
 
@@ -234,6 +238,17 @@ class Run:
     # -- settling --------------------------------------------------------
 
     def finish(self, e: Entry, outcome: Outcome, *, journal: bool = True) -> None:
+        """Settle ``e``: its outcome, its handle and its journal slot.
+
+        A journal that fails to record the outcome (a value its codec cannot
+        store, a locked or vanished file, a lease taken over) does not raise
+        here: raising would abort the batch and cut loose the calls still
+        running, whose side effects would then happen unrecorded and run again
+        on every resume. The failure is kept (:attr:`journal_failure`); the
+        batch starts nothing more, settles and records what is running, then
+        raises it (:meth:`raise_journal_failure`). The outcome stays cached on
+        the handle, so gathering the same handles again once the journal works
+        writes it without running the call again."""
         e.outcome = outcome
         if e.give_back_slot is not None:
             e.give_back_slot()  # a call cut loose at the deadline may still run
@@ -243,7 +258,17 @@ class Run:
             e.claimed = False
             e.handle._release(outcome)
         if journal:
-            self.journal_write(e, outcome)
+            try:
+                self.journal_write(e, outcome)
+            except Exception as exc:
+                if self.journal_failure is None:
+                    self.journal_failure = exc
+
+    def raise_journal_failure(self) -> None:
+        """Raise the first failure to record an outcome, if there was one."""
+        failure = self.journal_failure
+        if failure is not None:
+            raise failure
 
     def outcome_from(
         self, e: Entry, captured: Captured | None, exc: BaseException | None

@@ -1,0 +1,208 @@
+"""A journal that fails to record an outcome in the middle of a batch.
+
+Whatever the cause (a value the codec cannot store, a file locked by another
+process, a lease taken over), the calls already running must still be settled
+and recorded: cut loose, their side effects would happen unrecorded and run
+again on every resume. Nothing new starts after the failure, and the failure
+reaches the caller once the batch is settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _waiting import LONG
+
+import taut
+from taut.journal import JournalError
+
+
+@pytest.fixture
+def pool() -> Iterator[taut.ThreadPoolExecutor]:
+    with taut.ThreadPoolExecutor(4) as ex:
+        yield ex
+
+
+class WatchedJournal(taut.SqliteJournal):
+    """A SQLite journal that tells when a write of an outcome has failed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failed = threading.Event()
+
+    def complete(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().complete(*args, **kwargs)
+        except BaseException:
+            self.failed.set()
+            raise
+
+
+class Batch:
+    """Four calls: one returns at once, one returns a value no pickle journal
+    can store, one is still running when that value fails to be recorded,
+    and one waits in the queue (``max_parallel=3``) behind them."""
+
+    def __init__(self, journal: WatchedJournal, storable: bool) -> None:
+        self.journal = journal
+        self.storable = storable
+        self.runs: list[str] = []
+
+    def quick(self) -> str:
+        self.runs.append("quick")
+        return "quick"
+
+    def odd_value(self) -> Any:
+        self.runs.append("odd_value")
+        return "fixed" if self.storable else threading.Lock()
+
+    def slow(self) -> str:
+        self.runs.append("slow")
+        # Still running when the batch fails to record odd_value's outcome
+        # (on its first attempt; later ones have nothing to wait for).
+        if not self.storable:
+            self.journal.failed.wait(LONG)
+            time.sleep(0.1)  # so that a batch that gave up on it has done so
+        return "slow"
+
+    def queued(self) -> str:
+        self.runs.append("queued")
+        return "queued"
+
+    def handles(self) -> list[taut.Call[Any]]:
+        return [
+            taut.call(self.quick, call_id="quick"),
+            taut.call(self.odd_value, call_id="odd_value"),
+            taut.call(self.slow, call_id="slow"),
+            taut.call(self.queued, call_id="queued"),
+        ]
+
+
+def _gather(asynchronous: bool, handles: list[Any], **kwargs: Any) -> list[taut.Outcome]:
+    if asynchronous:
+
+        async def main() -> list[taut.Outcome]:
+            return await taut.agather(handles, **kwargs)
+
+        return asyncio.run(main())
+    return taut.gather(handles, **kwargs)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["gather", "agather"])
+def test_a_value_the_journal_cannot_store_loses_no_call_still_running(
+    tmp_path: Path, pool: Any, asynchronous: bool
+) -> None:
+    path = tmp_path / "j.db"
+    first = Batch(WatchedJournal(path, run="r", codec="pickle"), storable=False)
+    handles = first.handles()
+    with pytest.raises(JournalError, match="odd_value"):
+        _gather(
+            asynchronous,
+            handles,
+            executor=pool,
+            journal=first.journal,
+            max_parallel=3,
+            timeout=LONG,
+        )
+    # slow finished after the failure, and was recorded; queued never started.
+    assert sorted(first.runs) == ["odd_value", "quick", "slow"]
+    assert first.journal.records() == [
+        (0, "quick", "ok"),
+        (1, "odd_value", "pending"),
+        (2, "slow", "ok"),
+        (3, "queued", "pending"),
+    ]
+    assert [h.done() for h in handles] == [True, True, True, False]
+    first.journal.close()
+
+    # The program, fixed, runs again: what was recorded replays.
+    second = Batch(WatchedJournal(path, run="r", codec="pickle"), storable=True)
+    outs = _gather(asynchronous, second.handles(), executor=pool, journal=second.journal)
+    assert [o.value for o in outs] == ["quick", "fixed", "slow", "queued"]
+    assert [o.replayed for o in outs] == [True, False, True, False]
+    assert sorted(second.runs) == ["odd_value", "queued"]
+    second.journal.close()
+
+
+def test_a_locked_journal_raises_once_the_batch_is_settled_and_a_retry_records_it(
+    tmp_path: Path, pool: Any
+) -> None:
+    # Another process (here: another connection) holds the file locked while
+    # the calls finish: no outcome can be written. Gathering the same handles
+    # again once the lock is gone records them without running them again.
+    path = tmp_path / "j.db"
+    journal = WatchedJournal(path, run="r", timeout=0.05)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    locked = threading.Event()
+    runs: list[str] = []
+
+    def lock_the_file() -> str:
+        runs.append("locker")
+        holder.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        return "locked"
+
+    def after_the_lock() -> str:
+        locked.wait(LONG)
+        journal.failed.wait(LONG)  # still running when locker's outcome fails to be written
+        time.sleep(0.1)  # so that a batch that gave up on it has done so
+        runs.append("after")
+        return "after"
+
+    handles = [
+        taut.call(lock_the_file, call_id="locker"),
+        taut.call(after_the_lock, call_id="after"),
+    ]
+    try:
+        with pytest.raises(JournalError, match="locked"):
+            taut.gather(handles, executor=pool, journal=journal)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert runs == ["locker", "after"]
+    assert all(h.done() for h in handles)
+    journal.close()
+
+    retry = taut.SqliteJournal(path, run="r")
+    outs = taut.gather(handles, executor=pool, journal=retry)
+    assert [o.value for o in outs] == ["locked", "after"]
+    assert runs == ["locker", "after"]
+    assert retry.records() == [(0, "locker", "ok"), (1, "after", "ok")]
+    retry.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["result", "await"])
+def test_a_single_await_still_reports_the_journal_failure(asynchronous: bool) -> None:
+    class Refusing(taut.InMemoryJournal):
+        def complete(self, *args: Any, **kwargs: Any) -> None:
+            raise OSError("disk full")
+
+    ran: list[int] = []
+
+    def tool() -> str:
+        ran.append(1)
+        return "v"
+
+    handle = taut.Scheduler(journal=Refusing()).call(tool)
+
+    def once() -> Any:
+        if asynchronous:
+
+            async def main() -> Any:
+                return await handle
+
+            return asyncio.run(main())
+        return handle.result()
+
+    with pytest.raises(OSError, match="disk full"):
+        once()
+    assert ran == [1]
+    assert once() == "v"  # cached on the handle: not run again
+    assert ran == [1]

@@ -326,6 +326,32 @@ def test_a_file_value_below_the_float_range_is_expired_not_disabled(
     assert resolve_timeout(KEY, default=1, config=str(zero)) is None
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("c.yaml", "timeouts:\n  tools:\n    concurrent_batch: {v}\n"),
+        ("c.toml", "[timeouts.tools]\nconcurrent_batch = {v}\n"),
+        ("c.json", '{{"timeouts": {{"tools": {{"concurrent_batch": {v}}}}}}}'),
+    ],
+)
+def test_a_file_value_above_the_float_range_clamps_like_the_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rec: Recorder, name: str, text: str
+) -> None:
+    """A parser turns 1.0e400 into inf, which means no timeout at all; the
+    same text in the environment is a huge finite number, clamped."""
+    huge = write(tmp_path / name, text.format(v="1e400"))
+    assert resolve_timeout(KEY, default=1, config=str(huge)) == _max()
+    monkeypatch.setenv(ENV, "1e400")
+    assert resolve_timeout(KEY, default=1, env_var=ENV) == _max()
+    negative = write(tmp_path / ("neg-" + name), text.format(v="-1e400"))
+    assert resolve_timeout(KEY, default=1, config=str(negative)) == 1.0
+    assert len(rec.messages) == 1 and "negative" in rec.messages[0]
+    infinite = "inf" if name != "c.yaml" else ".inf"
+    if name != "c.json":  # JSON has no infinity (Python's reader takes Infinity)
+        endless = write(tmp_path / ("inf-" + name), text.format(v=infinite))
+        assert resolve_timeout(KEY, default=1, config=str(endless)) is None
+
+
 def test_yaml_is_loaded_safely(tmp_path: Path, rec: Recorder) -> None:
     evil = write(
         tmp_path / "evil.yaml",

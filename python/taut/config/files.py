@@ -122,12 +122,19 @@ def _yaml_loader() -> type[Any]:
     return loader
 
 
-def _float_never_zeroed(text: str) -> float:
-    """A float written in a config file. One too small for a float (``1e-400``)
-    becomes the smallest float of its sign, not 0, which would disable a
-    timeout (or turn a negative, refused value into an accepted one)."""
+def _config_float(text: str) -> float:
+    """A float written in a config file, meaning what the same text means in
+    the environment (taut.config.models._parse_env). One too small for a
+    float (``1e-400``) becomes the smallest float of its sign, not 0, which
+    would disable a timeout (or turn a negative, refused value into an
+    accepted one). One too large (``1e400``) becomes the largest finite
+    float of its sign, clamped later like any huge timeout, not the infinity
+    that means no timeout at all: only an infinity written as one does."""
     value = float(text)
-    mantissa = text.lower().split("e")[0]
+    lowered = text.lower()
+    if math.isinf(value) and "inf" not in lowered:
+        return math.copysign(sys.float_info.max, value)
+    mantissa = lowered.split("e")[0]
     if value == 0 and any(digit in mantissa for digit in "123456789"):
         return math.copysign(math.ulp(0.0), value)
     return value
@@ -141,8 +148,9 @@ _EXPONENT_WITHOUT_DOT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 def _yaml_float(loader: Any, node: Any) -> float:
     value: float = type(loader).construct_yaml_float(loader, node)
-    if value == 0:
-        return _float_never_zeroed(str(node.value).replace("_", ""))
+    if value == 0 or math.isinf(value):
+        text = str(node.value).replace("_", "")
+        return value if "inf" in text.lower() else _config_float(text)  # YAML writes .inf
     return value
 
 
@@ -234,13 +242,13 @@ def _parse_text(path: str, text: str) -> Any:
     suffix = Path(path).suffix.lower()
     if suffix in (".toml", ".json"):
         if suffix == ".json":
-            data = _json_loads(text, parse_float=_float_never_zeroed)
+            data = _json_loads(text, parse_float=_config_float)
         elif sys.version_info >= (3, 11):
             tomllib = _lazy_import.load("tomllib")
-            data = tomllib.loads(text, parse_float=_float_never_zeroed)
+            data = tomllib.loads(text, parse_float=_config_float)
         else:  # pragma: no cover - exercised on 3.9/3.10 only
             tomli = _lazy_import.load("tomli")
-            data = tomli.loads(text, parse_float=_float_never_zeroed)
+            data = tomli.loads(text, parse_float=_config_float)
         _check_depth(data)
         return data
     # YAML is a superset of JSON, so unknown suffixes are read as YAML.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -108,6 +109,44 @@ def test_complete_validation(store: Store) -> None:
         journal.reserve("abc")
     with pytest.raises(TypeError, match="call_ids must be strings"):
         journal.reserve([1])
+
+
+@pytest.mark.parametrize(
+    ("position", "error", "shown"),
+    [
+        # Before: OverflowError from sqlite3 ("too large to convert to SQLite
+        # INTEGER"); on PostgreSQL and in memory a JournalError "not reserved".
+        (2**63, ValueError, "9223372036854775808 (int)"),
+        (2**64, ValueError, "18446744073709551616 (int)"),
+        (-1, ValueError, "-1 (int)"),
+        (-(2**63) - 1, ValueError, "-9223372036854775809 (int)"),
+        # Before: SQLite took True as slot 1 and 0.0 as slot 0; PostgreSQL
+        # failed inside the server ("operator does not exist: bigint = boolean").
+        (True, TypeError, "True (bool)"),
+        (0.0, TypeError, "0.0 (float)"),
+        ("x", TypeError, "'x' (str)"),
+        (None, TypeError, "None (NoneType)"),
+    ],
+)
+def test_complete_checks_the_position_naming_it(
+    store: Store, position: Any, error: type, shown: str
+) -> None:
+    journal = store.open()
+    journal.reserve(["a", "b"])
+    with pytest.raises(error, match=r"^position must be an integer .*got " + re.escape(shown)):
+        journal.complete(position, "a", "ok", 1, None)
+    assert journal.records() == [(0, "a", "pending"), (1, "b", "pending")]
+
+
+@pytest.mark.parametrize("call_id", [None, 0, b"a"])
+def test_complete_checks_the_call_id_naming_it(store: Store, call_id: Any) -> None:
+    journal = store.open()
+    journal.reserve(["a"])
+    # Before: JournalError "position 0 ... is not reserved for call None".
+    with pytest.raises(
+        TypeError, match=r"^call_id must be a string, got " + re.escape(repr(call_id))
+    ):
+        journal.complete(0, call_id, "ok", 1, None)
 
 
 def test_clear_and_closed(store: Store) -> None:

@@ -6,22 +6,30 @@ See :mod:`taut.journal` for the semantics every journal shares.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Optional, Protocol, runtime_checkable
+
+from taut._checks import describe
 
 __all__ = [
     "TERMINAL_STATUSES",
     "Journal",
     "JournalRecord",
     "Reservation",
+    "check_call_id",
+    "check_complete",
     "check_ids",
-    "check_outcome",
+    "check_position",
     "check_run",
     "plan_reserve",
 ]
 
 TERMINAL_STATUSES = frozenset({"ok", "error", "timeout"})
 PENDING = "pending"
+# Slots are stored as 64-bit signed integers (SQLite INTEGER, PostgreSQL
+# bigint); no cursor gets near this, so a larger position is a caller's bug.
+MAX_POSITION = 2**63 - 1
 
 
 class JournalRecord(NamedTuple):
@@ -97,14 +105,45 @@ def check_run(run: object) -> str:
     return run
 
 
-def check_outcome(status: str, error: BaseException | None) -> None:
-    if status not in TERMINAL_STATUSES:
+def check_call_id(call_id: object) -> str:
+    if not isinstance(call_id, str):
+        raise TypeError(f"call_id must be a string, got {describe(call_id)}")
+    return call_id
+
+
+def check_position(position: object) -> int:
+    """A slot position as :meth:`Journal.complete` takes it: an integer
+    (never a bool or float, which a database would quietly compare as a slot)
+    that a slot can have."""
+    if isinstance(position, bool) or not hasattr(type(position), "__index__"):
+        raise TypeError(f"position must be an integer (a reserved slot), got {describe(position)}")
+    try:
+        number = operator.index(position)  # type: ignore[arg-type]
+    except Exception as exc:  # the value's own __index__ failed
+        raise TypeError(
+            f"position must be an integer (a reserved slot), got {describe(position)}"
+        ) from exc
+    if not 0 <= number <= MAX_POSITION:
+        raise ValueError(
+            f"position must be an integer from 0 to 2**63 - 1 (a reserved slot), "
+            f"got {describe(position)}"
+        )
+    return int(number)
+
+
+def check_complete(
+    position: object, call_id: object, status: str, error: BaseException | None
+) -> tuple[int, str]:
+    """The arguments of :meth:`Journal.complete`, checked before anything is
+    written: the position and call id as the journal stores them."""
+    if not isinstance(status, str) or status not in TERMINAL_STATUSES:
         raise ValueError(
             f"status must be one of 'ok', 'error', 'timeout' (not_started and cancelled "
             f"are never journaled), got {status!r}"
         )
     if error is not None and not isinstance(error, BaseException):
         raise TypeError(f"error must be an exception or None, got {type(error).__name__}")
+    return check_position(position), check_call_id(call_id)
 
 
 # ----------------------------------------------------------- reserving over stored slots

@@ -13,8 +13,8 @@ from taut.journal.base import (
     PENDING,
     JournalRecord,
     Reservation,
+    check_complete,
     check_ids,
-    check_outcome,
     plan_reserve,
 )
 from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
@@ -137,7 +137,7 @@ class InMemoryJournal:
     def complete(
         self, position: int, call_id: str, status: str, value: object, error: BaseException | None
     ) -> None:
-        check_outcome(status, error)
+        position, call_id = check_complete(position, call_id, status, error)
         run = self._run
         with run.lock:
             self._fence()

@@ -24,8 +24,8 @@ from taut.journal.base import (
     PENDING,
     JournalRecord,
     Reservation,
+    check_complete,
     check_ids,
-    check_outcome,
     check_run,
     plan_reserve,
 )
@@ -309,7 +309,7 @@ class SqlJournal:
     def complete(
         self, position: int, call_id: str, status: str, value: object, error: BaseException | None
     ) -> None:
-        check_outcome(status, error)
+        position, call_id = check_complete(position, call_id, status, error)
         run = self._run
         outcome = {
             "status": status,

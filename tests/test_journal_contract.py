@@ -149,6 +149,52 @@ def test_complete_checks_the_call_id_naming_it(store: Store, call_id: Any) -> No
         journal.complete(0, call_id, "ok", 1, None)
 
 
+@pytest.mark.parametrize(
+    ("call_id", "why"),
+    [
+        # Before: UnicodeEncodeError from sqlite3 and psycopg (in memory: accepted).
+        ("tool-\udc80", r"'\\udc80' at index 5 is a lone surrogate"),
+        ("\ud800", r"'\\ud800' at index 0 is a lone surrogate"),
+        # Before: PostgreSQL's own error, while SQLite and memory accepted it.
+        ("a\x00b", r"NUL \('\\x00'\) at index 1"),
+    ],
+)
+def test_call_ids_a_journal_cannot_store_are_refused_up_front(
+    store: Store, call_id: str, why: str
+) -> None:
+    journal = store.open()
+    journal.reserve(["first"])
+    with pytest.raises(ValueError, match=r"^call id " + re.escape(repr(call_id)) + ".*" + why):
+        journal.reserve(["ok", call_id])
+    assert journal.cursor == 1  # nothing reserved, nothing truncated
+    assert journal.records() == [(0, "first", "pending")]
+    with pytest.raises(ValueError, match=why):
+        journal.complete(0, call_id, "ok", 1, None)
+
+
+def test_a_gather_with_an_unstorable_call_id_runs_nothing(store: Store) -> None:
+    ran: list[int] = []
+    handles = [taut.call(ran.append, 1), taut.call(ran.append, 2, call_id="tool-\udc80")]
+    with pytest.raises(ValueError, match=r"^call id 'tool-\\udc80' cannot be journaled"):
+        taut.gather(handles, journal=store.open())
+    assert ran == []
+    # The handles went cold again: without a journal the id is only a label.
+    assert [o.status for o in taut.gather(handles)] == ["ok", "ok"]
+    assert sorted(ran) == [1, 2]  # they ran in parallel
+
+
+@pytest.mark.parametrize("run", ["r\udc80", "r\x00"])
+def test_a_run_name_a_journal_cannot_store_is_refused(store: Store, run: str) -> None:
+    if store.kind == "memory":
+        pytest.skip("an in-memory journal has no run names")
+    # Before: UnicodeEncodeError at the first write (PostgreSQL: its NUL error).
+    with pytest.raises(ValueError, match=r"^run " + re.escape(repr(run)) + " cannot be journaled"):
+        if store.kind == "sqlite":
+            taut.SqliteJournal(store.path, run=run)
+        else:
+            taut.PostgresJournal(store.dsn, run=run)
+
+
 def test_clear_and_closed(store: Store) -> None:
     journal = store.open()
     journal.reserve(["a"])

@@ -22,6 +22,7 @@ __all__ = [
     "check_ids",
     "check_position",
     "check_run",
+    "check_storable",
     "plan_reserve",
 ]
 
@@ -89,6 +90,28 @@ class Journal(Protocol):
         ...
 
 
+def check_storable(text: str, name: str) -> str:
+    """``text`` (a call id or run name) if every journal can store it.
+
+    Refused, whichever journal is used, so that a run behaves the same in
+    memory, in SQLite and in PostgreSQL: a lone surrogate (not valid Unicode:
+    sqlite3 and psycopg fail deep inside with UnicodeEncodeError when they
+    encode it as UTF-8) and NUL (PostgreSQL text cannot hold it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} {text!r} cannot be journaled: {text[exc.start]!r} at index "
+            f"{exc.start} is a lone surrogate, not valid Unicode text"
+        ) from None
+    if "\x00" in text:
+        raise ValueError(
+            f"{name} {text!r} cannot be journaled: it holds NUL ('\\x00') at index "
+            f"{text.index(chr(0))}, which PostgreSQL text cannot store"
+        )
+    return text
+
+
 def check_ids(call_ids: Sequence[str]) -> list[str]:
     if isinstance(call_ids, str):
         raise TypeError("call_ids must be a sequence of strings, got a single str")
@@ -96,19 +119,20 @@ def check_ids(call_ids: Sequence[str]) -> list[str]:
     for cid in ids:
         if not isinstance(cid, str):
             raise TypeError(f"call_ids must be strings, got {cid!r} ({type(cid).__name__})")
+        check_storable(cid, "call id")
     return ids
 
 
 def check_run(run: object) -> str:
     if not isinstance(run, str):
         raise TypeError(f"run must be a string, got {run!r} ({type(run).__name__})")
-    return run
+    return check_storable(run, "run")
 
 
 def check_call_id(call_id: object) -> str:
     if not isinstance(call_id, str):
         raise TypeError(f"call_id must be a string, got {describe(call_id)}")
-    return call_id
+    return check_storable(call_id, "call id")
 
 
 def check_position(position: object) -> int:

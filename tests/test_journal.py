@@ -44,6 +44,23 @@ def test_sqlite_journal_path_is_checked_naming_it(path: Any, error: type, shown:
         taut.SqliteJournal(path)
 
 
+@pytest.mark.parametrize("path", [":memory:", b":memory:"])
+def test_sqlite_memory_database_is_refused_pointing_to_in_memory_journal(
+    path: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a file literally named ':memory:' was created in the working
+    # directory (the path is made absolute), a surprise either way.
+    monkeypatch.chdir(tmp_path)
+    refused = r"^path must name a file, got ':memory:'.*taut.InMemoryJournal\(\)"
+    with pytest.raises(ValueError, match=refused):
+        taut.SqliteJournal(path)
+    assert list(tmp_path.iterdir()) == []
+    # A file of that name is still reachable, spelled as a path.
+    with taut.SqliteJournal("./:memory:") as journal:
+        journal.reserve(["a"])
+    assert (tmp_path / ":memory:").is_file()
+
+
 def test_protocol_and_exports(tmp_path: Path) -> None:
     with SqliteJournal(tmp_path / "j.db") as journal:
         assert isinstance(journal, Journal)

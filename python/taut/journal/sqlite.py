@@ -40,6 +40,8 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 class SqliteJournal(SqlJournal):
     """A durable :class:`~taut.journal.Journal` in one SQLite file (WAL mode).
 
+    ``path`` names the file; ``":memory:"`` is refused (the journal is for
+    outliving the process: use :class:`~taut.InMemoryJournal` instead).
     ``run`` names an independent journal inside the file, so one file can hold
     the journals of many agent runs. A run has one live runner at a time (see
     :mod:`taut.journal.lease`): the first write of this object takes the run's
@@ -99,6 +101,16 @@ class SqliteJournal(SqlJournal):
         if not fs_path:
             # SQLite would open a temporary database, which WAL mode refuses.
             raise ValueError(f"path must name a file (a str or os.PathLike), got {fs_path!r}")
+        if fs_path in (":memory:", b":memory:"):
+            # Made absolute below, it would quietly become a file of that name;
+            # and SQLite's own in-memory database could not do what this class
+            # is for: outlive the process, and share the run's lease with others.
+            raise ValueError(
+                "path must name a file, got ':memory:': a SqliteJournal keeps its "
+                "slots in a file that outlives the process and is shared by every "
+                "process on the run; use taut.InMemoryJournal() for a journal in "
+                "memory, or './:memory:' for a file of that name"
+            )
         super().__init__(run=run, timeout=timeout, lease=lease, codec=codec)
         self._path = fs_path
         # Checked at each write: absolute, so a tool that changes the working

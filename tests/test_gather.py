@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -876,6 +877,21 @@ def test_journal_reserve_failure_runs_nothing(pool: Any) -> None:
     assert taut.gather([h], executor=pool)[0].ok
 
 
+@pytest.mark.parametrize("status", ["pending", "bogus", "cancelled"])
+def test_a_journal_replaying_a_status_it_cannot_keep_is_refused(pool: Any, status: str) -> None:
+    # Before the Outcome check: an Outcome with that status, passed off as the
+    # call's result; then a ValueError from deep inside the gather.
+    class Replaying(MemJournal):
+        def reserve(self, call_ids: Sequence[str]) -> list[Record | None]:
+            return [Record(0, "a", status, None, None)]
+
+    ran = Counter()
+    h = taut.call(ran.record, 1, call_id="a")
+    with pytest.raises(taut.JournalError, match=rf"call 'a' at position 0 with status {status!r}"):
+        taut.gather([h], executor=pool, journal=Replaying())
+    assert ran.runs == [] and not h.done()
+
+
 # ------------------------------------------------------------- Dask
 
 
@@ -1133,3 +1149,26 @@ def test_a_local_call_sees_the_batch_deadline_through_remaining(factory: Any) ->
         assert outcome.status == "ok"
         assert 0 < outcome.value <= 60
     assert unbounded.status == "ok" and unbounded.value is None
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "shown"),
+    [
+        ("bogus", ValueError, "'bogus' (str)"),
+        ("OK", ValueError, "'OK' (str)"),
+        ("pending", ValueError, "'pending' (str)"),  # a journal slot's state, not an outcome
+        (None, TypeError, "None (NoneType)"),
+        (1, TypeError, "1 (int)"),
+    ],
+)
+def test_an_outcome_status_outside_its_set_is_refused(status: Any, error: type, shown: str) -> None:
+    # Before: accepted; .ok was False, .cacheable False, and unwrap() raised
+    # CancelledError("call 'x' bogus") as if the call had been cancelled.
+    rule = "status must be one of 'ok', 'error', 'timeout', 'not_started', 'cancelled'"
+    with pytest.raises(error, match="^" + re.escape(f"{rule}, got {shown}")):
+        Outcome("x", status)
+
+
+def test_every_documented_outcome_status_is_accepted() -> None:
+    for status in ("ok", "error", "timeout", "not_started", "cancelled"):
+        assert Outcome("x", status).status == status

@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
+from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 from taut.journal import TERMINAL_STATUSES
 
@@ -56,6 +57,14 @@ class Outcome:
     """How long it ran (up to the deadline for a timeout)."""
     replayed: bool = False
     """Read back from a journal instead of run."""
+
+    def __post_init__(self) -> None:
+        # Any other status would pass for a cancelled call: not ok, not
+        # cacheable, and unwrap() raising CancelledError.
+        if self.status not in STATUSES:
+            rule = "status must be one of " + ", ".join(repr(s) for s in STATUSES)
+            wrong = TypeError if not isinstance(self.status, str) else ValueError
+            raise wrong(f"{rule}, got {describe(self.status)}")
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from taut.journal import Journal, JournalRecord
+from taut.journal import TERMINAL_STATUSES, Journal, JournalError, JournalRecord
 
 __all__ = ["reserve_slots"]
 
@@ -54,4 +54,14 @@ def reserve_slots(journal: Journal, call_ids: list[str]) -> list[tuple[int, Jour
     if isinstance(start, int) and not isinstance(start, bool):
         base = start
     _advance_cursor(journal, base, len(call_ids))
+    for rec in records:
+        # A journal keeps terminal outcomes only; anything else would be
+        # replayed as the call's result (a third-party journal's bug, or a
+        # damaged store), so the batch stops before anything runs.
+        if rec is not None and rec.status not in TERMINAL_STATUSES:
+            raise JournalError(
+                f"journal.reserve returned call {rec.call_id!r} at position {rec.position} "
+                f"with status {rec.status!r} to replay; a journal replays only 'ok', "
+                f"'error' and 'timeout'"
+            )
     return [(rec.position if rec is not None else base + i, rec) for i, rec in enumerate(records)]

@@ -28,9 +28,11 @@ __all__ = [
 
 TERMINAL_STATUSES = frozenset({"ok", "error", "timeout"})
 PENDING = "pending"
-# Slots are stored as 64-bit signed integers (SQLite INTEGER, PostgreSQL
-# bigint); no cursor gets near this, so a larger position is a caller's bug.
-MAX_POSITION = 2**63 - 1
+SLOT_STATUSES = TERMINAL_STATUSES | {PENDING}  # what a stored slot can hold
+# Positions and lease tokens are stored as 64-bit signed integers (SQLite
+# INTEGER, PostgreSQL bigint); no cursor gets near this, so a larger position
+# is a caller's bug.
+MAX_INT64 = 2**63 - 1
 
 
 class JournalRecord(NamedTuple):
@@ -147,7 +149,7 @@ def check_position(position: object) -> int:
         raise TypeError(
             f"position must be an integer (a reserved slot), got {describe(position)}"
         ) from exc
-    if not 0 <= number <= MAX_POSITION:
+    if not 0 <= number <= MAX_INT64:
         raise ValueError(
             f"position must be an integer from 0 to 2**63 - 1 (a reserved slot), "
             f"got {describe(position)}"

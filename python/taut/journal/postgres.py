@@ -26,7 +26,11 @@ _SCHEMA = tables(text="text", integer="bigint", blob="bytea", instant="timestamp
 # index. A transaction-level advisory lock (this key: "taut" in ASCII) orders them.
 _SCHEMA_LOCK = 0x74617574
 
-_EXPIRES_IN = "EXTRACT(EPOCH FROM expires_at - clock_timestamp())::float8"
+# Each instant converted on its own: a hand-written 'infinity' then reads as
+# a number (refused as damage), where subtracting it fails inside the server.
+_EXPIRES_IN = (
+    "(EXTRACT(EPOCH FROM expires_at) - EXTRACT(EPOCH FROM clock_timestamp()))::float8"
+)
 
 _RENEW = (
     "UPDATE taut_runs SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s),"
@@ -215,9 +219,10 @@ class PostgresJournal(SqlJournal):
             " ON CONFLICT (run) DO NOTHING",
             (run,),
         )
-        owner, expires_in = conn.execute(
-            f"SELECT owner, {_EXPIRES_IN} FROM taut_runs WHERE run = %s FOR UPDATE", (run,)
+        row = conn.execute(
+            f"SELECT owner, token, {_EXPIRES_IN} FROM taut_runs WHERE run = %s FOR UPDATE", (run,)
         ).fetchone()
+        owner, _, expires_in = self._check_lease_row(row[0], row[1], row[2], 0.0)
         self._refuse_if_held(owner, expires_in)
         (token,) = conn.execute(
             "UPDATE taut_runs SET owner = %s, token = token + 1,"

@@ -11,6 +11,7 @@ retries, fork).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -18,10 +19,13 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Callable, ClassVar, TypeVar
 
+from taut._checks import describe
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut.journal import lease as _leases
 from taut.journal.base import (
+    MAX_INT64,
     PENDING,
+    SLOT_STATUSES,
     JournalRecord,
     Reservation,
     check_complete,
@@ -29,7 +33,7 @@ from taut.journal.base import (
     check_run,
     plan_reserve,
 )
-from taut.journal.codec import Codec, check_codec
+from taut.journal.codec import CODECS, Codec, check_codec
 from taut.journal.errors import JournalBusy, JournalError, busy_message, stale_message
 from taut.journal.lease import Lease, check_lease_seconds
 
@@ -39,6 +43,10 @@ T = TypeVar("T")
 
 # Every journal not closed yet, for the fork hook at the end of this module.
 _live: weakref.WeakSet[SqlJournal] = weakref.WeakSet()
+
+# No lease is longer than MAX_TIMEOUT; twice that leaves room for a clock
+# stepped back. An expiry further ahead was not written by a runner.
+_LONGEST_EXPIRY = 2 * MAX_TIMEOUT
 
 # Connections a forked child inherited: never used there, and never closed
 # while it runs (closing one can end or undo the parent's session: see the
@@ -276,6 +284,57 @@ class SqlJournal:
             )
             lease.lost = f"{self._where}: the lease was released"
 
+    # -- rows as stored ----------------------------------------------------
+    # Everything read back from the tables is checked before it is used: a row
+    # someone else changed (by hand, another program, a table made beforehand
+    # with looser columns) must say so, not fail deep inside with a TypeError
+    # or OverflowError, nor be taken for something it is not (an unknown
+    # status for a pending slot, a blob call id for another call).
+    def _damaged(self, row: str, column: str, value: object, expected: str) -> JournalError:
+        return JournalError(
+            f"{self._where} is damaged: {row} has {column} = {describe(value)} where "
+            f"{expected} belongs; it was written by something other than taut: repair or "
+            f"delete that row, or restore the journal from a backup"
+        )
+
+    def _check_slot(self, row: Sequence[Any]) -> None:
+        """A ``taut_journal`` row: ``(position, call_id, status)``, then
+        ``codec, value, error`` when they were read too."""
+        position, call_id, status = row[:3]
+        where = f"the taut_journal row of run {self._run!r} at position {position!r}"
+        if type(position) is not int:
+            raise self._damaged(where, "position", position, "an integer")
+        if not isinstance(call_id, str):
+            raise self._damaged(where, "call_id", call_id, "a string")
+        if status not in SLOT_STATUSES:
+            raise self._damaged(where, "status", status, "'pending', 'ok', 'error' or 'timeout'")
+        if len(row) > 3:
+            codec, value, error = row[3:6]
+            if codec is not None and codec not in CODECS:
+                raise self._damaged(where, "codec", codec, "'json', 'pickle' or NULL")
+            for column, data in (("value", value), ("error", error)):
+                if data is not None and not isinstance(data, (bytes, bytearray, memoryview)):
+                    raise self._damaged(where, column, data, "bytes (a BLOB) or NULL")
+
+    def _check_lease_row(
+        self, owner: object, token: object, expires: object, now: float
+    ) -> tuple[str | None, int, float]:
+        """The ``taut_runs`` row of this run as ``(owner, token, seconds
+        left)``; ``expires`` and ``now`` are read on one clock (SQLite: this
+        host's epoch seconds; PostgreSQL gives the seconds left, and 0)."""
+        where = f"the taut_runs row of run {self._run!r}"
+        if owner is not None and not isinstance(owner, str):
+            raise self._damaged(where, "owner", owner, "a string or NULL")
+        # The next runner's token is this one + 1: it must still fit the column.
+        if type(token) is not int or not 0 <= token < MAX_INT64:
+            raise self._damaged(where, "token", token, "an integer from 0 to 2**63 - 2")
+        left = math.nan  # not a number: refused below
+        if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+            left = expires - now
+        if not math.isfinite(left) or left > _LONGEST_EXPIRY:
+            raise self._damaged(where, "expires_at", expires, "a time within the longest lease")
+        return owner, token, left
+
     # -- the contract ----------------------------------------------------
     def reserve(self, call_ids: Sequence[str]) -> Reservation:
         ids = check_ids(call_ids)
@@ -283,6 +342,8 @@ class SqlJournal:
 
         def body(conn: Any) -> Reservation:
             rows = conn.execute(self._SELECT_SLOTS, (run, start, start + len(ids))).fetchall()
+            for row in rows:
+                self._check_slot(row)
             plan = plan_reserve(start, ids, {row[0]: row for row in rows})
             if plan.truncate_from is not None:
                 conn.execute(self._TRUNCATE, (run, plan.truncate_from))
@@ -359,7 +420,9 @@ class SqlJournal:
         rows = self._unfenced(
             "read", lambda conn: list(conn.execute(self._SELECT_RECORDS, (self._run,)).fetchall())
         )
-        return [(int(p), str(c), str(s)) for p, c, s in rows]
+        for row in rows:
+            self._check_slot(row)
+        return [(p, c, s) for p, c, s in rows]
 
     def clear(self) -> None:
         """Delete every slot of this run and reset the cursor."""

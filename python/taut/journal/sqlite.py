@@ -247,14 +247,16 @@ class SqliteJournal(SqlJournal):
         row = conn.execute(
             "SELECT owner, token, expires_at FROM taut_runs WHERE run = ?", (run,)
         ).fetchone()
+        token = 1
         if row is not None:
-            self._refuse_if_held(row[0], row[2] - now)
-        token = (row[1] if row is not None else 0) + 1
+            owner, last, expires_in = self._check_lease_row(row[0], row[1], row[2], now)
+            self._refuse_if_held(owner, expires_in)
+            token = last + 1
         conn.execute(
             "INSERT OR REPLACE INTO taut_runs (run, owner, token, expires_at) VALUES (?, ?, ?, ?)",
             (run, lease.owner, token, now + lease.seconds),
         )
-        return int(token)
+        return token
 
     _RELEASE = (
         "UPDATE taut_runs SET owner = NULL, expires_at = 0 WHERE run = :run AND token = :token"

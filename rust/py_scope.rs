@@ -31,7 +31,7 @@ use pyo3::types::{
 };
 use pyo3::PyTraverseError;
 
-use crate::py_clamp::{clamp_timeout, describe};
+use crate::py_clamp::{_seconds, clamp_timeout, describe};
 use crate::py_loop::LoopChannel;
 use crate::py_timer::{monotonic, Deadline};
 
@@ -287,8 +287,8 @@ impl Done {
 
 static DONE: OnceLock<Py<Done>> = OnceLock::new();
 
-/// The defaults of the factories' arguments: None, "operation", False.
-static DEFAULTS: OnceLock<[Py<PyAny>; 3]> = OnceLock::new();
+/// The defaults of the factories' arguments: None, "operation", False, True.
+static DEFAULTS: OnceLock<[Py<PyAny>; 4]> = OnceLock::new();
 
 /// Made at module import, with the GIL held (see [`Setup`]).
 pub fn init(py: Python<'_>) -> PyResult<()> {
@@ -300,6 +300,7 @@ pub fn init(py: Python<'_>) -> PyResult<()> {
             py.None(),
             PyString::new(py, "operation").into_any().unbind(),
             PyBool::new(py, false).to_owned().into_any().unbind(),
+            PyBool::new(py, true).to_owned().into_any().unbind(),
         ]);
     }
     Ok(())
@@ -327,6 +328,22 @@ fn false_<'py>() -> &'py Bound<'py, PyAny> {
     default_argument(2)
 }
 
+fn true_<'py>() -> &'py Bound<'py, PyAny> {
+    default_argument(3)
+}
+
+/// A flag argument: a bool, nothing else (`1` would be taken silently, and
+/// pyo3's own refusal names no parameter in its first line).
+fn check_flag(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    if !value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a bool, got {}",
+            describe(value, 80)?
+        )));
+    }
+    value.is_truthy()
+}
+
 /// The arguments every scope factory shares, checked and named: its
 /// relative deadline, label and interrupt. Class tests (a scope is made
 /// per request); an error names the argument and the value.
@@ -336,19 +353,14 @@ fn check_arguments(
     interrupt: &Bound<'_, PyAny>,
 ) -> PyResult<(Option<f64>, Py<PyAny>, bool)> {
     let relative = clamp_timeout(seconds, "seconds")?;
-    if !interrupt.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "interrupt must be a bool, got {}",
-            describe(interrupt, 80)?
-        )));
-    }
+    let interrupt = check_flag(interrupt, "interrupt")?;
     if !label.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(format!(
             "label must be a str, got {}",
             describe(label, 80)?
         )));
     }
-    Ok((relative, label.clone().unbind(), interrupt.is_truthy()?))
+    Ok((relative, label.clone().unbind(), interrupt))
 }
 
 /// A `taut.DeadlineScope` `seconds` from its entry: made blank (no
@@ -609,21 +621,26 @@ impl ScopeCore {
 #[pymethods]
 impl ScopeCore {
     /// `seconds` is checked here (`clamp_timeout`, named "seconds"):
-    /// `fail_at` passes None. With no arguments, an unbounded scope that
-    /// raises (what `fail_after` fills in).
+    /// `fail_at` passes None. `absolute` as `fail_at` checks its deadline
+    /// (`check_deadline`: beyond the float range only its sign matters; the
+    /// entry clamps the distance from now): the class is public, and an
+    /// `OverflowError` from the conversion named nothing. With no
+    /// arguments, an unbounded scope that raises (what `fail_after` fills in).
     #[new]
     #[pyo3(
-        signature = (seconds = none(), absolute = None, raise_on_expiry = true, label = operation(), interrupt = false_()),
+        signature = (seconds = none(), absolute = none(), raise_on_expiry = true_(), label = operation(), interrupt = false_()),
         text_signature = "(seconds=None, absolute=None, raise_on_expiry=True, label='operation', interrupt=False)"
     )]
     fn new(
         py: Python<'_>,
         seconds: &Bound<'_, PyAny>,
-        absolute: Option<f64>,
-        raise_on_expiry: bool,
+        absolute: &Bound<'_, PyAny>,
+        raise_on_expiry: &Bound<'_, PyAny>,
         label: &Bound<'_, PyAny>,
         interrupt: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let absolute = _seconds(absolute, "absolute")?.filter(|at| *at != f64::INFINITY);
+        let raise_on_expiry = check_flag(raise_on_expiry, "raise_on_expiry")?;
         // The blank scope `fail_after` fills in (its own arguments checked
         // there): the defaults themselves need no checking.
         let blank = seconds.is_none() && label.is(operation()) && interrupt.is(false_());

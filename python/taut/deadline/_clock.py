@@ -7,6 +7,7 @@ timer the same number of seconds ahead.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable
 
@@ -32,3 +33,29 @@ def set_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
     previous = current[0]
     current[0] = time.monotonic if clock is None else clock
     return previous
+
+
+def read(clock: Callable[[], float]) -> float:
+    """A scope's entry reading of ``clock``, checked: a clock passed to
+    ``set_clock`` that returns NaN, an infinity or no number at all would
+    otherwise fail further on, naming a variable of taut's own ("at must be
+    a time.monotonic() value")."""
+    now = clock()
+    if type(now) is float and math.isfinite(now):
+        return now
+    if isinstance(now, bool) or not isinstance(now, (int, float)):
+        raise TypeError(_bad_reading(now))
+    try:
+        seconds = float(now)
+    except OverflowError:  # an int beyond the float range
+        raise ValueError(_bad_reading(now)) from None
+    if not math.isfinite(seconds):
+        raise ValueError(_bad_reading(now))
+    return seconds
+
+
+def _bad_reading(now: object) -> str:
+    return (
+        f"clock (set with set_clock) must return a finite number of seconds, "
+        f"got {describe(now)}"
+    )

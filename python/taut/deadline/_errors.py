@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Generic, TypeVar, cast
 
+from taut._core import _seconds, clamp_timeout
+
 __all__ = ["BoundedResult", "DeadlineExpired"]
 
 T = TypeVar("T")
@@ -39,8 +41,12 @@ class DeadlineExpired(TimeoutError):
         elapsed_s: float | None = None,
     ) -> None:
         self.label = label
-        self.timeout_s = timeout_s
-        self.elapsed_s = elapsed_s
+        # Through the gate of every timeout (a user may raise one of these
+        # too): 10**400 is clamped as fail_after(10**400) is, and a bad
+        # value is refused by name, not an OverflowError in the message's
+        # formatting.
+        self.timeout_s = timeout_s = clamp_timeout(timeout_s, name="timeout_s")
+        self.elapsed_s = _seconds(elapsed_s, name="elapsed_s")
         if timeout_s is None:
             message = f"deadline expired: {label}"
         else:

@@ -124,9 +124,12 @@ class DeadlineScope(_core.ScopeCore):
         With a task (and its loop), expiry cancels the task."""
         if self._entered:
             raise RuntimeError("a deadline scope can be entered only once")
-        self._entered = True
         clock = self._clock
-        self._start = now = clock()
+        # Read (and checked) before anything changes: a bad clock leaves the
+        # scope as it was.
+        now = _clock.read(clock)
+        self._entered = True
+        self._start = now
         at = self._relative
         if at is not None:
             at += now

@@ -450,6 +450,15 @@ fn call_one<'py>(
     }
 }
 
+/// This thread's `threading.get_ident()`.
+fn current_thread() -> u64 {
+    // SAFETY: a plain C call with no preconditions.
+    let ident = unsafe { ffi::PyThread_get_thread_ident() };
+    // A c_ulong: 32 bits on some platforms, 64 here.
+    #[allow(clippy::useless_conversion)]
+    u64::from(ident)
+}
+
 /// What `ScopeCore.__new__` takes again to remake a scope (`__reduce__`).
 type ReduceArgs = (Option<f64>, Option<f64>, bool, Py<PyAny>, bool);
 
@@ -502,12 +511,7 @@ impl ScopeCore {
         if let Some(remembered) = &remembered {
             if trust_thread_id && !s.cheap_running_loop && last.get_item(2)?.is_truthy()? {
                 let owner = remembered.getattr(s.names.thread_id.bind(py))?;
-                // SAFETY: a plain C call with no preconditions.
-                let ident = unsafe { ffi::PyThread_get_thread_ident() };
-                // A c_ulong: 32 bits on some platforms, 64 here.
-                #[allow(clippy::useless_conversion)]
-                let ident = u64::from(ident);
-                if !owner.is_none() && owner.extract::<u64>()? == ident {
+                if !owner.is_none() && owner.extract::<u64>()? == current_thread() {
                     return Ok((Some(remembered.clone()), channel));
                 }
             }
@@ -555,6 +559,7 @@ impl ScopeCore {
         let at = now + seconds;
         {
             let mut scope = slf.try_borrow_mut()?;
+            scope.thread = current_thread();
             scope.entered = true;
             scope.start = now;
             scope.at = Some(at);
@@ -583,9 +588,12 @@ impl ScopeCore {
         let py = slf.py();
         let (deadline, token, parent) = {
             let scope = slf.try_borrow()?;
+            // Another thread (even in a copy of the context, where the
+            // scope is the innermost one too) is refused on the general path.
             let usual = !scope.interrupt
                 && !scope.closed
                 && !scope.cancel_requested
+                && scope.thread == current_thread()
                 && scope.clock.bind(py).is(s.monotonic.bind(py));
             match (&scope.deadline, &scope.token) {
                 (Some(deadline), Some(token)) if usual => (

@@ -128,8 +128,9 @@ def disarm(scope: _Interruptible) -> None:
     if not _active:
         assert SIGNAL is not None
         if threading.get_ident() != threading.main_thread().ident:
-            # Closed on another thread (the scope was handed to it), where
-            # signal.signal raises ValueError. Ours stays, passing every
+            # Closed on another thread, where signal.signal raises
+            # ValueError (a scope's exit there is refused before it gets
+            # here; kept for any other close from elsewhere). Ours stays, passing every
             # SIGURG on to the program's handler (nothing is due), until
             # the main thread's next interrupt scope closes.
             return

@@ -48,7 +48,9 @@ copy of the caller's context; such a worker stays bounded by the caller's
 deadline even after the caller's scope has closed (``remaining()`` says 0
 once it passed, never "unbounded"). Exiting a scope while a scope entered
 inside it is still open raises ``RuntimeError`` (as trio does) and closes the
-inner one, which then bounds nothing any more.
+inner one, which then bounds nothing any more. Exiting a scope on another
+thread than the one that entered it raises ``RuntimeError`` too, changing
+nothing: the entering thread's context cannot be changed from there.
 
 Testing without waiting: scopes read time through a module-level clock,
 ``time.monotonic`` by default. ``set_clock(fake)`` swaps it (and returns the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from threading import get_ident
 from types import TracebackType
@@ -129,6 +130,7 @@ class DeadlineScope(_core.ScopeCore):
         # scope as it was.
         now = _clock.read(clock)
         self._entered = True
+        self._thread = get_ident()
         self._start = now
         at = self._relative
         if at is not None:
@@ -177,7 +179,6 @@ class DeadlineScope(_core.ScopeCore):
             return self
         self._enter(None, None)
         if self._interrupt and self._deadline is not None:
-            self._thread = get_ident()
             self._frame = _lost_interrupts.block_frame(sys._getframe(1))
             _lost_interrupts.watch()
             try:
@@ -226,6 +227,8 @@ class DeadlineScope(_core.ScopeCore):
 
     def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
         """What ``__exit__`` and ``__aexit__`` return (True swallows ``exc``)."""
+        # Outside the try: a refused exit must leave the scope as it was.
+        self._refuse_other_thread()
         try:
             return self._exit_steps(exc_type, exc)
         except BaseException:
@@ -240,7 +243,10 @@ class DeadlineScope(_core.ScopeCore):
         then, or the deadline outlives the scope: its interrupt would hit
         unrelated code and ``remaining()`` stay 0. Another such exception
         landing here is dropped (the first is on its way out); a few tries
-        only, so a failure that repeats cannot keep the caller here."""
+        only, so a failure that repeats cannot keep the caller here. Not on
+        a thread whose exit was refused: the scope is not its to close."""
+        if self._on_other_thread():
+            return
         for _ in range(8):
             try:
                 self._close()
@@ -249,6 +255,25 @@ class DeadlineScope(_core.ScopeCore):
                 return
             except BaseException:
                 continue
+
+    def _on_other_thread(self) -> bool:
+        return self._entered and not self._closed and self._thread != get_ident()
+
+    def _refuse_other_thread(self) -> None:
+        """An open scope is exited only on the thread that entered it. Its
+        context (the innermost scope, what ``remaining()`` reads) belongs to
+        that thread and cannot be changed from here: closed from here, the
+        scope would go on bounding that thread, at 0 s left once its
+        deadline passed, whatever scope it entered next. So refuse, as trio
+        does, and change nothing: the entering thread can still exit it."""
+        if not self._on_other_thread():
+            return
+        here = get_ident()
+        raise RuntimeError(
+            f"{self._describe()} was entered on thread {_thread_name(self._thread)} and "
+            f"cannot be exited on thread {_thread_name(here)}: a scope bounds the thread "
+            "that entered it, which must exit it (the scope is still open)"
+        )
 
     def _exit_steps(self, exc_type: _ExcType, exc: _Exc) -> bool:
         if self._abandoned:
@@ -399,6 +424,14 @@ class DeadlineScope(_core.ScopeCore):
         return " ".join(parts) + ">"
 
 
+def _thread_name(ident: int) -> str:
+    """``'name' (ident)`` of a thread, for a message (the ident alone if it has ended)."""
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return f"{thread.name!r} ({ident})"
+    return f"({ident})"
+
+
 # No interrupt is raised inside scope entry and exit: the main-thread signal
 # handler waits for the next signal, and taut's callback thread puts off an
 # asynchronous exception for another thread (rust/py_timer.rs).
@@ -406,6 +439,7 @@ class DeadlineScope(_core.ScopeCore):
 _signal_interrupt.protect(
     DeadlineScope._enter_slow,
     DeadlineScope._exit,
+    DeadlineScope._refuse_other_thread,
     DeadlineScope._exit_steps,
     DeadlineScope._finish_exit,
     DeadlineScope._aenter_slow,

@@ -182,10 +182,17 @@ pub struct ScopeCore {
     signal_armed: bool,
     #[pyo3(get, set, name = "_cancelling")]
     cancelling: i64,
+    /// The earliest deadline of this scope and of the enclosing ones on the
+    /// same clock, up to `outer`.
     #[pyo3(get, set, name = "_effective")]
     effective: Option<f64>,
     #[pyo3(get, set, name = "_parent")]
     parent: Option<Py<PyAny>>,
+    /// The nearest enclosing scope on another clock (a real scope around
+    /// `taut.testing.scope_clock()`, say), which bounds this one on its
+    /// own clock: deadlines of two clocks are never compared.
+    #[pyo3(get, set, name = "_outer")]
+    outer: Option<Py<PyAny>>,
     #[pyo3(get, set, name = "_start")]
     start: f64,
     #[pyo3(get, set, name = "_token")]
@@ -537,17 +544,23 @@ impl ScopeCore {
     ) -> PyResult<bool> {
         let py = slf.py();
         let parent = s.innermost_get.bind(py).call0()?;
-        let outer = if parent.is_none() {
-            None
+        // (The parent's effective deadline on this clock, the scope on
+        // another clock beyond.)
+        let (same_clock, other_clock) = if parent.is_none() {
+            (None, None)
         } else {
-            let Ok(parent) = parent.cast::<ScopeCore>() else {
+            let Ok(core) = parent.cast::<ScopeCore>() else {
                 return Ok(false);
             };
-            let parent = parent.try_borrow()?;
-            if parent.abandoned {
+            let core = core.try_borrow()?;
+            if core.abandoned {
                 return Ok(false); // the bounding scope is further out
             }
-            parent.effective
+            if core.clock.bind(py).is(s.monotonic.bind(py)) {
+                (core.effective, core.outer.as_ref().map(|o| o.clone_ref(py)))
+            } else {
+                (None, Some(parent.clone().unbind()))
+            }
         };
         let cancelling = match (&arming, &s.task_cancelling) {
             (Arming::InTask { task, .. }, Some(cancelling)) => {
@@ -563,7 +576,8 @@ impl ScopeCore {
             scope.entered = true;
             scope.start = now;
             scope.at = Some(at);
-            scope.effective = Some(outer.map_or(at, |o| o.min(at)));
+            scope.effective = Some(same_clock.map_or(at, |o| o.min(at)));
+            scope.outer = other_clock;
             scope.parent = (!parent.is_none()).then(|| parent.unbind());
             scope.cancelling = cancelling;
         }
@@ -678,6 +692,7 @@ impl ScopeCore {
             cancelling: 0,
             effective: None,
             parent: None,
+            outer: None,
             start: 0.0,
             token: None,
             interrupt_raised: false,
@@ -828,6 +843,7 @@ impl ScopeCore {
         }
         visit.call(&self.task)?;
         visit.call(&self.parent)?;
+        visit.call(&self.outer)?;
         visit.call(&self.token)?;
         visit.call(&self.frame)?;
         Ok(())
@@ -837,6 +853,7 @@ impl ScopeCore {
         self.deadline = None;
         self.task = None;
         self.parent = None;
+        self.outer = None;
         self.token = None;
         self.frame = None;
     }

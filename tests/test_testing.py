@@ -84,3 +84,58 @@ def test_set_clock_refuses_what_is_not_a_clock(clock: object) -> None:
         assert not scope.expired
     finally:
         set_clock(before)
+
+
+# -- scopes on different clocks: each is measured on its own -------------------------
+
+LONG = 60.0
+
+
+def test_a_real_scope_keeps_its_own_clock_inside_scope_clock() -> None:
+    # remaining() once subtracted a mock reading from the real scope's
+    # monotonic deadline (tens of thousands of seconds "left", or 0).
+    with taut.fail_after(LONG, label="real") as outer:
+        with scope_clock() as clock:
+            left = taut.remaining()
+            assert left is not None and LONG - 10 < left <= LONG
+            with taut.move_on_after(10, label="mock") as inner:
+                assert taut.remaining() == 10.0
+                clock.advance(4)
+                assert taut.remaining() == 6.0
+                clock.advance(100)
+                assert taut.remaining() == 0.0
+            assert inner.expired
+            left = taut.remaining()
+            assert left is not None and LONG - 10 < left <= LONG
+    assert not outer.expired
+
+
+def test_a_mock_scope_keeps_its_clock_after_the_clock_is_restored() -> None:
+    with scope_clock() as clock:
+        scope = taut.fail_after(5, label="mock")
+        scope.__enter__()
+    try:
+        assert taut.remaining() == 5.0  # was 0.0: its deadline read on the real clock
+        clock.advance(1)
+        assert taut.remaining() == 4.0
+    finally:
+        assert scope.__exit__(None, None, None) is False
+    assert taut.remaining() is None
+
+
+def test_a_real_scope_inside_a_mock_scope_is_bounded_by_it_on_the_mock_clock() -> None:
+    # The real scope takes the Rust fast entry, which reads its parent's
+    # deadline: a mock one must not be taken for a monotonic time.
+    with scope_clock() as clock:
+        with taut.move_on_after(5, label="mock"):
+            previous = set_clock(None)
+            try:
+                with taut.fail_after(LONG, label="real") as real:
+                    assert taut.remaining() == 5.0
+                    clock.advance(3)
+                    assert taut.remaining() == 2.0
+                    with taut.fail_after(LONG, label="real, nested"):
+                        assert taut.remaining() == 2.0
+            finally:
+                set_clock(previous)
+            assert not real.expired

@@ -388,6 +388,7 @@ class ScopeCore:
     _signal_armed: bool
     _cancelling: int
     _effective: float | None
+    _outer: ScopeCore | None
     _parent: ScopeCore | None
     _start: float
     _token: Any

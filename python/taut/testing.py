@@ -16,7 +16,9 @@ deadline scopes with :func:`scope_clock` (or :meth:`MockClock.installed`)::
 A scope entered under a mock clock computes its deadline, ``remaining()``,
 ``expired`` and its exit decision from that clock; it still arms the real
 timer the same number of seconds ahead, so interrupts and asyncio
-cancellations keep working against real time.
+cancellations keep working against real time. A scope made under another
+clock (a real one around the block) keeps reading its own: ``remaining()``
+takes the least of what each enclosing scope has left on its own clock.
 """
 
 from __future__ import annotations

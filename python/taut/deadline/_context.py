@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextvars
 from typing import TYPE_CHECKING
 
-from taut.deadline import _clock
-
 if TYPE_CHECKING:
     from taut.deadline._scope import DeadlineScope
 
@@ -43,14 +41,19 @@ def open_scope() -> DeadlineScope | None:
 
 def remaining() -> float | None:
     """Seconds left before the earliest deadline of the enclosing scopes
-    (never negative), or ``None`` outside any bounded scope."""
-    at = current_deadline()
-    if at is None:
-        return None
-    return max(0.0, at - _clock.current[0]())
-
-
-def current_deadline() -> float | None:
-    """The effective absolute deadline of this context (clock seconds)."""
+    (never negative), or ``None`` outside any bounded scope. Each scope is
+    read on its own clock: one entered under ``taut.testing.scope_clock()``
+    on the mock clock, a real one around it on the real clock."""
     scope = bounding_scope()
-    return None if scope is None else scope._effective
+    left: float | None = None
+    while scope is not None:
+        at = scope._effective
+        if at is not None:
+            here = max(0.0, at - scope._clock())
+            if left is None or here < left:
+                left = here
+        # On to the scopes of the next clock out (usually there are none).
+        scope = scope._outer
+        while scope is not None and scope._abandoned:
+            scope = scope._parent
+    return left

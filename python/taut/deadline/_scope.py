@@ -62,6 +62,7 @@ class DeadlineScope(_core.ScopeCore):
     __slots__ = ()
     # As the subclass sees them (the Rust base knows only "a scope").
     _parent: DeadlineScope | None
+    _outer: DeadlineScope | None
 
     # -- inspection ---------------------------------------------------------
 
@@ -140,13 +141,19 @@ class DeadlineScope(_core.ScopeCore):
             at = None if delay is None else now + delay
         self._at = at
         parent = innermost.get()
-        if parent is None:
-            self._effective = at
-        else:
-            if parent._abandoned:
-                parent = bounding_scope()
-            outer = None if parent is None else parent._effective
-            self._effective = at if outer is None else outer if at is None else min(at, outer)
+        if parent is not None and parent._abandoned:
+            parent = bounding_scope()
+        self._effective = at
+        if parent is not None and parent._clock is not clock:
+            # Each clock's deadlines are compared on that clock only: the
+            # parent (a real scope around scope_clock(), say) bounds this
+            # one through _outer.
+            self._outer = parent
+        elif parent is not None:
+            outer = parent._effective
+            if outer is not None:
+                self._effective = outer if at is None else min(at, outer)
+            self._outer = parent._outer
         self._parent = parent
         if task is not None:
             self._task = task

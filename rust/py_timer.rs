@@ -41,6 +41,9 @@ enum Job {
         entry: Arc<Entry>,
         thread_id: u64,
         exc_type: Py<PyAny>,
+        /// The address of the frame that must be on the thread's stack for
+        /// the interrupt to land (0: anywhere); see `interrupt_thread`.
+        block: usize,
         /// How often it was put off already (see [`interrupt_later`]).
         attempt: u32,
     },
@@ -207,6 +210,7 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                 entry,
                 thread_id,
                 exc_type,
+                block,
                 attempt,
             } => {
                 // With the GIL held, this check and cancel()'s closing are
@@ -218,10 +222,13 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                 // Raised inside a scope's own entry or exit, the interrupt
                 // would leave that scope half open (its context entry and
                 // its deadline): put it off until the thread is back in
-                // the block. The check runs no Python bytecode, so the
-                // thread cannot move on before the exception is set.
-                if in_scope_machinery(py, thread_id) {
-                    interrupt_later(entry, thread_id, exc_type, attempt);
+                // the block. So too while the block is not running at all
+                // (a task suspended at an `await`: the thread runs the
+                // loop or another task). The check runs no Python
+                // bytecode, so the thread cannot move on before the
+                // exception is set.
+                if put_off(py, thread_id, block) {
+                    interrupt_later(entry, thread_id, exc_type, block, attempt);
                     continue;
                 }
                 // On CPython 3.13 the thread may raise it at a loop's
@@ -254,11 +261,13 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
     }
 }
 
-/// True if thread `thread_id` is running a deadline scope's entry or exit
-/// (a code object of `taut._signal_interrupt._protected` on its stack).
-/// Only C-level calls, no Python bytecode: no other thread runs meanwhile.
-fn in_scope_machinery(py: Python<'_>, thread_id: u64) -> bool {
-    without_gc_then(py, || in_scope_machinery_now(py, thread_id).then_some(())).is_some()
+/// True if an interrupt for thread `thread_id` must wait: the thread is
+/// running a deadline scope's entry or exit (a code object of
+/// `taut._signal_interrupt._protected` on its stack), or `block` (a frame's
+/// address, 0 for none) is not on its stack. Only C-level calls, no Python
+/// bytecode: no other thread runs meanwhile.
+fn put_off(py: Python<'_>, thread_id: u64, block: usize) -> bool {
+    without_gc_then(py, || put_off_now(py, thread_id, block).then_some(())).is_some()
 }
 
 /// `look()`, with no garbage collection meanwhile (None if it cannot be
@@ -281,28 +290,37 @@ fn without_gc_then<T>(py: Python<'_>, look: impl FnOnce() -> Option<T>) -> Optio
     found
 }
 
-fn in_scope_machinery_now(py: Python<'_>, thread_id: u64) -> bool {
+fn put_off_now(py: Python<'_>, thread_id: u64, block: usize) -> bool {
     let check = || -> PyResult<bool> {
         let protected = py.import("taut._signal_interrupt")?.getattr("_protected")?;
         let frames = py.import("sys")?.getattr("_current_frames")?.call0()?;
         let Some(mut frame) = frames.cast::<PyDict>()?.get_item(thread_id)? else {
             return Ok(false);
         };
+        let mut block_running = block == 0;
         while !frame.is_none() {
             if protected.contains(frame.getattr("f_code")?)? {
                 return Ok(true);
             }
+            block_running |= frame.as_ptr() as usize == block;
             frame = frame.getattr("f_back")?;
         }
-        Ok(false)
+        Ok(!block_running)
     };
     check().unwrap_or(false)
 }
 
-/// Queue an interrupt put off by [`in_scope_machinery`] again: after 1 ms,
-/// backing off to 50 ms (the thread leaves the scope code in microseconds;
-/// a clock of the user's that blocks there must not make this spin).
-fn interrupt_later(entry: Arc<Entry>, thread_id: u64, exc_type: Py<PyAny>, attempt: u32) {
+/// Queue an interrupt put off by [`put_off`] again: after 1 ms, backing off
+/// to 50 ms (the thread leaves the scope code in microseconds; a clock of
+/// the user's that blocks there, or a block suspended for long, must not
+/// make this spin).
+fn interrupt_later(
+    entry: Arc<Entry>,
+    thread_id: u64,
+    exc_type: Py<PyAny>,
+    block: usize,
+    attempt: u32,
+) {
     let delay_ns = (1_000_000u64 << attempt.min(6)).min(50_000_000);
     push_later(
         delay_ns,
@@ -310,6 +328,7 @@ fn interrupt_later(entry: Arc<Entry>, thread_id: u64, exc_type: Py<PyAny>, attem
             entry,
             thread_id,
             exc_type,
+            block,
             attempt: attempt.saturating_add(1),
         },
     );
@@ -711,14 +730,30 @@ impl Deadline {
         Ok(())
     }
 
+    /// `block`: a frame of that thread; the interrupt lands only while it
+    /// is on the thread's stack (put off meanwhile). Kept by address only:
+    /// the caller keeps the frame alive until it cancels this deadline.
+    #[pyo3(signature = (thread_id, exc_type, *, block = None))]
     fn interrupt_thread(
         &self,
         py: Python<'_>,
         thread_id: &Bound<'_, PyAny>,
         exc_type: Bound<'_, PyAny>,
+        block: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let thread_id = u64_in("thread_id", thread_id, "a thread's threading.get_ident()")?;
         check_exception_class(&exc_type)?;
+        let frame_type = py.import("types")?.getattr("FrameType")?;
+        let block = match block {
+            None => 0,
+            Some(frame) if frame.is_instance(&frame_type)? => frame.as_ptr() as usize,
+            Some(other) => {
+                return Err(PyTypeError::new_err(format!(
+                    "block must be a frame or None, got {}",
+                    describe(other, 80)?
+                )))
+            }
+        };
         ensure_callback_thread(py)?;
         let weak: Weak<Entry> = Arc::downgrade(&self.entry);
         let exc_type = exc_type.unbind();
@@ -730,6 +765,7 @@ impl Deadline {
                         entry,
                         thread_id,
                         exc_type,
+                        block,
                         attempt: 0,
                     });
                 } else {

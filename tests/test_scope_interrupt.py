@@ -309,6 +309,9 @@ def test_handler_never_raises_inside_scope_entry_or_exit(
             self.raised = True
             return DeadlineExpired("due")
 
+        def _interrupt_block(self) -> None:
+            return None  # not a task's block: lands anywhere
+
     due = Due()
     monkeypatch.setattr(_signal_interrupt, "_active", [due])
 

@@ -157,12 +157,17 @@ class Deadline:
         (exceptions go to ``sys.unraisablehook``). Runs soon if already
         expired; never if cancelled first."""
 
-    def interrupt_thread(self, thread_id: int, exc_type: type[BaseException]) -> None:
+    def interrupt_thread(
+        self, thread_id: int, exc_type: type[BaseException], *, block: FrameType | None = None
+    ) -> None:
         """At expiry raise ``exc_type`` in thread ``thread_id`` (its
         ``threading.get_ident()``) at its next bytecode boundary, via the
         callback thread. Not inside a blocking C call; skipped if
-        ``cancel()`` is called first. A bool or non-int ``thread_id`` is a
-        ``TypeError``, one outside 0..2**64-1 a ``ValueError``."""
+        ``cancel()`` is called first. With ``block`` (a frame of that
+        thread, kept alive by the caller until it cancels), only while that
+        frame is on the thread's stack: put off while it is suspended. A
+        bool or non-int ``thread_id`` is a ``TypeError``, one outside
+        0..2**64-1 a ``ValueError``."""
 
 def _take_sent_signals() -> int:
     """How many signals ``Deadline.signal_main_thread`` sent since the last call

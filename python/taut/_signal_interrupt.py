@@ -56,6 +56,10 @@ class _Interruptible(Protocol):
     def _interrupt_lost(self) -> None:
         """The exception raised was dropped (a finalizer ran): not raised yet."""
 
+    def _interrupt_block(self) -> FrameType | None:
+        """A frame that must be on the stack for the interrupt to land (a
+        task's block, not while suspended at an ``await``), or None."""
+
 
 # Main-thread interrupt scopes, in entry order. Read and written only with the
 # GIL held, from the main thread, the callback thread and the handler.
@@ -183,6 +187,18 @@ def _send_if_due(scope: _Interruptible, attempt: int = 0) -> None:
         retry.call_soon(lambda: _send_if_due(scope, attempt + 1))
 
 
+def _running(scope: _Interruptible, frame: FrameType | None) -> bool:
+    """Whether ``scope``'s block runs here: a task's block suspended at an
+    ``await`` does not (the loop or another task runs; the task is cancelled
+    instead, and the signal is sent again until the scope closes)."""
+    block = scope._interrupt_block()
+    while block is not None and frame is not None:
+        if frame is block:
+            return True
+        frame = frame.f_back
+    return block is None
+
+
 def _in_scope_machinery(frame: FrameType | None) -> bool:
     while frame is not None:
         if frame.f_code in _protected:
@@ -197,7 +213,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     # Rust); both are taken, as pending signals of one number merge.
     sent_by_timer = _core._take_sent_signals() > 0
     ours, _sent = _sent or sent_by_timer, False
-    due = next((s for s in _active if s._interrupt_due()), None)
+    due = next((s for s in _active if s._interrupt_due() and _running(s, frame)), None)
     if due is None:
         if not ours:
             _forward(signum, frame)

@@ -34,8 +34,10 @@ loop:
   ``asyncio.timeout`` on CPython 3.12+). This fires even when asyncio's own
   timers are starved; a loop blocked by synchronous code is
   ``run_bounded_async``'s concern. A plain ``with`` with ``interrupt=True``
-  is for synchronous code and keeps the thread interrupt even in a task
-  (which is then not cancelled): it can rescue a loop blocked by that code.
+  is for synchronous code and keeps the thread interrupt even in a task: it
+  can rescue a loop blocked by that code. Should such a block ``await``, the
+  interrupt lands only while the block's frame runs (never in the loop or
+  another task), and while it is suspended the task is cancelled as above.
 
 A deadline already past at entry is expired at once: ``expired``, the exit
 decision and the first ``await`` of a task all compare the clock with the

@@ -35,7 +35,8 @@ __all__ = ["block_frame", "watch"]
 # Code flags of frames that are suspended while the code that resumed them
 # goes on: generators and coroutines (inspect.CO_GENERATOR, CO_COROUTINE,
 # CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR; inspect itself is a heavy import).
-_SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200
+_GENERATOR = 0x20
+_SUSPENDABLE = _GENERATOR | 0x80 | 0x100 | 0x200
 _CONTEXTLIB = contextlib.__file__
 
 def watch() -> None:
@@ -66,14 +67,17 @@ def _wrapping(previous: Callable[[Any], object]) -> Callable[[Any], None]:
     return hook
 
 
-def block_frame(entering: FrameType) -> FrameType:
+def block_frame(entering: FrameType, in_task: bool = False) -> FrameType:
     """The frame that runs a scope's block, from the frame that entered it:
     that one, unless a wrapper entered the scope for it (a ``@contextmanager``
     generator, suspended while the block runs; ``ExitStack.enter_context``):
-    then the first frame above the wrappers, which stays on the stack."""
+    then the first frame above the wrappers, which stays on the stack.
+    ``in_task``: a coroutine's frame is the block's (on the stack exactly
+    while the block runs); only plain generators are wrappers."""
+    wrappers = _GENERATOR if in_task else _SUSPENDABLE
     frame = entering
     while frame.f_back is not None and (
-        frame.f_code.co_flags & _SUSPENDABLE or frame.f_code.co_filename == _CONTEXTLIB
+        frame.f_code.co_flags & wrappers or frame.f_code.co_filename == _CONTEXTLIB
     ):
         frame = frame.f_back
     return frame

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from threading import get_ident
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
@@ -115,6 +115,11 @@ class DeadlineScope(_core.ScopeCore):
     def _interrupt_lost(self) -> None:
         self._interrupt_raised = False
 
+    def _interrupt_block(self) -> FrameType | None:
+        """The frame that must be running for the interrupt to land: in a
+        task, the block's (not while it is suspended at an ``await``)."""
+        return self._frame if self._task is not None else None
+
     # -- entry ----------------------------------------------------------------
 
     def _enter(
@@ -177,16 +182,23 @@ class DeadlineScope(_core.ScopeCore):
 
     def _enter_slow(self) -> DeadlineScope:
         """``__enter__`` beyond the Rust fast path."""
-        # interrupt=True says the block is synchronous code (the gather runs a
-        # sync call inline this way, even on an event loop's thread): it is
-        # interrupted on its thread, and the task is not cancelled.
-        running = None if self._interrupt else running_task()
-        if running is not None:
+        running = running_task()
+        if running is not None and not self._interrupt:
             self._enter(*running)
             return self
-        self._enter(None, None)
+        # interrupt=True says the block is synchronous code (the gather runs a
+        # sync call inline this way, even on an event loop's thread): it is
+        # interrupted on its thread, even while it blocks the loop. In a task
+        # the block may await all the same: the thread then runs the loop or
+        # another task, where the interrupt must not land (it stopped the
+        # loop). So in a task the scope is also entered as a task's scope
+        # (the task is cancelled at expiry while the block is suspended), and
+        # the interrupt lands only while the block's frame runs
+        # (_interrupt_block).
+        in_task = running is not None
+        self._enter(*(running or (None, None)))
         if self._interrupt and self._deadline is not None:
-            self._frame = _lost_interrupts.block_frame(sys._getframe(1))
+            self._frame = _lost_interrupts.block_frame(sys._getframe(1), in_task=in_task)
             _lost_interrupts.watch()
             try:
                 if _signal_interrupt.available():
@@ -194,7 +206,9 @@ class DeadlineScope(_core.ScopeCore):
                     self._interrupt_raised = False
                     _signal_interrupt.arm(self, self._deadline)
                 else:
-                    self._deadline.interrupt_thread(get_ident(), ScopeInterrupt)
+                    self._deadline.interrupt_thread(
+                        get_ident(), ScopeInterrupt, block=self._interrupt_block()
+                    )
             except BaseException:
                 # Arming failed (taut's callback thread could not start: no
                 # new threads in an atexit hook on CPython 3.12.0-3.12.1, or

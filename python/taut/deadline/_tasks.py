@@ -14,7 +14,7 @@ import builtins
 import sys
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from taut.deadline._errors import DeadlineExpired
+from taut.deadline._errors import DeadlineExpired, ScopeInterrupt
 
 if TYPE_CHECKING:
     from taut.deadline._scope import DeadlineScope
@@ -84,6 +84,13 @@ def exit_task(
             ours = False
     if misnested is not None:
         raise misnested
+    if exc_type is not None and issubclass(exc_type, ScopeInterrupt):
+        # An interrupt=True scope's interrupt ended its synchronous code.
+        if not expired or not scope._claims_interrupt():
+            return False
+        if not scope._raise:
+            return True
+        raise scope._error() from None
     if ours and exc_type is not None:
         if issubclass(exc_type, asyncio.CancelledError):
             if not scope._raise:

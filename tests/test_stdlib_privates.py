@@ -5,6 +5,7 @@ standard meaning: ``_work_queue``, ``_idle_semaphore``, ``_shutdown``,
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import queue
 import threading
 from typing import Any
@@ -136,6 +137,36 @@ def test_get_waits_up_to_its_timeout_and_put_takes_only_the_sentinel() -> None:
         ex._work_queue.put(None)  # the stdlib's wake-up sentinel: accepted
         with pytest.raises(TypeError, match="only None"):
             ex._work_queue.put(object())
+
+
+@pytest.mark.parametrize("make", [taut.ThreadPoolExecutor, cf.ThreadPoolExecutor])
+def test_get_checks_its_timeout_as_simplequeue_does(make: type) -> None:
+    # queue.SimpleQueue.get(True, -1) raises ValueError before it looks at the
+    # queue; taut's view took the oldest call out as if the timeout were 0.
+    # Without blocking, the timeout is not looked at, as there.
+    gate = threading.Event()
+    with make(1) as ex:
+        try:
+            blocker = ex.submit(gate.wait, LONG)
+            while not blocker.running():
+                gate.wait(0.001)
+            future = ex.submit(abs, -3)
+            wq = ex._work_queue
+            # taut's messages name the parameter; the standard library's do
+            # not always ("Invalid value NaN (not a number)").
+            named = "timeout" if make is taut.ThreadPoolExecutor else None
+            for bad in (-1, -0.5, math.nan):
+                with pytest.raises(ValueError, match=named):
+                    wq.get(True, bad)
+            with pytest.raises(TypeError, match=named):
+                wq.get(True, "1")
+            assert wq.qsize() == 1  # nothing was taken out
+            with pytest.raises(TypeError):
+                wq.put_nowait(None, True)  # put_nowait takes the item only
+            item = wq.get(False, -1)
+            assert item.future is future
+        finally:
+            gate.set()
 
 
 def test_idle_semaphore_value_counts_idle_workers() -> None:

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future as _ConcurrentFuture
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED
 
-from taut._checks import check_timeout, describe
+from taut._checks import check_duration, describe
 from taut._core import PoolCore
 
 TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
@@ -105,7 +105,10 @@ class WorkQueue:
         ``queue.Empty`` when there is none."""
         from taut._notices import _deliver_notices
 
-        limit = check_timeout(timeout) if block else 0.0
+        # As queue.SimpleQueue.get: a negative timeout is a ValueError before
+        # the queue is looked at (not "expired"), and without blocking the
+        # timeout is not looked at at all.
+        limit = check_duration(timeout, "timeout") if block else 0.0
         end = None if limit is None else time.monotonic() + limit
         while True:
             taken = self._core.pop_queued()
@@ -126,13 +129,16 @@ class WorkQueue:
             time.sleep(0.001)
 
     def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        # block and timeout are ignored, as by queue.SimpleQueue.put (which
+        # never waits).
         if item is not None:
             raise TypeError(
                 "taut's _work_queue accepts only None (the standard library's wake-up "
                 f"sentinel); submit work with executor.submit(), got {describe(item)}"
             )
 
-    put_nowait = put
+    def put_nowait(self, item: object) -> None:
+        self.put(item)
 
 
 class IdleSemaphore:

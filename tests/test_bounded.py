@@ -448,6 +448,46 @@ def test_async_caller_cancellation_cancels_the_inner_task() -> None:
     assert seen == ["inner cancelled"]
 
 
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("when", ["at once", "after a yield", "when cancelled at expiry"])
+def test_async_keyboard_interrupt_and_system_exit_reach_the_caller(
+    exc_type: type[BaseException], when: str
+) -> None:
+    # An inner task raising one of these stops the loop (asyncio re-raises
+    # them out of run_until_complete); asyncio.run then cancels the caller.
+    # The caller must see the task's exception, as with asyncio.TaskGroup
+    # (and a directly awaited coroutine), not a bare CancelledError.
+    seen: list[BaseException] = []
+
+    async def inner() -> None:
+        if when == "after a yield":
+            await asyncio.sleep(0)
+        elif when == "when cancelled at expiry":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass
+        raise exc_type("from the task")
+
+    callers: list[asyncio.Task[None] | None] = []
+
+    async def main() -> None:
+        callers.append(asyncio.current_task())
+        try:
+            await run_bounded_async(inner(), 0.05 if when == "when cancelled at expiry" else 20)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    with pytest.raises(exc_type, match="from the task"):
+        asyncio.run(main())
+    assert len(seen) == 1 and type(seen[0]) is exc_type, seen
+    assert str(seen[0]) == "from the task"
+    # The caller's task ended with it too (read here: asyncio.run stopped
+    # before reading it, and it would be logged as never retrieved).
+    assert callers[0] is not None and callers[0].exception() is seen[0]
+
+
 def test_async_context_is_copied_into_the_task() -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 

@@ -300,6 +300,18 @@ def _start_on_abandon(
         task.add_done_callback(_detached.discard)
 
 
+def _raise_if_fatal(task: asyncio.Future[Any]) -> None:
+    """Raise the inner task's KeyboardInterrupt or SystemExit, if it ended with one.
+
+    asyncio re-raises those out of the loop at once, and whoever runs the loop
+    then usually cancels the caller (asyncio.run does): without this the caller
+    saw only that CancelledError. asyncio.TaskGroup hands them on the same way."""
+    if task.done() and not task.cancelled():
+        exc = task.exception()
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise exc
+
+
 def _consume_outcome(task: asyncio.Future[Any]) -> None:
     # Reading the exception marks it retrieved, so asyncio never logs
     # "Task exception was never retrieved" for work we walked away from.
@@ -393,7 +405,10 @@ async def run_bounded_async(
       nothing is logged as never retrieved), and ``on_abandon()`` runs detached
       (if it returns an awaitable, that runs as its own task); its failures are
       logged and swallowed.
-    * Cancelling the caller cancels the inner task and re-raises ``CancelledError``.
+    * Cancelling the caller cancels the inner task and re-raises ``CancelledError``,
+      except after the task ended with ``KeyboardInterrupt`` or ``SystemExit``
+      (which stop the loop; ``asyncio.run`` then cancels the caller): the caller
+      gets that exception, as from ``asyncio.TaskGroup``.
     * ``timeout=None`` just awaits; ``0`` or less times out without running it.
     * If the loop has not handled the expiry ``blocked_grace`` seconds later,
       the loop is blocked (by code that never yields): with
@@ -454,6 +469,7 @@ async def run_bounded_async(
         task.remove_done_callback(call.on_done)
         task.cancel()
         task.add_done_callback(_consume_outcome)
+        _raise_if_fatal(task)
         raise
     call.handled = True
     watch.stop()
@@ -479,6 +495,8 @@ async def run_bounded_async(
     finally:
         if task.done():
             _consume_outcome(task)
+            # It ended with one when cancelled: the caller sees it.
+            _raise_if_fatal(task)
         else:
             task.add_done_callback(_consume_outcome)
             counters.add("abandoned_tasks")

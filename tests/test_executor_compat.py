@@ -676,6 +676,64 @@ def test_a_future_settled_by_hand_keeps_its_outcome_and_the_pool_runs_on(when, c
     assert _settle_by_hand(taut.ThreadPoolExecutor, when, LONG) == ("FINISHED", True)
 
 
+@pytest.mark.parametrize("how", ["set_result", "set_exception"])
+@pytest.mark.parametrize("waited", [False, True])
+def test_a_call_settled_by_hand_while_queued_is_skipped_quietly(how, waited, caplog):
+    # Its outcome is decided: the worker skips it as it skips a cancelled
+    # call. taut logged CRITICAL "Future ... in unexpected state" (the base
+    # set_running_or_notify_cancel's) and counted the call as failed.
+    ran = []
+    ex = taut.ThreadPoolExecutor(1)
+    release = threading.Event()
+    try:
+        first = ex.submit(release.wait, LONG)
+        settled = ex.submit(ran.append, "ran")
+        if waited:
+            # wait()/as_completed() make the Condition: the other start path.
+            assert settled._condition is not None
+        with caplog.at_level(logging.DEBUG):
+            getattr(settled, how)(ValueError("by hand") if how == "set_exception" else "by hand")
+            release.set()
+            assert ex.submit(pow, 3, 2).result(timeout=LONG) == 9
+            wait_until(lambda: ex.stats().running == 0)
+        assert first.result(timeout=0) is True and ran == []
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        s = ex.stats()
+        # Three calls, each counted once: the skipped one as cancelled (it never ran).
+        assert (s.completed, s.failed, s.cancelled) == (2, 0, 1), s
+    finally:
+        release.set()
+        ex.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_call_settled_by_hand_while_running_counts_as_what_it_did(raises, caplog):
+    # It ran: its own outcome is what the pool counts; the future keeps the
+    # one set by hand, and nothing is logged.
+    def call():
+        started.set()
+        release.wait(LONG)
+        if raises:
+            raise KeyError("from the call")
+
+    ex = taut.ThreadPoolExecutor(1)
+    started, release = threading.Event(), threading.Event()
+    try:
+        running = ex.submit(call)
+        assert started.wait(LONG)
+        with caplog.at_level(logging.DEBUG):
+            running.set_result("by hand")
+            release.set()
+            wait_until(lambda: ex.stats().running == 0)
+        assert running.result(timeout=0) == "by hand"
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        s = ex.stats()
+        assert (s.completed, s.failed, s.cancelled) == ((0, 1, 0) if raises else (1, 0, 0)), s
+    finally:
+        release.set()
+        ex.shutdown(wait=True)
+
+
 @pytest.mark.parametrize("cls", _BOTH)
 def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
     ex = cls(1)

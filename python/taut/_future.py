@@ -317,6 +317,24 @@ class Future(_cf.Future["_T"]):
                     return False
         return super().set_running_or_notify_cancel()
 
+    def _start_unless_settled(self) -> bool:
+        """``set_running_or_notify_cancel`` for the worker about to run this
+        future's call, except that a future settled by hand while its call
+        was queued (``set_result``/``set_exception``) is not started either:
+        False, and the worker skips the call as it skips a cancelled one. Its
+        outcome is decided; the base method would log that at CRITICAL and
+        raise RuntimeError (the standard library's worker dies of it).
+
+        The look at the state and the start are one step under the lock the
+        state changes under (both locks are re-entrant), so a ``set_result``
+        landing in between cannot make the start raise after all."""
+        with _state_lock:
+            cond = self._cond
+            if cond is None:  # it is made under _state_lock: stays None here
+                return self._state != _FINISHED and self.set_running_or_notify_cancel()
+        with cond:
+            return self._state != _FINISHED and self.set_running_or_notify_cancel()
+
     # A Condition, once made, is never taken away: with one, skip the
     # quiet attempt (and its _state_lock) and finish under the Condition.
     def set_result(self, result: _T) -> None:

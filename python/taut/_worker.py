@@ -99,7 +99,9 @@ def _slow_step(slot: WorkerSlot, step: list[Any]) -> Any:
         return slot.done(ok)
     _, notices, call, tracker, start = step
     _deliver_notices(notices)
-    if start is not None and not start():  # the future's set_running_or_notify_cancel
+    # `start` is the future's set_running_or_notify_cancel, None for an
+    # asyncio call; a future settled by hand while queued is skipped too.
+    if start is not None and not call[0]._start_unless_settled():
         return slot.skip()
     if tracker is not None:
         tracker.start()

@@ -360,6 +360,45 @@ def test_child_forked_while_another_thread_holds_tauts_module_locks_gets_them_fr
     _assert_child_exited_cleanly(_FORK_WHILE_ANOTHER_THREAD_HOLDS_TAUTS_LOCKS, 90)
 
 
+_FORK_WHILE_A_BOUNDED_RUN_IS_COUNTED = (
+    textwrap.dedent(
+        """
+    import os, signal, threading, time, warnings
+    warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+    import taut
+    from taut.stats import counters
+
+    held, release = threading.Event(), threading.Event()
+
+    def count():
+        # As a thread finishing a bounded run holds the counters' lock.
+        with counters.lock:
+            held.set()
+            release.wait()
+
+    threading.Thread(target=count, daemon=True).start()
+    assert held.wait(30)
+    threading.Timer(1.0, release.set).start()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # the child would otherwise hang for good
+        taut.stats()
+        taut.run_bounded_sync(int, 1.0)
+        os._exit(0)
+    """
+    )
+    + _WAIT_FOR_THE_CHILD
+)
+
+
+@pytest.mark.timeout(120)
+def test_child_forked_while_a_bounded_run_is_counted_can_count_and_read_stats() -> None:
+    # The process-wide counters of taut.stats() (run_bounded_sync counts
+    # every run) had a plain lock: a child forked while another thread held
+    # it hung for good in its first stats() or bounded run.
+    _assert_child_exited_cleanly(_FORK_WHILE_A_BOUNDED_RUN_IS_COUNTED, 90)
+
+
 # Module-level locks that their own module's after-fork hook makes anew.
 _RENEWED_BY_THEIR_MODULE = {
     ("journal/lease.py", "_lock"),

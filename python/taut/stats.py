@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 from taut import _expect_binding
+from taut._fork_locks import fork_safe_lock
 from taut._pool_stats import PoolStats
 from taut.executor import default_executor
 
@@ -46,8 +46,10 @@ class _Counters:
 
     def __init__(self) -> None:
         # `x += 1` on an attribute is not atomic across threads, so updates take
-        # this lock; it is uncontended and never held while calling out.
-        self.lock = threading.Lock()
+        # this lock; it is uncontended and never held while calling out. One
+        # lock for the whole process: a forked child must get it free (a
+        # thread of the parent counting at the fork does not exist there).
+        self.lock = fork_safe_lock()
         self.bounded_calls = 0
         self.timeouts = 0
         self.abandoned_threads = 0

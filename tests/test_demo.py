@@ -138,3 +138,56 @@ def test_readme_speaks_to_users_not_to_the_team() -> None:
     text = _readme()
     for word in (r"\bseeds?\b", r"\bissues?\b", "§", r"\bhelpers?\b", r"\bwt-"):
         assert not re.search(word, text, re.IGNORECASE), word
+
+
+# ------------------------------------------------------------ where the output goes
+def _taut_command(*args: str, **popen: object) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.pop("TAUT_CONFIG", None)
+    env.update(popen.pop("env", {}))  # type: ignore[call-overload]
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "taut", *args], text=True, env=env, **popen
+    )
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("args", [("demo",), ("bench", "--quick", "--area", "config")])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(args: tuple[str, ...]) -> None:
+    # `python -m taut demo | head -1`: the rest of the output has nowhere to
+    # go. Before, the demo logged a traceback for every notice it could not
+    # print and both ended with a BrokenPipeError traceback.
+    proc = _taut_command(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    errors = proc.stderr.read()
+    assert proc.wait(120) == 1
+    assert first.strip()
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+@pytest.mark.timeout(150)
+def test_output_that_cannot_be_written_is_said_in_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        proc = _taut_command("demo", stdout=full, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        errors = proc.stderr.read()
+        assert proc.wait(120) == 1
+    assert "Traceback" not in errors, errors
+    assert "No space left on device" in errors
+
+
+@pytest.mark.timeout(150)
+def test_a_terminal_that_cannot_show_the_german_texts_still_gets_them() -> None:
+    proc = _taut_command(
+        "demo",
+        "--lang",
+        "de",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C"},
+    )
+    out, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 0, errors
+    assert "Traceback" not in errors, errors
+    assert "\\xfc" in out  # ü, escaped rather than a UnicodeEncodeError

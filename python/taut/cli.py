@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taut._bench import Row, check_keys, machine_line
+from taut._cli_output import guarded_stdout
 from taut._demo_text import LANGUAGES
 
 # Benchmark areas: the name ``--area`` takes, and the module of taut._bench
@@ -340,7 +341,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     _register_config(sub)
     _register_demo(sub)
     args = parser.parse_args(argv)
-    result: int = args.handler(args)
+    result: int = 1
+    with guarded_stdout(stop=args.command != "demo") as output:
+        result = args.handler(args)
+    failure = output.failure
+    if failure is not None:
+        # The reader leaving (`| head -1`) needs no word; anything else does.
+        if not isinstance(failure, BrokenPipeError):
+            reason = failure.strerror or str(failure)
+            print(f"python -m taut: cannot write the output: {reason}", file=sys.stderr)
+        return 1
     return result
 
 

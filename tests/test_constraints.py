@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -686,3 +688,22 @@ def test_async_with_budget_in_time(scope_clock: FakeClock) -> None:
             return taut.remaining()
 
     assert asyncio.run(main()) == 60
+
+
+@pytest.mark.parametrize(
+    ("reading", "error"),
+    [(math.nan, ValueError), (math.inf, ValueError), (10**400, ValueError), ("x", TypeError)],
+)
+def test_a_budget_clock_that_reads_no_finite_number_is_refused_naming_it(
+    reading: Any, error: type[Exception]
+) -> None:
+    # A NaN reading compared as "never expires" (remaining() stayed at the
+    # whole budget); a str failed deep inside with "unsupported operand".
+    readings = [0.0]
+    budget = PlanningConstraints(time_budget=100).start(clock=lambda: readings[-1])
+    readings.append(reading)
+    for look in (budget.elapsed, budget.remaining, budget.pause):
+        with pytest.raises(error, match=r"budget's clock must return a finite number"):
+            look()
+    with pytest.raises(error, match=r"budget's clock must return a finite number"):
+        PlanningConstraints(time_budget=100).start(clock=lambda: reading)

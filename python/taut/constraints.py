@@ -43,7 +43,7 @@ from pydantic import (
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
 from taut._guidance import planning_sentence
 from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
-from taut.deadline import DeadlineScope, fail_after, move_on_after
+from taut.deadline import DeadlineScope, _clock, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
 
@@ -348,7 +348,12 @@ class Budget:
             "taut_budget_scopes", default=()
         )
         self._label = "time budget"
-        self._started = clock()
+        self._started = self._now()
+
+    def _now(self) -> float:
+        """The clock's reading; NaN (which would compare as never expiring),
+        an infinity or no number at all is refused, naming the clock."""
+        return _clock.read(self._clock, "the budget's clock")
 
     def __repr__(self) -> str:
         remaining = self.remaining()
@@ -379,7 +384,7 @@ class Budget:
 
     def elapsed(self) -> float:
         """Seconds charged so far (paused time excluded)."""
-        now = self._clock()
+        now = self._now()
         with self._lock:
             return self._elapsed_locked(now)
 
@@ -403,7 +408,7 @@ class Budget:
     def pause(self) -> None:
         """Stop charging time (e.g. while waiting for a human). Nests: time is
         charged again after the matching number of :meth:`resume` calls."""
-        now = self._clock()
+        now = self._now()
         with self._lock:
             if self._pause_depth == 0:
                 self._paused_since = now
@@ -411,7 +416,7 @@ class Budget:
 
     def resume(self) -> None:
         """Charge time again after :meth:`pause`."""
-        now = self._clock()
+        now = self._now()
         with self._lock:
             if self._pause_depth == 0:
                 raise RuntimeError("Budget.resume() called without a matching pause()")

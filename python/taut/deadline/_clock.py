@@ -35,27 +35,25 @@ def set_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
     return previous
 
 
-def read(clock: Callable[[], float]) -> float:
-    """A scope's entry reading of ``clock``, checked: a clock passed to
-    ``set_clock`` that returns NaN, an infinity or no number at all would
-    otherwise fail further on, naming a variable of taut's own ("at must be
-    a time.monotonic() value")."""
+def read(clock: Callable[[], float], name: str = "clock (set with set_clock)") -> float:
+    """A reading of ``clock``, checked: a clock (one passed to
+    ``set_clock``, or a budget's) that returns NaN, an infinity or no number
+    at all would otherwise fail further on, naming a variable of taut's own
+    ("at must be a time.monotonic() value"), or, NaN, quietly compare as
+    never expiring. ``name`` says which clock in the message."""
     now = clock()
     if type(now) is float and math.isfinite(now):
         return now
     if isinstance(now, bool) or not isinstance(now, (int, float)):
-        raise TypeError(_bad_reading(now))
+        raise TypeError(_bad_reading(name, now))
     try:
         seconds = float(now)
     except OverflowError:  # an int beyond the float range
-        raise ValueError(_bad_reading(now)) from None
+        raise ValueError(_bad_reading(name, now)) from None
     if not math.isfinite(seconds):
-        raise ValueError(_bad_reading(now))
+        raise ValueError(_bad_reading(name, now))
     return seconds
 
 
-def _bad_reading(now: object) -> str:
-    return (
-        f"clock (set with set_clock) must return a finite number of seconds, "
-        f"got {describe(now)}"
-    )
+def _bad_reading(name: str, now: object) -> str:
+    return f"{name} must return a finite number of seconds, got {describe(now)}"

@@ -1020,3 +1020,21 @@ def test_config_help_documents_the_precedence_and_defaults() -> None:
         assert "3. the built-in default" in out.stdout
     assert f"tools.concurrent_batch: {cfgmod.CONCURRENT_BATCH_DEFAULT:g} s" in PRECEDENCE
     assert f"capacity.tool_workers: {cfgmod.TOOL_WORKERS_DEFAULT})" in PRECEDENCE
+
+
+def test_config_warnings_point_at_the_callers_line_not_at_taut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rec: Recorder
+) -> None:
+    # Each reaches the warning through a different depth of taut's own code;
+    # a warning pointing into taut tells the user nothing about which of
+    # their calls read the bad value.
+    bad = write(tmp_path / "c.yaml", "timeouts:\n  tools:\n    concurrent_batch: -5\n")
+    monkeypatch.setenv(ENV, "soon")
+    resolve_timeout(KEY, default=1, config=str(bad))
+    resolve_timeout(KEY, default=1, env_var=ENV)
+    resolve_timeout(KEY, default=1, config={"timeouts": 5})
+    concurrent_batch_timeout(config=str(write(tmp_path / "d.yaml", "timeouts: [1]\n")))
+    load_config(str(tmp_path / "missing.yaml"))
+    files = {w.filename for w in rec.items if issubclass(w.category, ConfigWarning)}
+    assert len(rec.messages) == 5
+    assert files == {__file__}

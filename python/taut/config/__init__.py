@@ -118,12 +118,12 @@ def load_config(config: ConfigArg = None) -> TautConfig:
     """
     path, obj = _source_of(config)
     if path is not None:
-        return _load_file(path, stacklevel=2, on_reload=_reload).config
+        return _load_file(path, on_reload=_reload).config
     if obj is None:
         return TautConfig()
     if isinstance(obj, TautConfig):
         return obj
-    return _lenient(obj, ConfigSource(None), stacklevel=2)[1]
+    return _lenient(obj, ConfigSource(None))[1]
 
 
 def tool_workers(config: ConfigArg = None) -> int:
@@ -153,8 +153,7 @@ def _accept(
         return _finish(number)
     _warn(
         f"taut config: ignoring timeout {key!r} = {_describe(value)} from {where}: "
-        f"{reason}; falling back to {fallback}",
-        3,
+        f"{reason}; falling back to {fallback}"
     )
     return _MISSING
 
@@ -192,7 +191,7 @@ def resolve_timeout(
     value: Any = _MISSING
     source: ConfigSource | None = None
     if path is not None:
-        state = _load_file(path, stacklevel=2, on_reload=_reload)
+        state = _load_file(path, on_reload=_reload)
         value = _lookup(state.timeouts, key)
         source = ConfigSource(path)
     elif isinstance(obj, TautConfig):
@@ -206,21 +205,19 @@ def resolve_timeout(
         if section is not _MISSING and section is not None and not isinstance(section, Mapping):
             _warn(
                 f"taut config: timeouts section of the config mapping is not a mapping, got "
-                f"{_describe(section)}; ignoring it",
-                2,
+                f"{_describe(section)}; ignoring it"
             )
         elif isinstance(section, Mapping):
             try:
                 value = _lookup(section, key)
             except Exception as exc:  # a hostile Mapping must not break the caller
                 _warn(
-                    f"taut config: cannot read timeouts.{key} from the config mapping: {exc!r}", 2
+                    f"taut config: cannot read timeouts.{key} from the config mapping: {exc!r}"
                 )
         elif not isinstance(obj, Mapping):
             _warn(
                 f"taut config: config must be a mapping, a path or a TautConfig, got "
-                f"{_describe(obj)}; ignoring it",
-                2,
+                f"{_describe(obj)}; ignoring it"
             )
         source = ConfigSource(None)
 

@@ -266,8 +266,20 @@ _files: dict[str, _FileState] = {}
 _files_lock = fork_safe_lock()
 
 
-def _warn(message: str, stacklevel: int) -> None:
-    warnings.warn(message, ConfigWarning, stacklevel=stacklevel + 1)
+# taut's own source folder: a warning points past every frame in it.
+_TAUT_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _warn(message: str) -> None:
+    """Warn at the first frame outside taut: the user's call that read the
+    bad value, however deep in taut (a tool batch, concurrent_batch_timeout,
+    resolve_timeout) the reading happened."""
+    level = 2  # _warn's caller
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_TAUT_FOLDER):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, ConfigWarning, stacklevel=level)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
@@ -278,9 +290,7 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _lenient(
-    data: Any, source: ConfigSource, stacklevel: int
-) -> tuple[Mapping[Any, Any], TautConfig]:
+def _lenient(data: Any, source: ConfigSource) -> tuple[Mapping[Any, Any], TautConfig]:
     """Build the raw timeouts tree and a valid TautConfig from untrusted data.
 
     Invalid parts are dropped with a warning; never raises.
@@ -290,8 +300,7 @@ def _lenient(
     if not isinstance(data, Mapping):
         _warn(
             f"taut config {source.path or 'mapping'} ignored: expected a mapping at the top "
-            f"level, got {_describe(data)}",
-            stacklevel + 1,
+            f"level, got {_describe(data)}"
         )
         return {}, TautConfig()
     raw_timeouts = data.get("timeouts")
@@ -300,8 +309,7 @@ def _lenient(
     elif not isinstance(raw_timeouts, Mapping):
         _warn(
             f"taut config: {source.where('timeouts')} ignored: expected a mapping, got "
-            f"{_describe(raw_timeouts)}",
-            stacklevel + 1,
+            f"{_describe(raw_timeouts)}"
         )
         raw_timeouts = {}
     capacity: Any = data.get("capacity")
@@ -313,15 +321,14 @@ def _lenient(
             details = "; ".join(f"{loc}: {msg}" for loc, msg in _capacity_errors(exc))
             _warn(
                 f"taut config: {source.where('capacity')} ignored, using the defaults: "
-                f"{details or _one_line(exc)}",
-                stacklevel + 1,
+                f"{details or _one_line(exc)}"
             )
     try:
         cfg = TautConfig(timeouts=_prune_timeouts(raw_timeouts), capacity=capacity_cfg)
     except Exception:  # pragma: no cover - pruning leaves only valid leaves
         cfg = TautConfig(capacity=capacity_cfg)
     for message in _misspelled(data, raw_timeouts, source):
-        _warn(message, stacklevel + 1)
+        _warn(message)
     return raw_timeouts, cfg
 
 
@@ -377,7 +384,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _load_file(path: str, stacklevel: int, on_reload: Callable[[], None]) -> _FileState:
+def _load_file(path: str, on_reload: Callable[[], None]) -> _FileState:
     """The parsed state of ``path``, re-read only when its (mtime_ns, size) changes;
     ``on_reload`` runs after a (re-)read (it drops results memoised from the old state)."""
     stamp = _stamp(path)
@@ -390,22 +397,21 @@ def _load_file(path: str, stacklevel: int, on_reload: Callable[[], None]) -> _Fi
             return state
         source = ConfigSource(path)
         if stamp is None:
-            _warn(f"taut config file {path!r} not found or unreadable; ignoring it", stacklevel + 1)
+            _warn(f"taut config file {path!r} not found or unreadable; ignoring it")
             state = _FileState(stamp, {}, TautConfig())
         else:
             try:
                 data = _parse_text(path, _read_text(path))
             except ConfigFileRefused as exc:
-                _warn(f"taut config file {path!r} ignored: {exc}", stacklevel + 1)
+                _warn(f"taut config file {path!r} ignored: {exc}")
                 state = _FileState(stamp, {}, TautConfig())
             except Exception as exc:  # unreadable or unparsable: never breaks the caller
                 _warn(
-                    f"taut config file {path!r} is broken, ignoring it: {_one_line(exc)}",
-                    stacklevel + 1,
+                    f"taut config file {path!r} is broken, ignoring it: {_one_line(exc)}"
                 )
                 state = _FileState(stamp, {}, TautConfig())
             else:
-                raw, cfg = _lenient(data, source, stacklevel + 1)
+                raw, cfg = _lenient(data, source)
                 state = _FileState(stamp, raw, cfg)
         _files[path] = state
         on_reload()

@@ -23,10 +23,15 @@ long as it does: a hung tool must not take a fleet's slot for good. A Dask
 limiter is released from a small thread of its own: a future's callbacks may
 run on the Dask client's event loop, where its blocking ``release()`` must not
 run.
+
+A ``release()`` that raises (a shared limiter that lost its connection) is
+logged (logger ``taut.gather``) and the batch goes on: every call is still
+settled and every handle let go; the limiter may count that slot as taken.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -35,6 +40,8 @@ from typing import Any, Callable
 from taut._fork_locks import fork_safe_lock
 
 __all__ = ["Slots", "check_limiter"]
+
+_log = logging.getLogger("taut.gather")
 
 # A huge remaining time must never reach an OS wait in one piece.
 _WAIT_SLICE = 3600.0
@@ -96,10 +103,16 @@ class Slots:
         return give_back
 
     def release(self) -> None:
-        if type(self.limiter).__module__.startswith("distributed"):
-            _release_soon(self.limiter)  # blocking RPC: never on the client's loop
-        else:
-            self.limiter.release()
+        """Give one slot back. Never raises: it runs while a batch settles a
+        call (at the deadline, on abort, in a future's callback), and a
+        failure there would leave the call's handle "running" for good."""
+        try:
+            if type(self.limiter).__module__.startswith("distributed"):
+                _release_soon(self.limiter)  # blocking RPC: never on the client's loop
+            else:
+                self.limiter.release()
+        except Exception:
+            _log.exception("limiter %r: release() failed; its slot may stay taken", self.limiter)
 
 
 _releases: queue.SimpleQueue[Any] = queue.SimpleQueue()

@@ -363,35 +363,39 @@ class Run:
         and in the journal, as if the batch had settled it a moment earlier:
         a durable call that ran must never run again on resume."""
         self.batch.raise_fence()
-        for e in unfinished:
-            if e.outcome is not None:
-                continue  # settled already (expire() raised partway): written once
-            f = e.future
-            done: Any = f if f is not None else e.afuture
-            if (
-                done is not None
-                and done.done()
-                and not done.cancelled()
-                and done.exception() is None
-            ):
-                captured = done.result()
-                if isinstance(captured, (Returned, Raised)):
-                    try:
-                        self.finish(e, self.outcome_from(e, captured, None))
-                    except BaseException:
-                        pass  # the propagating exception matters more
-                    continue
-            if f is not None:
-                if e.task is not None and e.task.started_at is not None:
-                    stop_started(self.executor, f, self.interrupt)
-                else:
-                    f.cancel()
-            if e.afuture is not None:
-                _silence(e.afuture)
-                if not e.afuture.done():
-                    e.afuture.cancel()
-            if e.task is not None:
-                e.task.forget()
-            if e.give_back_slot is not None:
-                e.give_back_slot()
-        self.release_all()
+        try:
+            for e in unfinished:
+                self._cut_loose(e)
+        finally:
+            # Whatever failed there (an executor refusing to cancel, say), no
+            # handle may stay "running": its waiters would wait for good.
+            self.release_all()
+
+    def _cut_loose(self, e: Entry) -> None:
+        """Abort one unfinished call: keep its outcome if it finished, else
+        stop or cancel it and give its limiter slot back."""
+        if e.outcome is not None:
+            return  # settled already (expire() raised partway): written once
+        f = e.future
+        done: Any = f if f is not None else e.afuture
+        if done is not None and done.done() and not done.cancelled() and done.exception() is None:
+            captured = done.result()
+            if isinstance(captured, (Returned, Raised)):
+                try:
+                    self.finish(e, self.outcome_from(e, captured, None))
+                except BaseException:
+                    pass  # the propagating exception matters more
+                return
+        if f is not None:
+            if e.task is not None and e.task.started_at is not None:
+                stop_started(self.executor, f, self.interrupt)
+            else:
+                f.cancel()
+        if e.afuture is not None:
+            _silence(e.afuture)
+            if not e.afuture.done():
+                e.afuture.cancel()
+        if e.task is not None:
+            e.task.forget()
+        if e.give_back_slot is not None:
+            e.give_back_slot()

@@ -101,3 +101,87 @@ def test_a_release_that_raises_while_the_batch_aborts_lets_go_of_every_handle(
     assert not any(h.done() for h in handles)
     # Both went cold: they can run again (a handle left "running" is refused).
     assert [o.status for o in taut.gather([waiting], executor=pool)] == ["ok"]
+
+
+# -- acquire() raises or answers nonsense ---------------------------------
+
+
+class FailsOnSecondAcquire:
+    """A shared limiter whose connection drops after the first slot."""
+
+    def __init__(self) -> None:
+        self.sem = threading.BoundedSemaphore(10)
+        self.acquires = 0
+        self.failed = threading.Event()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        self.acquires += 1
+        if self.acquires == 2:
+            self.failed.set()
+            raise ConnectionError("acquire: connection lost")
+        return self.sem.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self.sem.release()
+
+
+@both
+def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
+    pool: Any, asynchronous: bool
+) -> None:
+    limiter = FailsOnSecondAcquire()
+    ran: list[str] = []
+
+    def first() -> str:
+        # Still running when the limiter fails for the second call.
+        limiter.failed.wait(LONG)
+        ran.append("first")
+        return "first"
+
+    def later(name: str) -> str:
+        ran.append(name)
+        return name
+
+    journal = taut.InMemoryJournal()
+    handles = [
+        taut.call(first, call_id="first"),
+        taut.call(later, "second", call_id="second"),
+        taut.call(later, "third", call_id="third"),
+    ]
+    with pytest.raises(ConnectionError, match="acquire: connection lost"):
+        _gather(
+            asynchronous, handles, executor=pool, limiter=limiter, journal=journal, timeout=LONG
+        )
+    # The running call was waited for, settled and recorded; nothing else started.
+    assert ran == ["first"]
+    assert handles[0].done() and handles[0].result() == "first"
+    assert journal.records() == [
+        (0, "first", "ok"),
+        (1, "second", "pending"),
+        (2, "third", "pending"),
+    ]
+    assert not handles[1].done() and not handles[2].done()
+    assert limiter.sem.acquire(timeout=0)  # its slot came back
+    # Once the limiter works again, the same handles finish the batch.
+    outs = _gather(asynchronous, handles, executor=pool, limiter=limiter, journal=journal)
+    assert [o.value for o in outs] == ["first", "second", "third"]
+    assert ran == ["first", "second", "third"]
+
+
+class AnswersNone:
+    def acquire(self, timeout: float | None = None) -> None:
+        return None
+
+    def release(self) -> None:
+        pass
+
+
+@both
+def test_an_acquire_that_answers_none_is_a_type_error_naming_the_limiter(
+    pool: Any, asynchronous: bool
+) -> None:
+    handles = [taut.call(str, "a"), taut.call(str, "b")]
+    must = r"limiter\.acquire\(timeout=\.\.\.\) must return a bool.*None.*AnswersNone"
+    with pytest.raises(TypeError, match=must):
+        _gather(asynchronous, handles, executor=pool, limiter=AnswersNone(), timeout=5)
+    assert not any(h.done() for h in handles)  # cold: they can run again

@@ -27,12 +27,16 @@ Semantics, in the order a gather applies them:
   ``KeyboardInterrupt``, ``SystemExit``) propagate out of the gather, after the
   rest of the batch has been fenced and cancelled, and are never cached; calls
   that had already finished keep their outcome, on the handle and in the journal.
-* **A journal that fails to record an outcome** (a value its codec cannot
-  store, a file locked by another process, a lease taken over) stops the
-  batch from starting more calls; the calls already running are still
-  settled and recorded, then the first failure is raised. Outcomes stay
-  cached on their handles: gathering the same handles again once the journal
-  works writes them without running the calls again.
+* **A failure after which the batch cannot go on** - a journal that fails to
+  record an outcome (a value its codec cannot store, a file locked by another
+  process, a lease taken over), a limiter whose ``acquire`` raises (a shared
+  limiter that lost its connection) or returns anything but a bool
+  (``TypeError``) - stops the batch from starting more calls; the calls
+  already running are still settled and recorded, then the first failure is
+  raised. Outcomes stay cached on their handles, and the calls never started
+  go cold: gathering the same handles again once the journal or the limiter
+  works writes the cached outcomes without running those calls again, and
+  runs the rest.
 * **At the deadline** calls that finished keep their outcome, calls that
   started become ``timeout`` (cancelled where the executor can: a taut
   executor abandons the worker, so a replacement may start, and with
@@ -68,8 +72,8 @@ Dask cluster) report starts exactly. See :mod:`taut.gather.remote`.
 
 ``limiter=`` puts a ceiling shared beyond one pool in front of the calls (a
 ``threading.BoundedSemaphore``, a fleet's ``distributed.Semaphore``): a call
-takes a slot within the deadline or is ``not_started``
-(:mod:`taut.gather.limits`).
+takes a slot within the deadline or is ``not_started``. A ``release()`` that
+raises is logged and the batch goes on (:mod:`taut.gather.limits`).
 
 Layout: :mod:`taut.gather.handles` (handles, outcomes, call ids),
 :mod:`taut.gather.tasks` (what travels to an executor),
@@ -313,7 +317,7 @@ class Scheduler:
                 got.release_all()
                 raise
             got.finish(e, outcome)
-            got.raise_journal_failure()
+            got.raise_if_halted()
             return outcome.unwrap()
 
     async def _await_async(self, handle: Call[Any]) -> Any:
@@ -350,7 +354,7 @@ class Scheduler:
                 got.release_all()
                 raise
             got.finish(e, outcome)
-            got.raise_journal_failure()
+            got.raise_if_halted()
             return outcome.unwrap()
 
 

@@ -77,25 +77,31 @@ def steps(
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
     try:
-        # After a journal failure nothing more starts (its outcome could not
-        # be recorded either); what is running is still settled and recorded.
-        while (queue and run.journal_failure is None) or in_flight:
+        # Once the batch is halted (Run.halt: a journal or a limiter failed)
+        # nothing more starts; what is running is still settled and recorded.
+        while (queue and run.halted_by is None) or in_flight:
             short_of_slots = False
             while (
                 queue
                 and len(in_flight) < limit
-                and run.journal_failure is None
+                and run.halted_by is None
                 and not _past_deadline(run)
             ):
                 e = queue[0]
                 slots = run.slots
                 if slots is not None and under_held_slot is not None and under_held_slot(e):
                     slots = None
-                if slots is not None and not slots.take(
-                    e.index, run.deadline, may_block=wait is not None and not in_flight
-                ):
-                    short_of_slots = True
-                    break
+                if slots is not None:
+                    try:
+                        taken = slots.take(
+                            e.index, run.deadline, may_block=wait is not None and not in_flight
+                        )
+                    except Exception as exc:  # a shared limiter lost its connection, say
+                        run.halt(exc)
+                        break
+                    if not taken:
+                        short_of_slots = True
+                        break
                 queue.popleft()
                 try:
                     key = start(e)
@@ -157,7 +163,7 @@ def steps(
         else:
             # The calls never started go cold again (release_all in abort):
             # a later gather of the same handles runs them.
-            run.raise_journal_failure()
+            run.raise_if_halted()
             return
         # Fence first: a worker that picks a queued call up from now on
         # finds the fence and returns without running it.
@@ -167,7 +173,7 @@ def steps(
             run.expire(e, now)
         for e in queue:
             run.finish(e, Outcome(e.call_id, "not_started"))
-        run.raise_journal_failure()
+        run.raise_if_halted()
     except BaseException:
         run.abort([*in_flight.values(), *queue])
         raise

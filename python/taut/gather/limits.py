@@ -27,6 +27,15 @@ run.
 A ``release()`` that raises (a shared limiter that lost its connection) is
 logged (logger ``taut.gather``) and the batch goes on: every call is still
 settled and every handle let go; the limiter may count that slot as taken.
+An ``acquire`` that raises, or returns anything but a bool (``TypeError``),
+halts the batch (``Run.halt``): nothing more starts, the calls already running
+are settled and recorded, then the failure is raised; the calls never started
+go cold and can be gathered again.
+
+``acquire`` must honour its ``timeout``: the batch calls it with ``0`` unless
+it has nothing else to watch, and ``agather`` always with ``0``, on the event
+loop's thread. One that blocks anyway holds up the batch past its deadline
+(and the whole loop): that is the limiter's bug, and taut cannot stop it.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 
 __all__ = ["Slots", "check_limiter"]
@@ -77,8 +87,17 @@ class Slots:
             timeout = _WAIT_SLICE
             if deadline is not None:
                 timeout = min(max(deadline - time.monotonic(), 0.0), _WAIT_SLICE)
-        if self.limiter.acquire(timeout=timeout):
+        got = self.limiter.acquire(timeout=timeout)
+        if got is True:
             return True
+        if got is not False:
+            # None (an acquire that returns nothing), a coroutine (an async
+            # limiter): reading it as "no slot" would wait for a slot that
+            # never comes; as "a slot" might run past the ceiling.
+            raise TypeError(
+                "limiter.acquire(timeout=...) must return a bool (True: a slot was "
+                f"taken), got {describe(got)} from {self.limiter!r}"
+            )
         if index not in self._waited:
             self._waited.add(index)
             if self._on_wait is not None:

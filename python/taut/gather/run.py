@@ -132,10 +132,10 @@ class Run:
         ]
         self.deadline: float | None = None
         self.executor_was_open = True
-        # The first failure to record an outcome (see finish): it stops the
-        # batch from starting more calls and is raised once the calls already
-        # running are settled.
-        self.journal_failure: Exception | None = None
+        # The first failure after which the batch cannot go on (a journal
+        # that cannot record an outcome, a limiter that cannot hand out a
+        # slot): see halt().
+        self.halted_by: Exception | None = None
 
     # -- claim / reserve -------------------------------------------------
 
@@ -244,11 +244,11 @@ class Run:
         store, a locked or vanished file, a lease taken over) does not raise
         here: raising would abort the batch and cut loose the calls still
         running, whose side effects would then happen unrecorded and run again
-        on every resume. The failure is kept (:attr:`journal_failure`); the
-        batch starts nothing more, settles and records what is running, then
-        raises it (:meth:`raise_journal_failure`). The outcome stays cached on
-        the handle, so gathering the same handles again once the journal works
-        writes it without running the call again."""
+        on every resume. The failure is kept; the batch starts nothing more,
+        settles and records what is running, then
+        raises it (:meth:`halt`). The outcome stays cached on the handle, so
+        gathering the same handles again once the journal works writes it
+        without running the call again."""
         e.outcome = outcome
         if e.give_back_slot is not None:
             e.give_back_slot()  # a call cut loose at the deadline may still run
@@ -261,12 +261,20 @@ class Run:
             try:
                 self.journal_write(e, outcome)
             except Exception as exc:
-                if self.journal_failure is None:
-                    self.journal_failure = exc
+                self.halt(exc)
 
-    def raise_journal_failure(self) -> None:
-        """Raise the first failure to record an outcome, if there was one."""
-        failure = self.journal_failure
+    def halt(self, failure: Exception) -> None:
+        """The batch cannot go on (``failure``): it starts nothing more, but
+        still settles and records the calls already running, then raises the
+        first such failure (:meth:`raise_if_halted`). Raising at once would
+        cut those calls loose: their work would be lost, and on resume they
+        would run again."""
+        if self.halted_by is None:
+            self.halted_by = failure
+
+    def raise_if_halted(self) -> None:
+        """Raise the failure that halted the batch, if there was one."""
+        failure = self.halted_by
         if failure is not None:
             raise failure
 

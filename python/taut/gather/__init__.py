@@ -37,6 +37,14 @@ Semantics, in the order a gather applies them:
   go cold: gathering the same handles again once the journal or the limiter
   works writes the cached outcomes without running those calls again, and
   runs the rest.
+* **An executor that refuses a call** with ``RuntimeError`` other than a
+  shutdown (``can't start new thread`` from a pool with no worker ceiling)
+  while calls are running: the refused call goes back to the head of the
+  queue and is tried again when one of them finishes (its worker is free
+  then); it is never also run from where the executor left it. The refusal
+  is raised only when nothing runs any more, after the running calls are
+  settled and recorded. A pool shut down while the batch runs cancels the
+  calls it refuses (``cancelled``).
 * **At the deadline** calls that finished keep their outcome, calls that
   started become ``timeout`` (cancelled where the executor can: a taut
   executor abandons the worker, so a replacement may start, and with

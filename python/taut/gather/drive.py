@@ -119,17 +119,31 @@ def steps(
                     short_of_slots = True
                     break
                 except RuntimeError as exc:
-                    if not _refused_by_a_shut_down_pool(run, e, exc):
+                    if not _refused(e, exc):
                         if slots is not None:
                             slots.release()
                         queue.appendleft(e)  # aborted with the rest
                         raise
-                    # The pool was shut down while the batch ran: this call is
-                    # cancelled, like the queued calls a shutdown cancels, and
-                    # the calls already running are still settled.
-                    _take_back(e, slots)
-                    run.finish(e, Outcome(e.call_id, "cancelled"))
-                    continue
+                    if run.executor_was_open and is_shut_down(run.executor):
+                        # The pool was shut down while the batch ran: this
+                        # call is cancelled, like the queued calls a shutdown
+                        # cancels, and the calls already running are still
+                        # settled.
+                        _take_back(e, slots)
+                        run.finish(e, Outcome(e.call_id, "cancelled"))
+                        continue
+                    # Refused for want of resources, most likely: no thread
+                    # could start ("can't start new thread", a pool with no
+                    # worker ceiling). Raising now would cut loose the calls
+                    # running, and their work would be lost. The call goes
+                    # back to the head of the queue and is tried again when
+                    # one of them finishes (its worker is free then); the
+                    # refusal is raised only when nothing runs any more.
+                    withdrawn = _take_back(e, slots)
+                    queue.appendleft(e)
+                    if not in_flight or not withdrawn:
+                        raise  # aborted with the rest
+                    break
                 except BaseException:
                     if slots is not None:
                         slots.release()
@@ -179,25 +193,33 @@ def steps(
         raise
 
 
-def _take_back(e: Entry, slots: Any) -> None:
-    """A call that never reached its executor: its limiter slot and its task go."""
+def _take_back(e: Entry, slots: Any) -> bool:
+    """A call its executor refused: its limiter slot and its task go. False
+    if the task began anyway (a standard pool keeps a call it could not
+    start a thread for in its queue, and a worker took it): it runs unseen."""
     if slots is not None:
         slots.release()
+    withdrawn = True
     if e.task is not None:
+        # A copy left in the executor's queue must never run: the call may
+        # be submitted again.
+        withdrawn = e.task.withdraw()
         e.task.forget()
         e.task = None
+    return withdrawn
+
+
+def _refused(e: Entry, exc: RuntimeError) -> bool:
+    """Whether starting ``e`` failed because its executor refused it. Not a
+    journal failure (a RuntimeError too), nor anything raised once an inline
+    call had run: those abort."""
+    return e.outcome is None and not isinstance(exc, JournalError)
 
 
 def _refused_by_a_shut_down_pool(run: Run, e: Entry, exc: RuntimeError) -> bool:
     """Whether starting ``e`` failed because its pool was shut down while the
-    batch ran (its submit refuses). Not a journal failure (a RuntimeError
-    too), nor anything raised once an inline call had run: those abort."""
-    return (
-        e.outcome is None
-        and not isinstance(exc, JournalError)
-        and run.executor_was_open
-        and is_shut_down(run.executor)
-    )
+    batch ran (its submit refuses)."""
+    return _refused(e, exc) and run.executor_was_open and is_shut_down(run.executor)
 
 
 def _slot_held_here(run: Run) -> bool:

@@ -203,6 +203,7 @@ class Task:
         "remote_start",
         "started_at",
         "token",
+        "withdrawn",
     )
 
     def __init__(self, batch: Batch, handle: Call[Any], entry: Entry) -> None:
@@ -216,6 +217,7 @@ class Task:
         self._on_start: Callable[[], None] | None = None
         # The Dask event this call sets before it begins in another process.
         self.remote_start: str | None = None
+        self.withdrawn = False  # see withdraw()
 
     # -- the Submission view ------------------------------------------------
 
@@ -239,7 +241,7 @@ class Task:
         """Pass the fence and mark the start, atomically; False if fenced or
         the batch deadline has passed (which raises the fence for the rest)."""
         with self.batch.fence:
-            if self.batch.fenced:
+            if self.batch.fenced or self.withdrawn:
                 return False
             now = time.monotonic()
             deadline = self.batch.deadline
@@ -250,6 +252,16 @@ class Task:
         if self._on_start is not None:
             self._on_start()
         return True
+
+    def withdraw(self) -> bool:
+        """Its executor refused this call, which may be submitted again as a
+        new task: this one never begins from now on. False if it already
+        began (an executor that raised yet kept the call)."""
+        with self.batch.fence:
+            if self.started_at is not None:
+                return False
+            self.withdrawn = True
+            return True
 
     def run(self) -> Captured:
         if not self.begin():

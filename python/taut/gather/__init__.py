@@ -51,7 +51,11 @@ Semantics, in the order a gather applies them:
   ``interrupt=True`` also raises :class:`TimeoutError` in it; a remote executor's
   future is cancelled), calls that never started become ``not_started``: they
   are fenced first (a worker that picks one up later returns without running
-  it), then their futures are cancelled.
+  it), then their futures are cancelled. A call counts as finished by when
+  it finished, not by when the batch saw it: a coroutine that blocked the
+  event loop past the deadline (sync I/O in ``async def``), or a pool call
+  that finished meanwhile, is ``timeout``, as a call run inline is; one done
+  before the deadline and seen late keeps its outcome.
 * **Caching.** ``ok``, ``error`` and ``timeout`` outcomes are cached on the
   handle: a repeated await or gather reuses them without running again.
   ``not_started`` and ``cancelled`` outcomes and propagating cancellations are

@@ -311,7 +311,34 @@ class Run:
             self.finish(e, self._cancelled(e))
             return
         exc = future.exception()
-        self.finish(e, self.outcome_from(e, None if exc is not None else future.result(), exc))
+        captured = None if exc is not None else future.result()
+        if isinstance(captured, (Returned, Raised)):
+            late = self._finished_late(e)
+            if late is not None:
+                self.finish(e, late)
+                return
+        self.finish(e, self.outcome_from(e, captured, exc))
+
+    def _finished_late(self, e: Entry) -> Outcome | None:
+        """The ``timeout`` of a call that finished after the batch deadline.
+
+        The batch may see a finished call only well after it finished: a
+        coroutine of ``agather`` that blocks the event loop holds up the
+        batch's own wait too. Judged by when the call finished (its task
+        records that, in this process), never by when the batch looked, so a
+        call done before the deadline keeps its outcome however late it is
+        seen, and the rule is the one an inline call follows (run_inline).
+        A call that ran in another process has no finishing time here (its
+        clock is not ours): it keeps its outcome, as before."""
+        task, deadline = e.task, self.deadline
+        if deadline is None or task is None or task.started_at is None:
+            return None
+        finished = task.finished_at
+        if finished is None or finished <= deadline:
+            return None
+        elapsed = max(0.0, deadline - task.started_at)
+        error = timeout_error(e.call_id, self.timeout, elapsed)
+        return Outcome(e.call_id, "timeout", None, error, True, elapsed)
 
     def _done(self, e: Entry) -> bool:
         future: Any = e.future if e.future is not None else e.afuture

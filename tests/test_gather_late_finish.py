@@ -1,0 +1,118 @@
+"""A call that finished after the batch deadline is ``timeout``, however late
+the batch got to see it; one that finished before it keeps its outcome, even
+when the batch saw it only after the deadline.
+
+``agather`` cannot watch its deadline while a coroutine blocks the event loop
+(a careless tool doing sync I/O in ``async def``), as the sync gather cannot
+while it runs a call inline: both judge a call by when it finished (the task
+records that), never by when the batch got to look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _waiting import LONG
+
+import taut
+
+
+def _block_the_loop_until(moment: float) -> None:
+    """Sync work inside a coroutine: the loop runs nothing else meanwhile."""
+    while time.monotonic() < moment:
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_a_coroutine_that_blocks_the_loop_past_the_deadline_is_a_timeout(
+    interrupt: bool,
+) -> None:
+    timeout = 0.5  # ample for the call to begin; it then overruns it
+    began = time.monotonic()  # the batch's deadline is at least began + timeout
+
+    async def careless() -> str:
+        _block_the_loop_until(began + timeout + 0.1)
+        return "late"
+
+    async def main() -> list[taut.Outcome]:
+        return await taut.agather([taut.call(careless)], timeout=timeout, interrupt=interrupt)
+
+    [out] = asyncio.run(main())
+    assert (out.status, out.value) == ("timeout", None)
+    assert isinstance(out.error, TimeoutError)
+    assert out.started
+
+
+def test_a_coroutine_done_before_the_deadline_and_seen_late_keeps_its_outcome() -> None:
+    timeout = 1.0  # the quick coroutine has all of it to return
+    began = time.monotonic()
+
+    async def main() -> list[taut.Outcome]:
+        quick_done = asyncio.Event()
+
+        async def quick() -> str:
+            quick_done.set()
+            return "on time"
+
+        async def careless() -> str:
+            await quick_done.wait()  # quick has finished: now hold up the loop
+            _block_the_loop_until(began + timeout + 0.1)
+            return "late"
+
+        return await taut.agather([taut.call(quick), taut.call(careless)], timeout=timeout)
+
+    quick, careless = asyncio.run(main())
+    assert (quick.status, quick.value) == ("ok", "on time")
+    assert careless.status == "timeout"
+
+
+class Recording(cf.Executor):
+    """A pool that lets the test see the futures it hands out."""
+
+    def __init__(self, pool: cf.Executor) -> None:
+        self.pool = pool
+        self.futures: list[cf.Future[Any]] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        future = self.pool.submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+
+@pytest.fixture
+def pool() -> Iterator[taut.ThreadPoolExecutor]:
+    with taut.ThreadPoolExecutor(2) as ex:
+        yield ex
+
+
+def test_a_pool_call_that_finished_after_the_deadline_while_the_loop_was_blocked_is_a_timeout(
+    pool: Any,
+) -> None:
+    timeout = 0.5  # ample for the call to begin; it then overruns it
+    began = time.monotonic()
+    executor = Recording(pool)
+
+    def slow() -> str:
+        _block_the_loop_until(began + timeout + 0.1)  # on a worker: past the deadline
+        return "late"
+
+    async def careless() -> str:
+        # Holds the loop until the pool call is done: the batch sees both only now.
+        end = time.monotonic() + LONG
+        while not (executor.futures and executor.futures[0].done()):
+            assert time.monotonic() < end, "the pool call never finished"
+            time.sleep(0.005)
+        return "late too"
+
+    async def main() -> list[taut.Outcome]:
+        return await taut.agather(
+            [taut.call(slow), taut.call(careless)], executor=executor, timeout=timeout
+        )
+
+    outs = asyncio.run(main())
+    assert [o.status for o in outs] == ["timeout", "timeout"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import gc
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -311,6 +313,48 @@ def test_sync_argument_errors(kwargs: dict[str, Any], error: type[Exception], ma
         TypeError, match=r"fn must be a callable or a concurrent.futures.Future, got 42"
     ):
         run_bounded_sync(42, 1)  # type: ignore[arg-type]
+
+
+async def _coroutine_fn() -> int:
+    return 5
+
+
+class _AsyncCall:
+    async def __call__(self) -> int:
+        return 5
+
+
+@pytest.mark.parametrize("timeout", [1, None, 0])
+@pytest.mark.parametrize(
+    "fn",
+    [_coroutine_fn, _AsyncCall(), functools.partial(_coroutine_fn)],
+    ids=["function", "async-call", "partial"],
+)
+def test_sync_refuses_a_coroutine_function_pointing_to_the_async_twin(
+    fn: Any, timeout: float | None
+) -> None:
+    # It returned BoundedResult(value=<coroutine object ...>): the body never
+    # ran, and all that said so was a "never awaited" warning at exit.
+    with pytest.raises(
+        TypeError, match=r"fn must be a sync callable.*coroutine function.*run_bounded_async"
+    ):
+        run_bounded_sync(fn, timeout)
+
+
+@pytest.mark.parametrize("timeout", [1, None])
+def test_sync_refuses_a_returned_coroutine_and_closes_it(timeout: float | None) -> None:
+    made: list[Any] = []
+
+    def returns_a_coroutine() -> Any:
+        made.append(_coroutine_fn())
+        return made[-1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine ... was never awaited"
+        with pytest.raises(TypeError, match=r"fn returned a coroutine.*run_bounded_async"):
+            run_bounded_sync(returns_a_coroutine, timeout)
+        assert made[0].cr_frame is None  # closed: never awaited, no warning
+        gc.collect()
 
 
 # ---------------------------------------------------------------------------

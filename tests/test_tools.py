@@ -888,3 +888,45 @@ def test_a_waiting_notice_is_cleared_for_a_call_the_shut_down_pool_refused() -> 
     cleared = {cid for kind, cid in notices if kind in ("started", "dropped")}
     assert waiting, notices  # the second call did wait for the slot
     assert waiting <= cleared, notices
+
+
+# ------------------------------------------------- large batches, odd tools
+
+def _gen(q: str) -> Iterator[str]:
+    yield q
+
+
+async def _agen(q: str) -> Any:
+    yield q
+
+
+class _GenCall:
+    def __call__(self, q: str) -> Iterator[str]:
+        yield q
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen, _GenCall(), lambda q: _gen(q)])
+def test_generator_tools_are_refused_not_reported_ok_unrun(
+    runners: list[ToolRunner], fn: Any
+) -> None:
+    # A generator function as a tool came back 'ok' with "<generator object
+    # ...>" as its text: its body never ran.
+    if fn.__class__.__name__ == "function" and fn.__name__ == "<lambda>":
+        # Only its result tells: an error result naming the tool.
+        (result,) = make(runners, 1).run([ToolCall("stream", fn, {"q": "x"})])
+        assert result.status == "error"
+        assert isinstance(result.error, TypeError)
+        assert result.text.startswith(
+            "Error executing tool 'stream': it returned a generator"
+        ), result.text
+        return
+    with pytest.raises(TypeError, match=r"tool 'stream': fn is an? (async )?generator function"):
+        ToolCall("stream", fn, {"q": "x"})
+
+
+def test_coroutine_tools_still_run(runners: list[ToolRunner]) -> None:
+    async def coro(q: str) -> str:
+        return f"coro {q}"
+
+    (result,) = make(runners, 1).run([ToolCall("c", coro, {"q": "x"}, read_only=True)])
+    assert (result.status, result.text) == ("ok", "coro x")

@@ -156,6 +156,8 @@ def run_bounded_sync(
     * ``fn`` may be a ``concurrent.futures.Future`` (for example from
       ``asyncio.run_coroutine_threadsafe``): the wait for it is bounded, and at
       expiry it is cancelled (which a running executor future ignores).
+    * A coroutine function (or a callable that returns a coroutine) is refused
+      with ``TypeError``: it would never run here; use ``run_bounded_async``.
     """
     budget = check_timeout(timeout)
     label = _check_label(label)
@@ -166,6 +168,12 @@ def run_bounded_sync(
         raise TypeError(
             f"fn must be a callable or a concurrent.futures.Future, got {_describe(fn)}"
         )
+    if not is_future and _is_coroutine_function(fn):
+        # Called here it would only make a coroutine object, never run it.
+        raise TypeError(
+            f"fn must be a sync callable, got the coroutine function {_describe(fn)}; "
+            "await taut.run_bounded_async(fn(), timeout) instead"
+        )
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
         raise TypeError(
             f"executor must be a concurrent.futures.Executor or None, got {_describe(executor)}"
@@ -174,7 +182,7 @@ def run_bounded_sync(
     started = time.monotonic()
     if budget is None:
         value = fn.result() if isinstance(fn, concurrent.futures.Future) else fn()
-        return _result(started, None, label, value=value)
+        return _result(started, None, label, value=_not_a_coroutine(value))
 
     pool: concurrent.futures.Executor | None = None
     if isinstance(fn, concurrent.futures.Future):
@@ -199,7 +207,7 @@ def run_bounded_sync(
             spin(budget)
     if future.done():
         # Completion wins a tie with the deadline.
-        return _result(started, budget, label, value=future.result())
+        return _result(started, budget, label, value=_not_a_coroutine(future.result()))
 
     deadline = Deadline(started + budget)
     # A bare lock as a one-shot latch (a threading.Event costs several times
@@ -234,12 +242,31 @@ def run_bounded_sync(
     if future.done():
         # Completion wins a tie with the deadline.
         deadline.cancel()
-        return _result(started, budget, label, value=future.result())
+        return _result(started, budget, label, value=_not_a_coroutine(future.result()))
     if pool is None:
         future.cancel()
     else:
         _release_late_worker(pool, future, interrupt)
     return _sync_timed_out(started, budget, label, on_timeout)
+
+
+def _is_coroutine_function(fn: object) -> bool:
+    # inspect sees through functools.partial; an object's async __call__ too.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
+    )
+
+
+def _not_a_coroutine(value: Any) -> Any:
+    """A sync call's value, refused if it is a coroutine: the caller would
+    get a coroutine that never runs (and a "never awaited" warning later)."""
+    if inspect.iscoroutine(value):
+        value.close()  # it never ran; closed, it warns about nothing
+        raise TypeError(
+            f"fn returned a coroutine ({value.__qualname__}), which a sync call never "
+            "runs; await taut.run_bounded_async(coroutine, timeout) instead"
+        )
+    return value
 
 
 def _acquire_until(latch: _thread.LockType, at: float) -> None:

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import enum
 import functools
+import inspect
 import logging
 import threading
 import time
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
@@ -108,6 +110,15 @@ class ToolCall:
             raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
             raise TypeError(f"fn must be callable, got {describe(self.fn)}")
+        kind = _generator_kind(self.fn)
+        if kind:
+            # Called, it only makes a generator: the body would never run, and
+            # the call would come back 'ok' with "<generator object ...>".
+            raise TypeError(
+                f"tool {self.name!r}: fn is {kind} function, got {describe(self.fn)}; "
+                "a tool returns its result: collect the items in the tool "
+                "(return list(...)) or return the text"
+            )
         if not isinstance(self.arguments, Mapping):
             raise TypeError(
                 f"arguments must be a mapping, got {describe(self.arguments)}"
@@ -117,6 +128,17 @@ class ToolCall:
             raise TypeError(f"read_only must be a bool, got {describe(self.read_only)}")
         if self.call_id is not None and not isinstance(self.call_id, str):
             raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
+
+
+def _generator_kind(fn: Any) -> str:
+    """'a generator' or 'an async generator' if calling ``fn`` makes one
+    (inspect sees through functools.partial; an object's ``__call__`` too)."""
+    for f in (fn, getattr(fn, "__call__", None)):  # noqa: B004 - generator __call__ objects
+        if inspect.isasyncgenfunction(f):
+            return "an async generator"
+        if inspect.isgeneratorfunction(f):
+            return "a generator"
+    return ""
 
 
 ToolStatus = Literal["ok", "error", "timeout"]
@@ -537,6 +559,15 @@ def _value_text(value: Any) -> str:
 
 def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> ToolResult:
     prefix = f"Error executing tool '{name}': "
+    if o.status == "ok" and isinstance(o.value, (types.GeneratorType, types.AsyncGeneratorType)):
+        # A function that returns a generator (ToolCall refuses generator
+        # functions themselves): its items were never made.
+        refused = TypeError(
+            f"tool {name!r} returned a generator ({type(o.value).__name__}) instead of its "
+            "result: collect the items in the tool (return list(...)) or return the text"
+        )
+        text = f"{prefix}it returned a generator instead of its result"
+        return ToolResult(call_id, name, "error", text, o.value, refused, True, o.elapsed_s)
     if o.status == "ok":
         try:
             text = _value_text(o.value)

@@ -892,6 +892,54 @@ def test_a_waiting_notice_is_cleared_for_a_call_the_shut_down_pool_refused() -> 
 
 # ------------------------------------------------- large batches, odd tools
 
+class _SlowText:
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def __str__(self) -> str:
+        self.release.wait(LONG)
+        return "materialised"
+
+
+@pytest.mark.parametrize("bound", ["run_timeout", "scope", "configured"])
+def test_turning_a_result_into_text_is_part_of_the_call_and_its_deadline(
+    runners: list[ToolRunner], bound: str
+) -> None:
+    # str() of the value ran on the caller's thread after the batch, outside
+    # every deadline: run(timeout=0.5) returned after the 5 s a lazy value's
+    # str() took.
+    release = threading.Event()
+    configured = {"concurrent_batch_timeout": 0.2} if bound == "configured" else {}
+    runner = make(runners, 2, **configured)
+    calls = [
+        ToolCall("lazy", lambda: _SlowText(release), read_only=True),
+        ToolCall("fine", _echo, {"x": 3}, read_only=True),
+    ]
+    began = time.monotonic()
+    try:
+        if bound == "scope":
+            with taut.move_on_after(0.2):
+                results = runner.run(calls)
+        else:
+            results = runner.run(calls, timeout=0.2 if bound == "run_timeout" else None)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert took < 5.0, took  # against 20 s of str()
+    lazy, fine = results
+    assert (lazy.status, lazy.started) == ("timeout", True)
+    assert timed_out_after(lazy.text, "lazy", 0.2), lazy.text
+    assert (fine.status, fine.text) == ("ok", "3")
+
+
+def test_a_value_turned_into_text_is_kept_as_the_value(runners: list[ToolRunner]) -> None:
+    release = threading.Event()
+    release.set()
+    value = _SlowText(release)
+    (result,) = make(runners, 1).run([ToolCall("v", lambda: value)])
+    assert (result.status, result.text, result.value) == ("ok", "materialised", value)
+
+
 def _gen(q: str) -> Iterator[str]:
     yield q
 

@@ -153,7 +153,8 @@ class ToolResult:
     returned a value whose ``str()`` raised: ``value`` still holds it) or
     ``'timeout'`` (ran past its deadline, or never got a worker before the
     batch deadline: ``started`` tells which). ``text`` is what goes back to the
-    model: the value as text, or "Error executing tool 'NAME': ...".
+    model: the value as text (made on the worker, within the call's deadline),
+    or "Error executing tool 'NAME': ...".
     """
 
     call_id: str
@@ -402,7 +403,7 @@ class ToolRunner:
         # The arguments are bound here, not passed to Scheduler.call: its own
         # keywords (call_id) would take them, and the tool would never see them.
         handles: list[Call[Any]] = [
-            self._scheduler.call(functools.partial(batch[i].fn, **arguments[i])) for i in group
+            self._scheduler.call(_tool_body(batch[i].fn, arguments[i])) for i in group
         ]
         waited: set[int] = set()
         began: set[int] = set()
@@ -557,29 +558,75 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A tool's value and its text, made on the worker as the last step of
+    the call: a slow ``str()`` (a lazy frame, a proxy that fetches) then
+    counts against the call's deadline instead of holding up the caller
+    after the batch. ``error``: what ``str()`` raised (``text`` is then '')."""
+
+    value: Any
+    text: str = ""
+    error: Exception | None = None
+
+
+def _shown(value: Any) -> _Shown:
+    if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
+        return _Shown(value)  # refused by _to_result; its text says nothing
+    try:
+        return _Shown(value, _value_text(value))
+    except Exception as exc:
+        return _Shown(value, error=exc)
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    # As the gather decides (taut.gather.handles): such a tool is awaited on
+    # a loop of its own on the worker, so its wrapper must be async too.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
+    )
+
+
+def _tool_body(fn: Callable[..., Any], arguments: dict[str, Any]) -> Callable[[], Any]:
+    """What the worker runs for one tool call: the tool, then its text."""
+    call = functools.partial(fn, **arguments)
+    if _is_coroutine_function(fn):
+
+        async def run_async() -> _Shown:
+            return _shown(await call())
+
+        return run_async
+
+    def run() -> _Shown:
+        return _shown(call())
+
+    return run
+
+
 def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> ToolResult:
     prefix = f"Error executing tool '{name}': "
-    if o.status == "ok" and isinstance(o.value, (types.GeneratorType, types.AsyncGeneratorType)):
-        # A function that returns a generator (ToolCall refuses generator
-        # functions themselves): its items were never made.
-        refused = TypeError(
-            f"tool {name!r} returned a generator ({type(o.value).__name__}) instead of its "
-            "result: collect the items in the tool (return list(...)) or return the text"
-        )
-        text = f"{prefix}it returned a generator instead of its result"
-        return ToolResult(call_id, name, "error", text, o.value, refused, True, o.elapsed_s)
     if o.status == "ok":
-        try:
-            text = _value_text(o.value)
-        except Exception as exc:
+        shown: _Shown = o.value
+        value = shown.value
+        if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
+            # A function that returns a generator (ToolCall refuses generator
+            # functions themselves): its items were never made.
+            refused = TypeError(
+                f"tool {name!r} returned a generator ({type(value).__name__}) instead of "
+                "its result: collect the items in the tool (return list(...)) or return "
+                "the text"
+            )
+            text = f"{prefix}it returned a generator instead of its result"
+            return ToolResult(call_id, name, "error", text, value, refused, True, o.elapsed_s)
+        if shown.error is not None:
             # One tool's unprintable value must not lose the whole batch's
             # results (the other tools have run): this result alone says so.
             text = (
-                f"{prefix}its result ({type(o.value).__name__}) cannot be shown as "
-                f"text: str() raised {type(exc).__name__}"
+                f"{prefix}its result ({type(value).__name__}) cannot be shown as "
+                f"text: str() raised {type(shown.error).__name__}"
             )
-            return ToolResult(call_id, name, "error", text, o.value, exc, True, o.elapsed_s)
-        return ToolResult(call_id, name, "ok", text, o.value, None, True, o.elapsed_s)
+            return ToolResult(call_id, name, "error", text, value, shown.error, True, o.elapsed_s)
+        return ToolResult(call_id, name, "ok", shown.text, value, None, True, o.elapsed_s)
     if o.status in ("timeout", "not_started"):
         after = f"timed out after {_seconds_text(timeout)}" if timeout is not None else "timed out"
         if not o.started:

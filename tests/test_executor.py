@@ -256,6 +256,41 @@ def test_queue_positions_are_exact_and_clear_on_start():
     assert events[3] == [4, 3, 2, 1, "start"]
 
 
+def test_queue_notices_for_n_waiting_calls_are_o_n_not_n_squared():
+    # Every start used to report a new position to every waiting call:
+    # N calls behind one worker got about N*N/2 notices (2 million for
+    # N = 2000, and as many position computations under the pool's lock).
+    # Now each call hears every position from 10 down, and above that only
+    # round ones (20, 50, 100, 200, 500, ...): under 20 notices a call.
+    n = 2000
+    gate = Gate()
+    events: dict[int, list[object]] = {i: [] for i in range(n)}
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(gate)
+        wait_until(lambda: gate.started == 1)
+        futures = [
+            ex.submit_tracked(
+                lambda: None,
+                on_wait=events[i].append,
+                on_start=lambda i=i: events[i].append("start"),
+            )
+            for i in range(n)
+        ]
+        gate.open.set()
+        _done, not_done = cf.wait([blocker, *futures], timeout=LONG)
+    assert not not_done
+    total = sum(len(e) for e in events.values())
+    assert total < 30 * n, total
+    for i, e in events.items():
+        positions = e[:-1]
+        assert e[0] == i + 1 and e[-1] == "start", (i, e)
+        assert positions == sorted(positions, reverse=True), (i, e)  # type: ignore[type-var]
+        # Every position from 10 down is heard (or from where it began).
+        assert positions[-min(i + 1, 10) :] == list(range(min(i + 1, 10), 0, -1)), (i, e)
+    assert events[1999][:-1] == [2000, 1000, 500, 200, 100, 50, 20, *range(10, 0, -1)]
+    assert events[14][:-1] == [15, *range(10, 0, -1)]
+
+
 def test_tracked_call_that_starts_at_once_gets_only_start():
     events: list[object] = []
     with taut.ThreadPoolExecutor(2) as ex:

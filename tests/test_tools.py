@@ -892,6 +892,76 @@ def test_a_waiting_notice_is_cleared_for_a_call_the_shut_down_pool_refused() -> 
 
 # ------------------------------------------------- large batches, odd tools
 
+_NOTICE_TEXTS = {
+    "en": "Waiting for a free worker - position {}",
+    "de": "Warte auf einen freien Bearbeiter - Position {}",
+}
+
+
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_notices_of_a_large_batch_grow_linearly_and_keep_their_order(
+    runners: list[ToolRunner], language: str
+) -> None:
+    # Each start used to send a new position to every waiting call: about
+    # N*N/2 notices for N calls behind one worker (2 million for 2000).
+    # Now a call hears each position from 10 down and above that only the
+    # round ones it reaches (20, 50, 100, ...): under 20 notices a call.
+    n = 2000
+    notices: list[QueueNotice] = []
+    release = threading.Event()
+
+    def on_notice(notice: QueueNotice) -> None:
+        notices.append(notice)  # one worker: notices come from one thread at a time
+        if notice.call_id == f"c{n - 1}":
+            release.set()  # every call is queued: let the first one finish
+
+    def tool(i: int) -> int:
+        if i == 0:
+            assert release.wait(LONG)
+        return i
+
+    runner = make(runners, 1, on_notice=on_notice, language=language)
+    results = runner.run(
+        [ToolCall("t", tool, {"i": i}, read_only=True, call_id=f"c{i}") for i in range(n)]
+    )
+    assert [(r.status, r.value) for r in results] == [("ok", i) for i in range(n)]
+    assert len(notices) < 30 * n, len(notices)
+    by_call: dict[str, list[QueueNotice]] = {}
+    for notice in notices:
+        by_call.setdefault(notice.call_id, []).append(notice)
+    assert set(by_call) == {f"c{i}" for i in range(1, n)}  # c0 started at once
+    for cid, seen in by_call.items():
+        kinds = [x.kind for x in seen]
+        assert kinds == ["waiting", *["position"] * (len(seen) - 2), "started"], (cid, kinds)
+        positions = [x.position for x in seen[:-1]]
+        assert positions == sorted(set(positions), reverse=True), (cid, positions)  # type: ignore[type-var]
+        assert positions[-1] == 1, (cid, positions)
+        assert [x.text for x in seen[:-1]] == [
+            _NOTICE_TEXTS[language].format(p) for p in positions
+        ]
+    assert [x.position for x in by_call[f"c{n - 1}"][:-1]] == [
+        n - 1, 1000, 500, 200, 100, 50, 20, *range(10, 0, -1)
+    ]
+
+
+def test_without_a_listener_no_queue_positions_are_tracked(
+    runners: list[ToolRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tracking positions nobody reads cost a full batch O(N*N) all the same.
+    runner = make(runners, 1)
+    tracked: list[object] = []
+    real = runner.executor.submit_tracked
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        tracked.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner.executor, "submit_tracked", counting)
+    results = runner.run([ToolCall("t", _echo, {"x": i}, read_only=True) for i in range(20)])
+    assert [r.value for r in results] == list(range(20))
+    assert tracked == []
+
+
 class _SlowText:
     def __init__(self, release: threading.Event) -> None:
         self.release = release

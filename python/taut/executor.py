@@ -435,9 +435,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         **kwargs: Any,
     ) -> Future[_T]:
         """Like ``submit``, with queue notices: ``on_wait(position)`` when the
-        call cannot start at once and each time its 1-based position changes,
-        ``on_start()`` on the worker just before the call begins. Notices
-        arrive in order and none after the start; keep them quick."""
+        call cannot start at once (its 1-based position), then as it moves up:
+        each position from 10 down, above that the round ones it reaches (20,
+        50, 100, 200, 500, ...; every change for every waiting call would be
+        N*N/2 notices for N calls); ``on_start()`` on the worker just before
+        the call begins. Notices arrive in order, positions only go down, none
+        after the start; keep them quick. ``position(future)`` is exact."""
         for name, callback in (("on_wait", on_wait), ("on_start", on_start)):
             # Checked here: later, each notice would fail (logged) on some thread.
             if callback is not None and not callable(callback):

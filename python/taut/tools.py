@@ -180,7 +180,8 @@ class QueueNotice:
     """A queue notice for one call.
 
     ``kind`` is ``'waiting'`` (the call could not start at once), ``'position'``
-    (its place in the queue changed), ``'started'`` (it got a worker: clear the
+    (it moved up: each position from 10 down, above that the round ones it
+    reaches, 20, 50, 100, 200, 500, ...), ``'started'`` (it got a worker: clear the
     notice) or ``'dropped'`` (the batch deadline came first, or the batch was
     cancelled or interrupted: clear the notice).
     ``text`` is the line to show, ``''`` for the clearing kinds.
@@ -447,13 +448,15 @@ class ToolRunner:
                 emit("waiting", pos, None, _SLOT_TEXTS[self._language])
 
         try:
+            # Nobody listens: plain submissions, no queue positions tracked.
+            listening = notify is not None
             outcomes = self._scheduler.gather(
                 handles,
                 timeout=timeout,
                 interrupt=self._interrupt,
-                submit=submit,
+                submit=submit if listening else None,
                 limiter=self._limiter,
-                on_slot_wait=on_slot_wait,
+                on_slot_wait=on_slot_wait if listening else None,
             )
         finally:
             # A call that waited and never began (the deadline came first, a

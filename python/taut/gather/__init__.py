@@ -60,6 +60,18 @@ Semantics, in the order a gather applies them:
   handle: a repeated await or gather reuses them without running again.
   ``not_started`` and ``cancelled`` outcomes and propagating cancellations are
   not cached: the handle can be run again later.
+* **Shared awaits.** Several tasks or threads may await one handle: the
+  first runs it, the others wait for its outcome. A call that has started
+  keeps its handle running until it ends, even when the await that started
+  it is cancelled or interrupted: then its outcome is cached (and journaled)
+  and every other awaiter gets it, so it never runs twice. Only a call that
+  provably never started goes cold at once (its fence is up, so a worker
+  that takes it up later returns without running it). A coroutine runs on
+  the loop as a task: cancelled with its only awaiter (a cancellation is not
+  cached: the handle goes cold), left to finish when another awaiter waits
+  for it. A call on the awaiting thread (``result()``, or an ``await``
+  inside a worker of its executor) is ended by whatever interrupts that
+  thread; it goes cold unless it had already returned or raised.
 
 Default call ids are ``"module.qualname#index"``: the function's dotted name
 and the handle's position in the gather that first runs it. That is what makes
@@ -108,6 +120,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import itertools
+import logging
 import threading
 from collections.abc import Iterable
 from typing import Any, Callable, cast
@@ -130,8 +143,8 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
-from taut.gather.run import Run
-from taut.gather.tasks import Submission, Task
+from taut.gather.run import Entry, Run
+from taut.gather.tasks import Captured, Raised, Returned, Submission, Task
 from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
@@ -150,6 +163,7 @@ __all__ = [
 ]
 
 _scheduler_ids = itertools.count(1)
+_log = logging.getLogger("taut.gather")
 
 
 class Scheduler:
@@ -305,7 +319,7 @@ class Scheduler:
             try:
                 got = self._single(handle)
             except _Busy as busy:
-                busy.event.wait()
+                _wait_released(handle, busy.event)
                 continue
             if isinstance(got, Outcome):
                 return got.unwrap()
@@ -322,11 +336,14 @@ class Scheduler:
                         f"{e.call_id} is a coroutine function and this thread runs an "
                         "event loop: use 'await handle' instead of handle.result()"
                     )
+            captured: Captured | None = None
             try:
                 captured = task.run()
                 outcome = got.outcome_from(e, captured, None)
             except BaseException:
-                got.release_all()
+                # The call runs on this thread: whatever interrupted this
+                # await also ended the call, unless it had already returned.
+                _keep_or_release(got, e, captured)
                 raise
             got.finish(e, outcome)
             got.raise_if_halted()
@@ -346,28 +363,123 @@ class Scheduler:
                 return got.unwrap()
             e = got.entries[0]
             task = got.new_task(e)
-            future: cf.Future[Any] | None = None
+            captured: Captured | None = None
+            running: asyncio.Task[Captured] | cf.Future[Any] | None = None
             try:
                 if handle._is_coroutine:
-                    captured = await task.arun()
+                    # A task of its own: cancelling this awaiter must not
+                    # cancel a coroutine that other awaiters wait for.
+                    coroutine = asyncio.get_running_loop().create_task(task.arun())
+                    running = coroutine
+                    await asyncio.wait([coroutine])
+                    captured = coroutine.result()
                 elif in_worker_of(got.executor):
                     captured = task.run()
                 else:
                     future = await _submit_when_room(got.executor, task)
-                    e.future = future
+                    running = e.future = future
                     captured = await asyncio.wrap_future(future)
                 outcome = got.outcome_from(e, captured, None)
             except BaseException:
-                if future is not None and not future.done():
-                    got.batch.raise_fence()
-                    if task.started_at is None:
-                        future.cancel()
-                task.forget()
-                got.release_all()
+                await _let_go(got, e, captured, running)
                 raise
             got.finish(e, outcome)
             got.raise_if_halted()
             return outcome.unwrap()
+
+
+def _keep_or_release(run: Run, e: Entry, captured: Captured | None) -> None:
+    """An await is leaving by an exception: a call that returned or raised
+    keeps its outcome (cached, journaled: nobody runs it again, as a gather
+    keeps its finished calls); any other goes cold."""
+    if isinstance(captured, (Returned, Raised)):
+        run.finish(e, run.outcome_from(e, captured, None))
+    else:
+        run.release_all()
+
+
+async def _let_go(
+    run: Run,
+    e: Entry,
+    captured: Captured | None,
+    running: asyncio.Task[Captured] | cf.Future[Any] | None,
+) -> None:
+    """The async await of ``e`` is leaving by an exception (cancelled, most
+    often) while its call may still run. A call that has started keeps its
+    handle running until it ends, then its outcome is cached and journaled
+    and every other awaiter gets it: a call never runs twice at once, nor
+    again after it finished. Only a call that provably never started goes
+    cold at once. A coroutine runs on this loop as a task: cancelled with
+    its only awaiter (its cleanup done before that awaiter leaves, as when
+    it is awaited directly; a cancellation is never cached, so the handle
+    goes cold), left to finish when other awaiters wait for it."""
+    if running is None or isinstance(captured, (Returned, Raised)):
+        _keep_or_release(run, e, captured)
+    elif isinstance(running, asyncio.Task):
+        _settle_when_done(run, e, running)
+        if not running.done() and not e.handle._has_waiters():
+            running.cancel()
+            await asyncio.wait([running])
+    elif _never_started(run, e, running):
+        run.release_all()
+    else:
+        _settle_when_done(run, e, running)
+
+
+def _never_started(run: Run, e: Entry, future: cf.Future[Any]) -> bool:
+    """Stop ``e``'s call if it has not started; whether it provably never will."""
+    # The fence first: a worker that takes the call up from now on returns
+    # without running it, so a start not seen yet can no longer happen.
+    run.batch.raise_fence()
+    if future.cancel():
+        return True
+    # Starts are observable in this process only; elsewhere it may be running.
+    local = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local
+    return local and e.task is not None and e.task.started_at is None
+
+
+def _settle_when_done(run: Run, e: Entry, running: asyncio.Task[Captured] | cf.Future[Any]) -> None:
+    """Settle ``e`` once its call ends, on whichever thread ends it, with
+    nobody left to raise to: an outcome is cached and journaled (a journal
+    failure is logged; the outcome stays cached, and gathering the handle
+    again with the journal records it), anything else leaves the handle cold."""
+
+    def settle(_: object = None) -> None:
+        try:
+            if running.cancelled():
+                run.release_all()
+                return
+            exc = running.exception()
+            outcome = run.outcome_from(e, None if exc is not None else running.result(), exc)
+        except BaseException:  # an escaped cancellation or interrupt: never cached
+            run.release_all()
+            return
+        run.finish(e, outcome)
+        if run.journal_failure is not None:
+            _log.error(
+                "could not journal the outcome of %s after its awaiter left: %s",
+                e.call_id,
+                run.journal_failure,
+            )
+
+    if running.done():
+        settle()
+    else:
+        running.add_done_callback(settle)
+
+
+def _wait_released(handle: Call[Any], event: threading.Event) -> None:
+    """Until the run holding ``handle`` lets go, counted among its waiters."""
+
+    def waiting() -> None:
+        pass  # event.wait() wakes this thread; the hook only counts it
+
+    if not handle._when_released(event, waiting):
+        return
+    try:
+        event.wait()
+    finally:
+        handle._forget_hook(waiting)
 
 
 async def _submit_when_room(executor: cf.Executor, task: Task) -> cf.Future[Any]:

@@ -265,6 +265,11 @@ class Call(Generic[T]):
             self._event_hooks.append(hook)
             return True
 
+    def _has_waiters(self) -> bool:
+        """Whether an await waits for the run holding this handle."""
+        with STATE_LOCK:
+            return bool(self._event_hooks)
+
     def _forget_hook(self, hook: Callable[[], None]) -> None:
         with STATE_LOCK:
             if self._event_hooks is not None and hook in self._event_hooks:

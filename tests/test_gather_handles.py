@@ -1,0 +1,214 @@
+"""Cold call handles shared by several awaiters: a call that started runs once,
+whoever of its awaiters goes away (python/taut/gather/__init__.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import taut
+from taut.gather import Scheduler
+from taut.gather.run import Run
+
+pytestmark = pytest.mark.timeout(60)
+
+LONG = 20.0  # what "never finishes on its own" means in these tests
+
+
+@pytest.fixture
+def pool() -> Iterator[cf.ThreadPoolExecutor]:
+    with cf.ThreadPoolExecutor(4) as p:
+        yield p
+
+
+class Gate:
+    """A call that tells when it started and runs until let go."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.starts = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self.lock:
+            self.starts += 1
+        self.started.set()
+        assert self.go.wait(LONG)
+        return "charged"
+
+
+async def _await(h: Any) -> Any:
+    return await h
+
+
+async def _until(predicate: Any) -> None:
+    """Let the loop run (worker threads too) until ``predicate()`` holds."""
+    while not predicate():
+        await asyncio.sleep(0.001)
+
+
+def _waiters(h: Any) -> int:
+    return len(h._event_hooks or ())
+
+
+# ------------------------------------------- a started call is never rerun
+
+
+def test_cancelling_one_awaiter_of_a_running_sync_call_does_not_start_it_again(
+    pool: Any,
+) -> None:
+    journal = taut.InMemoryJournal()
+    scheduler = Scheduler(executor=pool, journal=journal)
+    charge = Gate()
+
+    async def main() -> None:
+        h = scheduler.call(charge, call_id="charge")
+        a = asyncio.create_task(_await(h))
+        await _until(charge.started.is_set)
+        b = asyncio.create_task(_await(h))
+        await _until(lambda: _waiters(h) == 1)  # b waits for a's run
+        a.cancel()
+        await asyncio.wait([a])
+        assert a.cancelled()
+        assert "running" in repr(h)  # the first run is still going
+        charge.go.set()
+        assert await b == "charged"
+        assert charge.starts == 1
+        assert h.done() and h.outcome() is not None
+        # Recorded although its first awaiter went away: a resume replays it.
+        journal.close()
+        again = journal.reopen()
+        replay = Scheduler(executor=pool, journal=again)
+        outcome = (await replay.agather([replay.call(charge, call_id="charge")]))[0]
+        assert outcome.replayed and outcome.value == "charged"
+        assert charge.starts == 1
+
+    asyncio.run(main())
+
+
+def test_a_started_sync_call_whose_only_awaiter_is_cancelled_still_caches(pool: Any) -> None:
+    charge = Gate()
+    scheduler = Scheduler(executor=pool)
+
+    async def main() -> None:
+        h = scheduler.call(charge)
+        a = asyncio.create_task(_await(h))
+        await _until(charge.started.is_set)
+        a.cancel()
+        await asyncio.wait([a])
+        assert "running" in repr(h)
+        charge.go.set()
+        assert await h == "charged"  # waits for the first run, reuses its value
+        assert charge.starts == 1
+
+    asyncio.run(main())
+
+
+def test_an_awaiter_cancelled_before_its_call_started_leaves_the_handle_cold() -> None:
+    # Guards the other branch: a call that provably never started may go cold
+    # (and never runs later from the queue).
+    blocker = threading.Event()
+    ran: list[int] = []
+    with cf.ThreadPoolExecutor(1) as one:
+        one.submit(blocker.wait, LONG)
+        scheduler = Scheduler(executor=one)
+
+        async def main() -> None:
+            h = scheduler.call(ran.append, 1)
+            a = asyncio.create_task(_await(h))
+            await asyncio.sleep(0.01)  # a's call waits in the pool's queue
+            a.cancel()
+            await asyncio.wait([a])
+            assert "cold" in repr(h)
+
+        asyncio.run(main())
+        blocker.set()
+    assert ran == []
+
+
+def test_cancelling_one_awaiter_of_a_shared_coroutine_lets_it_finish_for_the_others() -> None:
+    starts: list[int] = []
+    cancelled: list[int] = []
+
+    async def charge(go: asyncio.Event) -> str:
+        starts.append(1)
+        try:
+            await go.wait()
+        except asyncio.CancelledError:
+            cancelled.append(1)
+            raise
+        return "charged"
+
+    async def main() -> None:
+        go = asyncio.Event()
+        h = taut.call(charge, go)
+        a = asyncio.create_task(_await(h))
+        await _until(lambda: starts)
+        b = asyncio.create_task(_await(h))
+        await _until(lambda: _waiters(h) == 1)
+        a.cancel()
+        await asyncio.wait([a])
+        assert a.cancelled()
+        go.set()
+        assert await b == "charged"
+        assert starts == [1] and cancelled == []
+        assert h.done()
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_only_awaiter_of_a_coroutine_cancels_it() -> None:
+    # Guards the sole-awaiter case: the coroutine is cancelled with its awaiter,
+    # its cleanup runs before the awaiter's cancellation leaves the await, and
+    # (a cancellation is never cached) the handle goes cold.
+    events: list[str] = []
+
+    async def work() -> str:
+        events.append("start")
+        try:
+            await asyncio.sleep(LONG)
+        finally:
+            events.append("cleanup")
+        return "never"
+
+    async def main() -> None:
+        h = taut.call(work)
+        a = asyncio.create_task(_await(h))
+        await _until(lambda: events)
+        a.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await a
+        assert events == ["start", "cleanup"]
+        assert "cold" in repr(h)
+
+    asyncio.run(main())
+
+
+def test_an_interrupt_after_a_sync_call_returned_keeps_its_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ctrl-C landing between the call's return and its settling: the call ran,
+    # so a waiting thread (or a later await) must get its value, not run it again.
+    runs: list[int] = []
+    real = Run.outcome_from
+    interrupted: list[bool] = []
+
+    def interrupt_once(self: Run, *args: Any) -> Any:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(Run, "outcome_from", interrupt_once)
+    h = taut.call(lambda: runs.append(1) or "charged")
+    with pytest.raises(KeyboardInterrupt):
+        h.result()
+    assert h.done()
+    assert h.result() == "charged"
+    assert runs == [1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import copy
+import pickle
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 import taut
-from taut.gather import Scheduler
+from taut.gather import GatherRejected, Scheduler
 from taut.gather.run import Run
 
 pytestmark = pytest.mark.timeout(60)
@@ -212,3 +214,56 @@ def test_an_interrupt_after_a_sync_call_returned_keeps_its_outcome(
     assert h.done()
     assert h.result() == "charged"
     assert runs == [1]
+
+
+# ------------------------------------------- copies, pickles, stuck states
+
+
+@pytest.mark.parametrize(
+    "duplicate", [copy.copy, copy.deepcopy, lambda h: pickle.loads(pickle.dumps(h))]
+)
+def test_copying_or_pickling_a_handle_is_refused_naming_why(duplicate: Any, pool: Any) -> None:
+    charge = Gate()
+    h = taut.call(charge)
+    running = pool.submit(h.result)
+    assert charge.started.wait(LONG)
+    with pytest.raises(TypeError, match=r"cannot copy or pickle a taut\.Call handle.*taut\.call"):
+        duplicate(h)
+    charge.go.set()
+    assert running.result(LONG) == "charged"
+    with pytest.raises(TypeError, match=r"cannot copy or pickle a taut\.Call handle"):
+        duplicate(h)  # a done handle neither (a copy would run the call again)
+    assert charge.starts == 1
+
+
+@pytest.mark.parametrize("state", ["released", "no event"])
+def test_result_never_spins_on_a_handle_left_running_without_a_run(state: str) -> None:
+    # What a copy of a running handle used to be: "running" with no run
+    # behind it. result() must not spin at full CPU waiting for it.
+    h = taut.call(lambda: 1)
+    h._state = 1  # RUNNING
+    if state == "released":
+        h._event = threading.Event()
+        h._event.set()
+    out: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            h.result()
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    t.join(LONG)
+    assert not t.is_alive(), "result() spun on a handle with no run behind it"
+    assert len(out) == 1 and isinstance(out[0], RuntimeError)
+    assert "running, but no run holds it" in str(out[0])
+
+
+def test_a_handle_of_another_scheduler_with_the_same_name_is_named_foreign_clearly() -> None:
+    namesake = Scheduler(name="default")
+    h = namesake.call(lambda: 1)
+    with pytest.raises(GatherRejected, match="another scheduler of the same name") as err:
+        taut.gather([h])
+    assert "not by <taut.Scheduler default>" not in str(err.value)

@@ -72,6 +72,9 @@ Semantics, in the order a gather applies them:
   for it. A call on the awaiting thread (``result()``, or an ``await``
   inside a worker of its executor) is ended by whatever interrupts that
   thread; it goes cold unless it had already returned or raised.
+* **A handle is one run in one process.** Copying, deep-copying or pickling
+  a handle raises ``TypeError`` (a copy would run the call again, or claim a
+  run it does not own); make a new handle for another run.
 
 Default call ids are ``"module.qualname#index"``: the function's dotted name
 and the handle's position in the gather that first runs it. That is what makes
@@ -296,10 +299,19 @@ class Scheduler:
             run = Run(self, [handle], interrupt=self.interrupt, what="await")
             with STATE_LOCK:
                 state, event = handle._state, handle._event
+                # A run clears the event under this lock before setting it:
+                # running with no unset event means no run will ever release
+                # the handle, and waiting would spin.
+                orphaned = state == RUNNING and (event is None or event.is_set())
+            if orphaned:
+                raise RuntimeError(
+                    f"{handle!r} is marked running, but no run holds it (was its state "
+                    "copied from another handle?); make a new handle with taut.call"
+                )
             if state == DONE:
                 return cast(Outcome, handle._outcome)
-            if state == RUNNING and event is not None:
-                raise _Busy(event)
+            if state == RUNNING:
+                raise _Busy(cast(threading.Event, event))
             try:
                 run.claim()
             except GatherRejected:

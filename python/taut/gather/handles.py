@@ -135,7 +135,9 @@ class Call(Generic[T]):
     """A cold handle for ``fn(*args, **kwargs)``: nothing runs until it is
     awaited (:meth:`result`, ``await handle``) or gathered.
 
-    Made by :func:`taut.call` or :meth:`Scheduler.call`, never directly.
+    Made by :func:`taut.call` or :meth:`Scheduler.call`, never directly. A
+    handle cannot be copied, deep-copied or pickled (``TypeError``): it is one
+    run of its call in this process, and a copy would run the call again.
     """
 
     __slots__ = (
@@ -230,6 +232,18 @@ class Call(Generic[T]):
         state = {COLD: "cold", RUNNING: "running", DONE: "done"}[self._state]
         name = self._call_id or default_id(self._fn)
         return f"<taut.Call {name} {state}>"
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # copy.copy, copy.deepcopy and pickle all come here. A handle is one
+        # run of a call in this process: a copy would either share nothing
+        # with it (and run the call again: a card charged twice) or claim a
+        # run it does not own (stuck "running" for good).
+        raise TypeError(
+            f"cannot copy or pickle a taut.Call handle ({self!r}): a handle is one run "
+            "of its call in this process, and a copy would run the call again; share "
+            "the handle itself, or make a new one with taut.call(fn, ...) (or the "
+            "scheduler's call) for another run"
+        )
 
     # -- state transitions (all under STATE_LOCK) -------------------------
 

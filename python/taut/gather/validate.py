@@ -79,9 +79,13 @@ def check_handles(
                 f"this is process {pid}"
             )
         if h._scheduler is not scheduler:
+            maker = repr(h._scheduler)
+            if maker == repr(scheduler):  # "made by <X>, not by <X>" would puzzle
+                maker = f"another scheduler of the same name ({maker})"
             raise GatherRejected(
-                f"{where} ({name}) is foreign: it was made by {h._scheduler!r}, "
-                f"not by {scheduler!r} that runs this {what}"
+                f"{where} ({name}) is foreign: it was made by {maker}, not by the "
+                f"scheduler that runs this {what} ({scheduler!r}); gather or await a "
+                "handle with the scheduler that made it (handle.scheduler)"
             )
         nested = nested_argument(h._args, h._kwargs)
         if nested is not None:

@@ -267,3 +267,36 @@ def test_a_handle_of_another_scheduler_with_the_same_name_is_named_foreign_clear
     with pytest.raises(GatherRejected, match="another scheduler of the same name") as err:
         taut.gather([h])
     assert "not by <taut.Scheduler default>" not in str(err.value)
+
+
+def test_the_other_awaiters_get_a_detached_outcome_only_once_it_is_journaled(pool: Any) -> None:
+    # Woken before the record is written, an awaiter could return (and the
+    # process crash) with the outcome not durable: a resume would run it again.
+    writing = threading.Event()
+    allow = threading.Event()
+
+    class SlowJournal(taut.InMemoryJournal):
+        def complete(self, *args: Any, **kwargs: Any) -> None:
+            writing.set()
+            assert allow.wait(LONG)
+            super().complete(*args, **kwargs)
+
+    scheduler = Scheduler(executor=pool, journal=SlowJournal())
+    charge = Gate()
+
+    async def main() -> None:
+        h = scheduler.call(charge, call_id="charge")
+        a = asyncio.create_task(_await(h))
+        await _until(charge.started.is_set)
+        b = asyncio.create_task(_await(h))
+        await _until(lambda: _waiters(h) == 1)
+        a.cancel()
+        await asyncio.wait([a])
+        charge.go.set()
+        await _until(writing.is_set)
+        await asyncio.sleep(0.05)  # room for b to return, if it was woken
+        assert not b.done()
+        allow.set()
+        assert await b == "charged"
+
+    asyncio.run(main())

@@ -63,8 +63,9 @@ Semantics, in the order a gather applies them:
 * **Shared awaits.** Several tasks or threads may await one handle: the
   first runs it, the others wait for its outcome. A call that has started
   keeps its handle running until it ends, even when the await that started
-  it is cancelled or interrupted: then its outcome is cached (and journaled)
-  and every other awaiter gets it, so it never runs twice. Only a call that
+  it is cancelled or interrupted: then its outcome is journaled, cached and
+  every other awaiter gets it (only once it is recorded), so it never runs
+  twice. Only a call that
   provably never started goes cold at once (its fence is up, so a worker
   that takes it up later returns without running it). A coroutine runs on
   the loop as a task: cancelled with its only awaiter (a cancellation is not

@@ -254,14 +254,20 @@ class Run:
             e.give_back_slot()  # a call cut loose at the deadline may still run
         if e.task is not None:
             e.task.forget()
-        if e.claimed:
-            e.claimed = False
-            e.handle._release(outcome)
-        if journal:
-            try:
-                self.journal_write(e, outcome)
-            except Exception as exc:
-                self.halt(exc)
+        try:
+            if journal:
+                try:
+                    self.journal_write(e, outcome)
+                except Exception as exc:
+                    self.halt(exc)
+        finally:
+            # Only now: the release wakes whoever else awaits the handle, and
+            # they must find the outcome durable (one returning and the
+            # process crashing right after must not run the call again on
+            # resume).
+            if e.claimed:
+                e.claimed = False
+                e.handle._release(outcome)
 
     def halt(self, failure: Exception) -> None:
         """The batch cannot go on (``failure``): it starts nothing more, but

@@ -82,6 +82,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
         Journal,
         JournalBusy,
         JournaledError,
+        JournaledTimeoutError,
         JournalError,
         JournalRecord,
         PostgresJournal,
@@ -111,7 +112,7 @@ _LAZY_MODULES: dict[str, str] = {
     "taut.gather": "Call GatherRejected Outcome OutcomeStatus Scheduler agather call gather",
     "taut.journal": (
         "InMemoryJournal Journal JournalBusy JournalError JournalRecord JournaledError"
-        " PostgresJournal Reservation SqliteJournal"
+        " JournaledTimeoutError PostgresJournal Reservation SqliteJournal"
     ),
     "taut.process": "ProcessResult kill_process_tree run_process",
     "taut.stats": "TautStats stats",
@@ -200,6 +201,7 @@ __all__ = [
     "JournalError",
     "JournalRecord",
     "JournaledError",
+    "JournaledTimeoutError",
     "Outcome",
     "OutcomeStatus",
     "PlanningConstraints",

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
 from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
+from taut.deadline import DeadlineExpired
 from taut.journal import TERMINAL_STATUSES
+from taut.journal.codec import stand_in_for
 
 if TYPE_CHECKING:
     from taut.gather import Scheduler
@@ -65,6 +67,16 @@ class Outcome:
             rule = "status must be one of " + ", ".join(repr(s) for s in STATUSES)
             wrong = TypeError if not isinstance(self.status, str) else ValueError
             raise wrong(f"{rule}, got {describe(self.status)}")
+        if self.status == "timeout" and not isinstance(self.error, TimeoutError):
+            # A timeout is a TimeoutError however the outcome was made: by
+            # hand with no error, or replayed with a stand-in that was not
+            # one (a record written before JournaledTimeoutError existed).
+            error = (
+                DeadlineExpired(f"call {self.call_id!r} timed out")
+                if self.error is None
+                else stand_in_for(self.error, timeout=True)
+            )
+            object.__setattr__(self, "error", error)
 
     @property
     def ok(self) -> bool:
@@ -76,8 +88,10 @@ class Outcome:
         return self.status in TERMINAL_STATUSES
 
     def unwrap(self) -> Any:
-        """The value of an ``ok`` outcome; otherwise raise its error (a
-        :class:`TimeoutError` for ``timeout``, :class:`concurrent.futures.CancelledError`
+        """The value of an ``ok`` outcome; otherwise raise its error (always a
+        :class:`TimeoutError` for ``timeout``: :class:`taut.DeadlineExpired`,
+        or a :class:`taut.JournaledTimeoutError` keeping the stored type,
+        message and traceback text; :class:`concurrent.futures.CancelledError`
         for ``not_started``/``cancelled``)."""
         if self.status == "ok":
             return self.value

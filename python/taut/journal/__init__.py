@@ -39,7 +39,7 @@ outcome rows) with its two dialects :mod:`taut.journal.sqlite` and
 from __future__ import annotations
 
 from taut.journal.base import TERMINAL_STATUSES, Journal, JournalRecord, Reservation
-from taut.journal.errors import JournalBusy, JournaledError, JournalError
+from taut.journal.errors import JournalBusy, JournaledError, JournaledTimeoutError, JournalError
 from taut.journal.memory import InMemoryJournal
 from taut.journal.postgres import PostgresJournal
 from taut.journal.sqlite import SqliteJournal
@@ -52,6 +52,7 @@ __all__ = [
     "JournalError",
     "JournalRecord",
     "JournaledError",
+    "JournaledTimeoutError",
     "PostgresJournal",
     "Reservation",
     "SqliteJournal",

@@ -8,7 +8,9 @@ outcome is written, naming the call, rather than coming back as something else
 on replay. A replayed model is rebuilt with ``model_validate`` only through a
 class the program has already imported (nothing is imported because a row
 names it). An exception is stored as its type name, message and traceback text
-and replays as :class:`~taut.journal.errors.JournaledError`.
+and replays as :class:`~taut.journal.errors.JournaledError` (a
+:class:`~taut.journal.errors.JournaledTimeoutError`, also a ``TimeoutError``,
+when the original was a ``TimeoutError``).
 
 ``pickle`` stores any picklable value and the exception itself. Replaying it
 *unpickles* what the storage holds: whoever can write the table can run code
@@ -28,9 +30,9 @@ import sys
 import traceback
 from typing import Any, cast
 
-from taut.journal.errors import JournaledError, JournalError
+from taut.journal.errors import JournaledError, JournaledTimeoutError, JournalError
 
-__all__ = ["CODECS", "Codec", "check_codec"]
+__all__ = ["CODECS", "Codec", "check_codec", "stand_in_for"]
 
 _PICKLE_PROTOCOL = 5  # readable by every supported CPython (3.8+)
 CODECS = ("json", "pickle")
@@ -158,13 +160,16 @@ class Codec:
             return None
         if self.name == "pickle":
             return _pickle_error(error)
-        doc = {
+        doc: dict[str, Any] = {
             "type": _type_name(error),
             "message": _safe_str(error),
             "traceback": "".join(
                 traceback.format_exception(type(error), error, error.__traceback__)
             ),
         }
+        if isinstance(error, TimeoutError):
+            # Its stand-in must still be caught by `except TimeoutError`.
+            doc["timeout"] = True
         return json.dumps(doc, separators=(",", ":")).encode()
 
     # ------------------------------------------------------------ reading
@@ -211,7 +216,7 @@ def _pickle_error(error: BaseException) -> bytes:
         pickle.loads(data)
         return data
     except Exception:
-        stand_in = JournaledError(_type_name(error), _safe_str(error))
+        stand_in = stand_in_for(error)
         return pickle.dumps(stand_in, protocol=_PICKLE_PROTOCOL)
 
 
@@ -236,4 +241,20 @@ def _load_json_value(data: bytes) -> object:
 
 def _load_json_error(data: bytes) -> BaseException:
     doc = json.loads(data)
-    return JournaledError(str(doc["type"]), str(doc["message"]), str(doc.get("traceback") or ""))
+    kind = JournaledTimeoutError if doc.get("timeout") is True else JournaledError
+    return kind(str(doc["type"]), str(doc["message"]), str(doc.get("traceback") or ""))
+
+
+def stand_in_for(error: BaseException, *, timeout: bool = False) -> JournaledError:
+    """A :class:`JournaledError` keeping ``error``'s type name, message and
+    traceback text (a stand-in keeps its own); a :class:`JournaledTimeoutError`
+    for a TimeoutError, or for anything when ``timeout`` is true."""
+    timeout = timeout or isinstance(error, TimeoutError)
+    if isinstance(error, JournaledError):
+        if not timeout or isinstance(error, TimeoutError):
+            return error
+        name, message, text = error.original_type, error.message, error.traceback_text
+    else:
+        name, message = _type_name(error), _safe_str(error)
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return (JournaledTimeoutError if timeout else JournaledError)(name, message, text)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from taut.journal.lease import Lease
 
-__all__ = ["JournalBusy", "JournalError", "JournaledError", "busy_message", "stale_message"]
+__all__ = [
+    "JournalBusy",
+    "JournalError",
+    "JournaledError",
+    "JournaledTimeoutError",
+    "busy_message",
+    "stale_message",
+]
 
 
 class JournalError(RuntimeError):
@@ -36,6 +43,23 @@ class JournaledError(Exception):
 
     def __str__(self) -> str:
         return f"{self.original_type}: {self.message}"
+
+
+class JournaledTimeoutError(JournaledError, TimeoutError):
+    """A :class:`JournaledError` standing in for a :class:`TimeoutError` (a
+    ``timeout`` outcome, or a call that raised a TimeoutError): replayed, it
+    is still caught by ``except TimeoutError``, as the original was."""
+
+    def __new__(cls, *args: object, **kwargs: object) -> JournaledTimeoutError:
+        # OSError.__new__ would take (original_type, message) for (errno, strerror).
+        return super().__new__(cls)
+
+    def __init__(self, original_type: str, message: str, traceback_text: str = "") -> None:
+        super().__init__(original_type, message, traceback_text)
+        self.args = (original_type, message)  # OSError's __init__ left them empty
+
+    def __reduce__(self) -> tuple[type[JournaledError], tuple[str, str, str]]:
+        return (JournaledTimeoutError, (self.original_type, self.message, self.traceback_text))
 
 
 def busy_message(run: str, where: str, owner: str, expires_in: float) -> str:

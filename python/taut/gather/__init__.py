@@ -468,11 +468,11 @@ def _settle_when_done(run: Run, e: Entry, running: asyncio.Task[Captured] | cf.F
             run.release_all()
             return
         run.finish(e, outcome)
-        if run.journal_failure is not None:
+        if run.halted_by is not None:
             _log.error(
                 "could not journal the outcome of %s after its awaiter left: %s",
                 e.call_id,
-                run.journal_failure,
+                run.halted_by,
             )
 
     if running.done():

@@ -9,13 +9,13 @@ reaches the caller, and no handle is left "running".
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _gathering import both_drivers, gather_with
 from _waiting import LONG
 
 import taut
@@ -25,19 +25,6 @@ import taut
 def pool() -> Iterator[taut.ThreadPoolExecutor]:
     with taut.ThreadPoolExecutor(4) as ex:
         yield ex
-
-
-def _gather(asynchronous: bool, handles: list[Any], **kwargs: Any) -> list[taut.Outcome]:
-    if asynchronous:
-
-        async def main() -> list[taut.Outcome]:
-            return await taut.agather(handles, **kwargs)
-
-        return asyncio.run(main())
-    return taut.gather(handles, **kwargs)
-
-
-both = pytest.mark.parametrize("asynchronous", [False, True], ids=["gather", "agather"])
 
 
 class BrokenRelease:
@@ -57,7 +44,7 @@ class BrokenRelease:
 # -- release() raises -----------------------------------------------------
 
 
-@both
+@both_drivers
 def test_a_release_that_raises_at_the_deadline_still_settles_every_call(
     pool: Any, asynchronous: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -69,7 +56,7 @@ def test_a_release_that_raises_at_the_deadline_still_settles_every_call(
     ]
     try:
         with caplog.at_level(logging.ERROR):
-            outs = _gather(
+            outs = gather_with(
                 asynchronous, handles, executor=pool, limiter=BrokenRelease(), timeout=0.2
             )
     finally:
@@ -125,7 +112,7 @@ class FailsOnSecondAcquire:
         self.sem.release()
 
 
-@both
+@both_drivers
 def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
     pool: Any, asynchronous: bool
 ) -> None:
@@ -149,7 +136,7 @@ def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
         taut.call(later, "third", call_id="third"),
     ]
     with pytest.raises(ConnectionError, match="acquire: connection lost"):
-        _gather(
+        gather_with(
             asynchronous, handles, executor=pool, limiter=limiter, journal=journal, timeout=LONG
         )
     # The running call was waited for, settled and recorded; nothing else started.
@@ -163,7 +150,7 @@ def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
     assert not handles[1].done() and not handles[2].done()
     assert limiter.sem.acquire(timeout=0)  # its slot came back
     # Once the limiter works again, the same handles finish the batch.
-    outs = _gather(asynchronous, handles, executor=pool, limiter=limiter, journal=journal)
+    outs = gather_with(asynchronous, handles, executor=pool, limiter=limiter, journal=journal)
     assert [o.value for o in outs] == ["first", "second", "third"]
     assert ran == ["first", "second", "third"]
 
@@ -176,12 +163,12 @@ class AnswersNone:
         pass
 
 
-@both
+@both_drivers
 def test_an_acquire_that_answers_none_is_a_type_error_naming_the_limiter(
     pool: Any, asynchronous: bool
 ) -> None:
     handles = [taut.call(str, "a"), taut.call(str, "b")]
     must = r"limiter\.acquire\(timeout=\.\.\.\) must return a bool.*None.*AnswersNone"
     with pytest.raises(TypeError, match=must):
-        _gather(asynchronous, handles, executor=pool, limiter=AnswersNone(), timeout=5)
+        gather_with(asynchronous, handles, executor=pool, limiter=AnswersNone(), timeout=5)
     assert not any(h.done() for h in handles)  # cold: they can run again

@@ -10,28 +10,16 @@ nothing is running any more. Nothing runs twice.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures as cf
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _gathering import both_drivers, gather_with
 from _waiting import LONG
 
 import taut
-
-both = pytest.mark.parametrize("asynchronous", [False, True], ids=["gather", "agather"])
-
-
-def _gather(asynchronous: bool, handles: list[Any], **kwargs: Any) -> list[taut.Outcome]:
-    if asynchronous:
-
-        async def main() -> list[taut.Outcome]:
-            return await taut.agather(handles, **kwargs)
-
-        return asyncio.run(main())
-    return taut.gather(handles, **kwargs)
 
 
 class ThreadBudget:
@@ -81,14 +69,14 @@ def no_ceiling() -> Iterator[taut.ThreadPoolExecutor]:
         yield ex
 
 
-@both
+@both_drivers
 def test_a_call_refused_for_want_of_threads_runs_when_a_running_call_finishes(
     monkeypatch: pytest.MonkeyPatch, no_ceiling: Any, asynchronous: bool
 ) -> None:
     budget = ThreadBudget(monkeypatch, "starved", 3)
     calls = Calls(budget)
     handles = [taut.call(calls.work, i) for i in range(8)]
-    outs = _gather(asynchronous, handles, executor=no_ceiling, timeout=LONG)
+    outs = gather_with(asynchronous, handles, executor=no_ceiling, timeout=LONG)
     assert budget.refused.is_set()  # the process did run out of threads
     assert [(o.status, o.value) for o in outs] == [("ok", i) for i in range(8)]
     assert sorted(calls.ran) == list(range(8))  # each ran exactly once
@@ -126,7 +114,7 @@ class RefusesAfter(cf.Executor):
         return self.pool.submit(fn, *args, **kwargs)
 
 
-@both
+@both_drivers
 def test_a_refusal_that_lasts_is_raised_once_the_running_calls_are_settled(
     asynchronous: bool,
 ) -> None:
@@ -143,7 +131,7 @@ def test_a_refusal_that_lasts_is_raised_once_the_running_calls_are_settled(
         names = ["a", "b", "c", "d"]
         handles = [taut.call(work, n, call_id=n) for n in names]
         with pytest.raises(RuntimeError, match="can't start new thread"):
-            _gather(asynchronous, handles, executor=executor, journal=journal, timeout=LONG)
+            gather_with(asynchronous, handles, executor=executor, journal=journal, timeout=LONG)
         # The two running calls were waited for, settled and recorded.
         assert sorted(ran) == ["a", "b"]
         assert [h.done() for h in handles] == [True, True, False, False]
@@ -154,6 +142,6 @@ def test_a_refusal_that_lasts_is_raised_once_the_running_calls_are_settled(
             (3, "d", "pending"),
         ]
         # The refused calls went cold: once the executor takes them, they run.
-        outs = _gather(asynchronous, handles, executor=pool, journal=journal)
+        outs = gather_with(asynchronous, handles, executor=pool, journal=journal)
         assert [o.value for o in outs] == names
         assert sorted(ran) == names

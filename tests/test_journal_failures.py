@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _gathering import both_drivers, gather_with
 from _waiting import LONG
 
 import taut
@@ -90,17 +91,7 @@ class Batch:
         ]
 
 
-def _gather(asynchronous: bool, handles: list[Any], **kwargs: Any) -> list[taut.Outcome]:
-    if asynchronous:
-
-        async def main() -> list[taut.Outcome]:
-            return await taut.agather(handles, **kwargs)
-
-        return asyncio.run(main())
-    return taut.gather(handles, **kwargs)
-
-
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["gather", "agather"])
+@both_drivers
 def test_a_value_the_journal_cannot_store_loses_no_call_still_running(
     tmp_path: Path, pool: Any, asynchronous: bool
 ) -> None:
@@ -108,7 +99,7 @@ def test_a_value_the_journal_cannot_store_loses_no_call_still_running(
     first = Batch(WatchedJournal(path, run="r", codec="pickle"), storable=False)
     handles = first.handles()
     with pytest.raises(JournalError, match="odd_value"):
-        _gather(
+        gather_with(
             asynchronous,
             handles,
             executor=pool,
@@ -129,7 +120,7 @@ def test_a_value_the_journal_cannot_store_loses_no_call_still_running(
 
     # The program, fixed, runs again: what was recorded replays.
     second = Batch(WatchedJournal(path, run="r", codec="pickle"), storable=True)
-    outs = _gather(asynchronous, second.handles(), executor=pool, journal=second.journal)
+    outs = gather_with(asynchronous, second.handles(), executor=pool, journal=second.journal)
     assert [o.value for o in outs] == ["quick", "fixed", "slow", "queued"]
     assert [o.replayed for o in outs] == [True, False, True, False]
     assert sorted(second.runs) == ["odd_value", "queued"]

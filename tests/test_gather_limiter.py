@@ -239,3 +239,101 @@ def test_the_dask_release_thread_keeps_no_limiter_alive_while_it_waits() -> None
     released.wait()
     del limiter
     wait_until(lambda: gc.collect() >= 0 and freed() is None)
+
+
+# A batch nested in a call of an enclosing batch with the same limiter (a
+# sub-agent's tool batch) runs under the slot that call holds: it must not
+# wait for another one, which its own caller may hold. Each inner deadline
+# is long (5 s) next to work that takes milliseconds: without the held slot
+# the inner calls would end not_started at it instead of hanging.
+NESTED = 5.0
+
+
+async def _tick(gauge: Gauge, i: int) -> int:
+    with gauge.lock:
+        gauge.now += 1
+        gauge.most = max(gauge.most, gauge.now)
+        gauge.ran.append(i)
+    await asyncio.sleep(0.01)
+    with gauge.lock:
+        gauge.now -= 1
+    return i
+
+
+def test_a_sync_sub_agent_batch_runs_under_the_slot_its_call_holds(pool: Any) -> None:
+    gauge, limiter = Gauge(), threading.BoundedSemaphore(1)
+
+    def sub_agent() -> list[str]:
+        calls = [taut.call(gauge.work, i, 0.01) for i in range(3)]
+        outs = taut.gather(calls, executor=pool, limiter=limiter, timeout=NESTED)
+        return [o.status for o in outs]
+
+    [o] = taut.gather([taut.call(sub_agent)], executor=pool, limiter=limiter, timeout=NESTED * 2)
+    assert o.value == ["ok"] * 3 and gauge.most == 1
+    assert limiter.acquire(timeout=0)  # the slot came back
+
+
+def test_an_async_sub_agent_batch_runs_under_the_slot_its_call_holds(pool: Any) -> None:
+    # Coroutine calls and sync calls (sent to the pool) alike: the enclosing
+    # call holds the only slot, and the inner calls run one at a time under it.
+    gauge, limiter = Gauge(), threading.BoundedSemaphore(1)
+
+    async def sub_agent() -> list[str]:
+        calls = [
+            taut.call(_tick, gauge, 0),
+            taut.call(gauge.work, 1, 0.01),
+            taut.call(_tick, gauge, 2),
+        ]
+        outs = await taut.agather(calls, executor=pool, limiter=limiter, timeout=NESTED)
+        return [o.status for o in outs]
+
+    async def main() -> list[taut.Outcome]:
+        return await taut.agather(
+            [taut.call(sub_agent)], executor=pool, limiter=limiter, timeout=NESTED * 2
+        )
+
+    [o] = asyncio.run(main())
+    assert o.value == ["ok"] * 3 and gauge.most == 1
+    assert limiter.acquire(timeout=0)
+
+
+def test_async_sub_agents_stay_within_the_limit(pool: Any) -> None:
+    # Two slots, four sub-agents, each with two batches at once (tasks of its
+    # own): one inner call at a time per held slot, so never more than two.
+    gauge, limiter = Gauge(), threading.BoundedSemaphore(2)
+
+    async def batch(base: int) -> list[str]:
+        calls = [taut.call(_tick, gauge, base + i) for i in range(3)]
+        outs = await taut.agather(calls, limiter=limiter, timeout=NESTED)
+        return [o.status for o in outs]
+
+    async def sub_agent(n: int) -> list[str]:
+        first, second = await asyncio.gather(batch(10 * n), batch(10 * n + 5))
+        return first + second
+
+    async def main() -> list[taut.Outcome]:
+        calls = [taut.call(sub_agent, n) for n in range(4)]
+        return await taut.agather(calls, limiter=limiter, timeout=NESTED * 2)
+
+    outs = asyncio.run(main())
+    assert [o.value for o in outs] == [["ok"] * 6] * 4
+    assert 1 <= gauge.most <= 2 and len(gauge.ran) == 24
+    assert limiter.acquire(timeout=0) and limiter.acquire(timeout=0)
+
+
+def test_an_async_batch_in_a_sync_call_runs_under_its_slot(pool: Any) -> None:
+    # A sync call on a worker thread that runs its own loop: the inner batch
+    # runs on that thread, inside the call, under the slot it holds.
+    gauge, limiter = Gauge(), threading.BoundedSemaphore(1)
+
+    def sub_agent() -> list[str]:
+        async def inner() -> list[str]:
+            calls = [taut.call(_tick, gauge, 0), taut.call(gauge.work, 1, 0.01)]
+            outs = await taut.agather(calls, executor=pool, limiter=limiter, timeout=NESTED)
+            return [o.status for o in outs]
+
+        return asyncio.run(inner())
+
+    [o] = taut.gather([taut.call(sub_agent)], executor=pool, limiter=limiter, timeout=NESTED * 2)
+    assert o.value == ["ok"] * 2 and gauge.most == 1
+    assert limiter.acquire(timeout=0)

@@ -19,7 +19,11 @@ Semantics, in the order a gather applies them:
   thread timing); any other nested gather is allowed - that is how a tool
   starts a sub-agent - and when it would wait for workers of the executor
   whose worker it is running on, it runs its calls inline on its own thread
-  instead, so one worker cannot deadlock.
+  instead, so one worker cannot deadlock. Nor can a shared ``limiter``: a
+  nested batch with the limiter of the enclosing batch runs its calls one at
+  a time under the slot the enclosing call holds when it runs them inline on
+  that call's thread, or when it is an ``agather`` inside that call (its
+  coroutine, or a loop the call runs on its thread).
 * **Journal slots are reserved in input order** (one ``reserve`` call) before
   any call starts. Terminal records replay without running; pending ones run.
 * **Outcomes come back in input order.** Ordinary exceptions become ``error``

@@ -23,8 +23,9 @@ from taut.deadline import move_on_at
 from taut.executor import QueueFull, ThreadPoolExecutor
 from taut.gather.executors import in_worker_of, is_shut_down
 from taut.gather.handles import Outcome
+from taut.gather.limits import Slots
 from taut.gather.run import Entry, Run, timeout_error
-from taut.gather.tasks import Captured, Escaped, Task, enclosing_frames
+from taut.gather.tasks import Captured, Escaped, Frame, Task, enclosing_frames
 from taut.journal.errors import JournalError
 
 __all__ = ["SLOT_POLL", "run_async", "run_inline", "run_sync", "steps"]
@@ -66,13 +67,13 @@ def steps(
     todo: list[Entry],
     start: _Start,
     wait: _WaitHere | None = None,
-    under_held_slot: Callable[[Entry], bool] | None = None,
+    slots: Slots | None = None,
 ) -> Generator[_Wait, set[Any], None]:
     """Fill free slots, wait, settle what finished; at the deadline fence
     the batch and expire the rest. With ``wait`` this waits itself and
     never yields (the sync driver); otherwise it yields what to wait for and
     its driver sends back the done keys, or throws what interrupted it.
-    A call for which ``under_held_slot`` is true takes no limiter slot."""
+    Each call takes one of ``slots`` (none: it takes no limiter slot)."""
     queue = deque(todo)
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
@@ -88,9 +89,6 @@ def steps(
                 and not _past_deadline(run)
             ):
                 e = queue[0]
-                slots = run.slots
-                if slots is not None and under_held_slot is not None and under_held_slot(e):
-                    slots = None
                 if slots is not None:
                     try:
                         taken = slots.take(
@@ -222,17 +220,25 @@ def _refused_by_a_shut_down_pool(run: Run, e: Entry, exc: RuntimeError) -> bool:
     return _refused(e, exc) and run.executor_was_open and is_shut_down(run.executor)
 
 
-def _slot_held_here(run: Run) -> bool:
-    """Whether this thread runs a call of an enclosing batch with the same
-    limiter, and so holds one of its slots: a nested batch that runs its calls
-    inline here must not wait for another slot (when the enclosing calls hold
-    them all, none would ever come: a sub-agent's batch would wait until its
-    deadline). Its calls run under the slot held, one at a time on this
-    thread, so the calls running at once stay within the limit."""
+def _holding_call(run: Run, *, on_a_loop: bool) -> Frame | None:
+    """The innermost call of an enclosing batch with the same limiter that
+    this code runs inside, and so holds one of its slots; None if there is
+    none. A nested batch must not wait for another slot (when the enclosing
+    calls hold them all, none would ever come: a sub-agent's batch would wait
+    until its deadline); its calls run under the slot held, one at a time,
+    so the calls running at once stay within the limit.
+
+    A sync call counts on its own thread (with a loop it runs there): that
+    thread does nothing else meanwhile. An async call counts wherever its
+    context reaches (``on_a_loop``): the tasks it starts inherit it, and its
+    held slot (a limiter of one) keeps their inner calls one at a time."""
     if run.slots is None:
-        return False
+        return None
     limiter, here = run.slots.limiter, threading.get_ident()
-    return any(f.thread == here and f.batch.limiter is limiter for f in enclosing_frames())
+    for f in reversed(enclosing_frames()):
+        if f.batch.limiter is limiter and (f.thread == here or (on_a_loop and f.thread is None)):
+            return f
+    return None
 
 
 def run_inline(run: Run, e: Entry, task: Task) -> Outcome:
@@ -307,9 +313,12 @@ def run_sync(run: Run) -> list[Outcome]:
         def start(e: Entry) -> cf.Future[Any] | None:
             return _start_sync_call(run, e, run.new_task(e), inline)
 
-        held = inline and _slot_held_here(run)
+        # Inline under a slot held here, the calls run one at a time on this
+        # thread, taking none.
+        held = inline and _holding_call(run, on_a_loop=False) is not None
+        slots = None if held else run.slots
         try:
-            next(steps(run, todo, start, _wait_for_futures, lambda _e: held), None)
+            next(steps(run, todo, start, _wait_for_futures, slots), None)
         finally:
             if run.batch.dask is not None:
                 run.batch.dask.cleanup()
@@ -355,12 +364,13 @@ async def run_async(run: Run) -> list[Outcome]:
                 e.afuture = asyncio.wrap_future(future)
             return e.afuture
 
-        held = inline_sync and _slot_held_here(run)
-
-        def under_held_slot(e: Entry) -> bool:
-            return held and not e.handle._is_coroutine  # coroutines run on the loop, at once
-
-        stepper = steps(run, todo, start, None, under_held_slot)
+        # Inside a call that holds a slot of this limiter, every call (a
+        # coroutine on this loop, a sync call inline or on a pool) takes that
+        # call's held slot in turn, never a new one: the call waits for this
+        # batch and may hold the last slot.
+        holder = _holding_call(run, on_a_loop=True)
+        slots = run.slots if holder is None else holder.held
+        stepper = steps(run, todo, start, None, slots)
         try:
             wait = next(stepper)
             while True:

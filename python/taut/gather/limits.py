@@ -10,9 +10,12 @@ deadline comes is ``not_started`` and never runs.
 
 A batch nested in a call and run inline on the call's thread (a sub-agent's
 tool batch on the same pool) runs under the slot that call holds: waiting for
-another one could wait for itself. A nested batch whose calls go to another
-pool takes slots of its own; when the enclosing calls hold every slot while
-they wait for it, it gets none before its deadline.
+another one could wait for itself. So does an ``agather`` nested in a call's
+coroutine (in tasks the coroutine starts too), or in a loop a sync call runs
+on its thread: its calls, coroutines or sync calls wherever they run, take
+that held slot in turn, one at a time. A sync batch nested in a call whose
+calls go to another pool takes slots of its own; when the enclosing calls
+hold every slot while they wait for it, it gets none before its deadline.
 
 A slot is given back when the call's future completes, or when the batch
 gives up on the call, whichever comes first. A call cut loose at the deadline

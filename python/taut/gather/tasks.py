@@ -25,6 +25,7 @@ from taut import _lazy_import
 from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
+from taut.gather.limits import Slots
 from taut.gather.remote import DaskStarts, Terms, run_remote
 
 if TYPE_CHECKING:
@@ -99,6 +100,11 @@ class Frame:
     batch: Batch
     handle: Call[Any]
     thread: int | None  # None when it runs as an asyncio task
+    # With a limiter: the slot this call holds, as a limiter of one slot for
+    # async batches nested in the call (taut.gather.drive). Their calls take
+    # it in turn, so however many such batches the call runs at once (tasks
+    # of its own), one inner call at a time runs under its slot.
+    held: Slots | None = None
 
 
 _frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
@@ -143,8 +149,8 @@ class Batch:
         self.interrupt = False  # interrupt calls in other processes at the deadline
         # On a Dask executor with a deadline: the start announcements (remote.py).
         self.dask: DaskStarts | None = None
-        # The batch's limiter, if any: a batch nested in one of its calls on the
-        # same thread runs under the slot that call holds (taut.gather.drive).
+        # The batch's limiter, if any: a batch nested in one of its calls runs
+        # under the slot that call holds (taut.gather.drive).
         self.limiter: Any = None
 
     def raise_fence(self) -> None:
@@ -266,7 +272,7 @@ class Task:
     def run(self) -> Captured:
         if not self.begin():
             return FENCED
-        token = _frames.set((*_frames.get(), Frame(self.batch, self.handle, threading.get_ident())))
+        token = _frames.set((*_frames.get(), self._frame(threading.get_ident())))
         try:
             deadline = self.batch.deadline
             if deadline is None:
@@ -287,6 +293,11 @@ class Task:
             self.finished_at = time.monotonic()
             _frames.reset(token)
 
+    def _frame(self, thread: int | None) -> Frame:
+        limiter = self.batch.limiter
+        held = Slots(threading.BoundedSemaphore(1), None) if limiter is not None else None
+        return Frame(self.batch, self.handle, thread, held)
+
     def _call(self) -> Captured:
         h = self.handle
         if h._is_coroutine:
@@ -298,7 +309,7 @@ class Task:
     async def arun(self) -> Captured:
         if not self.begin():
             return FENCED
-        token = _frames.set((*_frames.get(), Frame(self.batch, self.handle, None)))
+        token = _frames.set((*_frames.get(), self._frame(None)))
         try:
             h = self.handle
             return Returned(await h._fn(*h._args, **h._kwargs))

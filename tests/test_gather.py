@@ -1173,3 +1173,12 @@ def test_an_outcome_status_outside_its_set_is_refused(status: Any, error: type, 
 def test_every_documented_outcome_status_is_accepted() -> None:
     for status in ("ok", "error", "timeout", "not_started", "cancelled"):
         assert Outcome("x", status).status == status
+
+
+def test_an_error_outcome_without_its_error_unwraps_to_an_error_not_a_cancellation() -> None:
+    # Before: CancelledError("call 'x' error"), as if the call had never run;
+    # `except CancelledError` code then took a failed call for a cancelled one.
+    with pytest.raises(RuntimeError, match="call 'x' failed, and its outcome holds no error"):
+        Outcome("x", "error").unwrap()
+    with pytest.raises(cf.CancelledError):
+        Outcome("x", "cancelled").unwrap()

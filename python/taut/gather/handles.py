@@ -92,11 +92,16 @@ class Outcome:
         :class:`TimeoutError` for ``timeout``: :class:`taut.DeadlineExpired`,
         or a :class:`taut.JournaledTimeoutError` keeping the stored type,
         message and traceback text; :class:`concurrent.futures.CancelledError`
-        for ``not_started``/``cancelled``)."""
+        for ``not_started``/``cancelled``; a ``RuntimeError`` for an ``error``
+        outcome made without its error)."""
         if self.status == "ok":
             return self.value
         if self.error is not None:
             raise self.error
+        if self.status == "error":
+            # Made by hand without its error: a failure all the same, never
+            # to be taken for a cancellation.
+            raise RuntimeError(f"call {self.call_id!r} failed, and its outcome holds no error")
         raise cf.CancelledError(f"call {self.call_id!r} {self.status.replace('_', ' ')}")
 
 

@@ -62,6 +62,20 @@ def _waiters(h: Any) -> int:
 # ------------------------------------------- a started call is never rerun
 
 
+async def _first_awaiter_cancelled_while_running(
+    h: Any, charge: Gate
+) -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
+    """Task a starts ``h``'s call, task b awaits the same handle, then a is
+    cancelled while the call runs: (a, b)."""
+    a = asyncio.create_task(_await(h))
+    await _until(charge.started.is_set)
+    b = asyncio.create_task(_await(h))
+    await _until(lambda: _waiters(h) == 1)  # b waits for a's run
+    a.cancel()
+    await asyncio.wait([a])
+    return a, b
+
+
 def test_cancelling_one_awaiter_of_a_running_sync_call_does_not_start_it_again(
     pool: Any,
 ) -> None:
@@ -71,12 +85,7 @@ def test_cancelling_one_awaiter_of_a_running_sync_call_does_not_start_it_again(
 
     async def main() -> None:
         h = scheduler.call(charge, call_id="charge")
-        a = asyncio.create_task(_await(h))
-        await _until(charge.started.is_set)
-        b = asyncio.create_task(_await(h))
-        await _until(lambda: _waiters(h) == 1)  # b waits for a's run
-        a.cancel()
-        await asyncio.wait([a])
+        a, b = await _first_awaiter_cancelled_while_running(h, charge)
         assert a.cancelled()
         assert "running" in repr(h)  # the first run is still going
         charge.go.set()
@@ -286,12 +295,7 @@ def test_the_other_awaiters_get_a_detached_outcome_only_once_it_is_journaled(poo
 
     async def main() -> None:
         h = scheduler.call(charge, call_id="charge")
-        a = asyncio.create_task(_await(h))
-        await _until(charge.started.is_set)
-        b = asyncio.create_task(_await(h))
-        await _until(lambda: _waiters(h) == 1)
-        a.cancel()
-        await asyncio.wait([a])
+        _, b = await _first_awaiter_cancelled_while_running(h, charge)
         charge.go.set()
         await _until(writing.is_set)
         await asyncio.sleep(0.05)  # room for b to return, if it was woken

@@ -122,7 +122,7 @@ def steps(
                             slots.release()
                         queue.appendleft(e)  # aborted with the rest
                         raise
-                    if run.executor_was_open and is_shut_down(run.executor):
+                    if _shut_down_meanwhile(run):
                         # The pool was shut down while the batch ran: this
                         # call is cancelled, like the queued calls a shutdown
                         # cancels, and the calls already running are still
@@ -214,10 +214,16 @@ def _refused(e: Entry, exc: RuntimeError) -> bool:
     return e.outcome is None and not isinstance(exc, JournalError)
 
 
+def _shut_down_meanwhile(run: Run) -> bool:
+    """Whether the batch's pool was shut down while the batch ran (one shut
+    down before it began is the caller's mistake, said at once)."""
+    return run.executor_was_open and is_shut_down(run.executor)
+
+
 def _refused_by_a_shut_down_pool(run: Run, e: Entry, exc: RuntimeError) -> bool:
     """Whether starting ``e`` failed because its pool was shut down while the
     batch ran (its submit refuses)."""
-    return _refused(e, exc) and run.executor_was_open and is_shut_down(run.executor)
+    return _refused(e, exc) and _shut_down_meanwhile(run)
 
 
 def _holding_call(run: Run, *, on_a_loop: bool) -> Frame | None:

@@ -40,6 +40,7 @@ from taut._blocked_loop import (
     install_wake_handler,
     interrupt_thread,
 )
+from taut._callables import is_coroutine_function
 from taut._checks import check_duration, check_timeout
 from taut._core import Deadline, monotonic
 from taut._loop_waker import waker_for
@@ -168,7 +169,7 @@ def run_bounded_sync(
         raise TypeError(
             f"fn must be a callable or a concurrent.futures.Future, got {_describe(fn)}"
         )
-    if not is_future and _is_coroutine_function(fn):
+    if not is_future and is_coroutine_function(fn):
         # Called here it would only make a coroutine object, never run it.
         raise TypeError(
             f"fn must be a sync callable, got the coroutine function {_describe(fn)}; "
@@ -248,13 +249,6 @@ def run_bounded_sync(
     else:
         _release_late_worker(pool, future, interrupt)
     return _sync_timed_out(started, budget, label, on_timeout)
-
-
-def _is_coroutine_function(fn: object) -> bool:
-    # inspect sees through functools.partial; an object's async __call__ too.
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
-    )
 
 
 def _not_a_coroutine(value: Any) -> Any:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
+from taut._callables import is_coroutine_function
 from taut._checks import check_count, check_timeout, describe
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
@@ -582,18 +583,12 @@ def _shown(value: Any) -> _Shown:
         return _Shown(value, error=exc)
 
 
-def _is_coroutine_function(fn: Any) -> bool:
-    # As the gather decides (taut.gather.handles): such a tool is awaited on
-    # a loop of its own on the worker, so its wrapper must be async too.
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
-    )
-
-
 def _tool_body(fn: Callable[..., Any], arguments: dict[str, Any]) -> Callable[[], Any]:
     """What the worker runs for one tool call: the tool, then its text."""
     call = functools.partial(fn, **arguments)
-    if _is_coroutine_function(fn):
+    # As the gather decides (a handle's _is_coroutine): such a tool is awaited
+    # on a loop of its own on the worker, so its wrapper must be async too.
+    if is_coroutine_function(fn):
 
         async def run_async() -> _Shown:
             return _shown(await call())

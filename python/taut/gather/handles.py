@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import inspect
 import os
 import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
+from taut._callables import is_coroutine_function
 from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 from taut.deadline import DeadlineExpired
@@ -190,9 +190,7 @@ class Call(Generic[T]):
         self._kwargs = kwargs
         self._explicit_id = call_id is not None
         self._call_id = call_id
-        self._is_coroutine = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
-        )
+        self._is_coroutine = is_coroutine_function(fn)
         self._pid = os.getpid()
         self._state = COLD
         self._outcome: Outcome | None = None

@@ -26,13 +26,15 @@ from collections.abc import Coroutine
 from typing import Any, Callable
 
 import pytest
-from _waiting import running_call, wait_until
+from _waiting import abandon, running_call, wait_until
 
 import taut
 from taut import _loop_waker
 
 LONG = 30.0
 KINDS = ("run", "to_thread", "run_in_executor")
+
+pytestmark = pytest.mark.usefixtures("no_pending_task_destroyed")
 
 
 class _Failed(Exception):
@@ -287,8 +289,8 @@ def test_a_loop_closed_with_calls_queued_then_shut_down_with_cancel_futures() ->
     loop = asyncio.new_event_loop()
 
     async def start() -> list[asyncio.Future[Any]]:
-        left = [await running_call(ex, gate.wait, LONG)]
-        left.append(asyncio.ensure_future(ex.run(ran.append, 1)))
+        left = [abandon(await running_call(ex, gate.wait, LONG))]
+        left.append(abandon(asyncio.ensure_future(ex.run(ran.append, 1))))
         left.append(loop.run_in_executor(ex, ran.append, 2))
         await asyncio.sleep(0)
         return left

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import taut
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_pending_task_destroyed")]
 
 _KINDS = ("run", "to_thread", "run_in_executor")
 

@@ -9,17 +9,26 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
 import pytest
-from _waiting import LoopWithoutReaders, no_line_left, one_queued, running_call, wait_until
+from _waiting import (
+    LoopWithoutReaders,
+    abandon,
+    no_line_left,
+    one_queued,
+    running_call,
+    wait_until,
+)
 
 import taut
 import taut._asyncio
 import taut._loop_waker
 
 LONG = 30.0
+
+pytestmark = pytest.mark.usefixtures("no_pending_task_destroyed")
 
 
 def test_run_returns_results_and_raises_exceptions_unchanged() -> None:
@@ -371,6 +380,14 @@ def test_cancelling_a_task_waiting_for_room_withdraws_it() -> None:
 _held: list[asyncio.Future[Any]] = []
 
 
+@pytest.fixture(autouse=True)
+def _let_held_tasks_go(no_pending_task_destroyed: None) -> Iterator[None]:
+    """Let go of the test's held tasks before no_pending_task_destroyed
+    looks (torn down first: it depends on that fixture), not in a later test."""
+    yield
+    _held.clear()
+
+
 async def _fill(ex: taut.ThreadPoolExecutor) -> tuple[threading.Event, threading.Event]:
     """On ``ThreadPoolExecutor(1, max_queue=1)``: a call running and one
     queued, each held by its own gate (returned: running, queued)."""
@@ -635,7 +652,7 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
         loop = asyncio.new_event_loop()
 
         async def first() -> None:
-            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            pending = abandon(asyncio.ensure_future(ex.run(ran.append, "first")))
             await asyncio.sleep(0)  # it waits for room
             channels.append(taut._loop_waker.waker_for(loop).channel)
             first_waits.set()
@@ -685,7 +702,7 @@ def test_a_turn_read_by_a_loop_that_closed_before_its_coroutine_came_back_passes
         loop = asyncio.new_event_loop()
 
         async def first() -> None:
-            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            pending = abandon(asyncio.ensure_future(ex.run(ran.append, "first")))
             _held.append(pending)
             await asyncio.sleep(0)  # it waits for room
             reader = taut._loop_waker.waker_for(loop)._reader
@@ -730,7 +747,7 @@ def _wait_in_line_then_close_the_loop(ex: taut.ThreadPoolExecutor) -> None:
     loop = asyncio.new_event_loop()
 
     async def join_the_line() -> None:
-        _held.append(asyncio.ensure_future(ex.run(_never_called)))
+        _held.append(abandon(asyncio.ensure_future(ex.run(_never_called))))
         await asyncio.sleep(0)  # the task runs: the queue is full, it waits for room
         assert ex.stats().queued == 1
 
@@ -903,7 +920,7 @@ def test_a_turn_handed_to_a_loop_without_readers_that_closed_before_running_it_p
         loop = LoopWithoutReadersTellingRoom()
 
         async def first() -> None:
-            pending = asyncio.ensure_future(ex.run(ran.append, "first"))
+            pending = abandon(asyncio.ensure_future(ex.run(ran.append, "first")))
             _held.append(pending)
             await asyncio.sleep(0)  # it waits for room
             first_waits.set()
@@ -970,7 +987,7 @@ def test_room_for_a_waiter_whose_loop_without_readers_closed_goes_to_the_next_in
 
     def wait_in_line_then_close(ex: taut.ThreadPoolExecutor) -> None:
         async def join_the_line() -> None:
-            _held.append(asyncio.ensure_future(ex.run(_never_called)))
+            _held.append(abandon(asyncio.ensure_future(ex.run(_never_called))))
             await asyncio.sleep(0)  # the queue is full: it waits for room
             assert ex.stats().queued == 1
             assert not _held[-1].done()  # waiting, not refused

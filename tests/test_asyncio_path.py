@@ -1188,6 +1188,40 @@ def test_run_in_executor_cancelled_while_queued_never_runs() -> None:
     assert ran == []
 
 
+def test_run_in_executor_cancelled_while_queued_gives_its_room_back_at_once() -> None:
+    # With a bounded queue, a run_in_executor call (asyncio.to_thread's too,
+    # on a taut default executor) cancelled while queued held its room until
+    # a worker reached it: behind a hung call, for good. Meanwhile newcomers
+    # were refused (QueueFull) and coroutines waiting for room kept waiting,
+    # with nothing in the queue that would ever run.
+    ran: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            gate = threading.Event()
+            try:
+                blocker = await running_call(ex, gate.wait, LONG)
+                queued = loop.run_in_executor(ex, ran.append, "cancelled")
+                waiting = asyncio.ensure_future(ex.run(ran.append, "waiting"))
+                await asyncio.sleep(0)  # it waits for room
+                assert queued.cancel()
+                assert ex.stats().queued == 0  # out of the queue at once
+                # The running call still blocks: only the cancelled call's
+                # room lets the waiting coroutine into the queue.
+                while ex._core.has_room_line():
+                    await asyncio.sleep(0.001)
+                assert ex.stats().queued == 1
+            finally:
+                gate.set()
+            await asyncio.wait_for(waiting, LONG)
+            await blocker
+            assert ex.stats().cancelled == 1
+
+    asyncio.run(asyncio.wait_for(main(), LONG))
+    assert ran == ["waiting"]
+
+
 def test_run_in_executor_copies_the_context_when_the_executor_propagates_it() -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 

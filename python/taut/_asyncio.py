@@ -68,6 +68,9 @@ _F = TypeVar("_F", bound="concurrent.futures.Future[Any]")
 _OWED_BACKSTOP_S = 0.005
 
 
+_PLAIN_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
+
+
 class _LoopLink:
     """One event loop's end of the completion channel: the loop's
     ``taut._loop_waker`` channel (one wake-up descriptor and one reader
@@ -84,6 +87,10 @@ class _LoopLink:
         self.owed: list[ThreadPoolExecutor] = []
         # The timer of `backstop`, while one is armed.
         self.backstop_timer: Deadline | None = None
+        # Whether run_in_executor's futures may be _QueuedCallFuture: the
+        # loop makes plain asyncio futures. One that makes its own kind (its
+        # own create_future) gets those, as asyncio's run_in_executor would.
+        self.plain_futures = type(loop).create_future is _PLAIN_CREATE_FUTURE
         # For a loop that keeps its default executor out of reach, while it
         # has none: what may become it (see _hidden_default_executor).
         self.no_default: tuple[Callable[[list[Any]], Any], tuple[Any, ...], int] | None = None
@@ -275,6 +282,27 @@ def _withdraw(core: PoolCore, seq: int) -> None:
         _deliver_notices(removed[0])
 
 
+class _QueuedCallFuture(asyncio.Future[Any]):
+    """The asyncio future ``loop.run_in_executor`` gets from an executor
+    with a bounded queue (see ``submit_for_run_in_executor``). Cancelled
+    while its call is queued, it takes the call out of the queue at once, as
+    cancelling an ``executor.run`` task does: left there until a worker
+    reached it, the call held its room meanwhile (behind a hung call, for
+    good), refusing newcomers and keeping waiting coroutines waiting for a
+    call that would never run."""
+
+    __slots__ = ("_core", "_seq")
+
+    _core: PoolCore
+    _seq: int
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        _withdraw(self._core, self._seq)
+        return True
+
+
 def submit_for_run_in_executor(
     executor: ThreadPoolExecutor,
     loop: asyncio.AbstractEventLoop,
@@ -291,22 +319,30 @@ def submit_for_run_in_executor(
     ordinary path (no channel for this loop, a full bounded queue or a
     closed executor, whose errors that path raises).
 
-    A call whose future is cancelled while it waits in the queue never runs
-    (the worker that reaches it skips it); it leaves the queue then, as in
-    the standard library, rather than at once."""
+    A call whose future is cancelled while it waits in the queue never runs.
+    In a bounded queue it leaves the queue at once (see
+    ``_QueuedCallFuture``), otherwise when a worker reaches it, as in the
+    standard library (so too on a loop making its own kind of futures)."""
     link = _link(loop)
     if link is None:
         return None
     if executor._propagate_context:
         args = (fn, *args)
         fn = contextvars.copy_context().run
-    waiter = loop.create_future()
+    core = executor._core
+    bounded = executor._max_queue != 0
+    # Only a bounded queue has room to give back: an unbounded one keeps
+    # asyncio's own future type, which asyncio's C code serves faster
+    # (about 0.2 us per call of a gather of run_in_executor calls).
+    queued = _QueuedCallFuture(loop=loop) if bounded and link.plain_futures else None
+    waiter = loop.create_future() if queued is None else queued
     try:
-        spawn, seq, owed = executor._core.submit_async(
-            link.channel, waiter, fn, args, None, executor._max_queue != 0
-        )
+        spawn, seq, owed = core.submit_async(link.channel, waiter, fn, args, None, bounded)
     except (QueueFull, RuntimeError):
         return None
+    if queued is not None:
+        queued._core = core
+        queued._seq = seq
     _after_queueing(executor, link, loop, spawn, owed, seq)
     return waiter
 

@@ -25,6 +25,7 @@ Linux only (it reads ``/proc``).
 
 from __future__ import annotations
 
+import codecs
 import locale
 import os
 import select
@@ -172,7 +173,8 @@ class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
     says whether the deadline's kill found the command still running
     (``timed_out``), how long the call took (``elapsed_s``) and the budget it had
     (``timeout_s``). When timed out, ``stdout``/``stderr`` hold what was read
-    before the kill and ``returncode`` is the root's: ``-9`` if the kill ended
+    before the kill (as text, a last character the kill cut short is U+FFFD)
+    and ``returncode`` is the root's: ``-9`` if the kill ended
     it, its own exit status if it had exited while a process holding its pipes
     kept the call waiting, ``None`` if it could not be reaped in time."""
 
@@ -216,8 +218,17 @@ def _label(args: Any) -> str:
         return repr(args)
 
 
-def _decode(data: bytes, encoding: str | None, errors: str | None) -> str:
-    text = data.decode(encoding or locale.getpreferredencoding(False), errors or "strict")
+def _decode(data: bytes, encoding: str | None, errors: str | None, *, cut: bool) -> str:
+    """``data`` as text. ``cut``: the deadline's kill ended the output, maybe
+    between the bytes of one character; that last, incomplete character is
+    the kill's doing, not an encoding error of the command, and becomes
+    U+FFFD (marking the cut) instead of raising and losing the timeout."""
+    decoder = codecs.getincrementaldecoder(encoding or locale.getpreferredencoding(False))(
+        errors or "strict"
+    )
+    text = decoder.decode(data, final=not cut)
+    if cut and decoder.getstate()[0]:
+        text += "\ufffd"
     # Universal newlines, as text-mode pipes of subprocess.run deliver them.
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -354,8 +365,8 @@ def run_process(
     stdout: bytes | str | None = out
     stderr: bytes | str | None = err
     if text_mode:
-        stdout = None if out is None else _decode(out, encoding, errors)
-        stderr = None if err is None else _decode(err, encoding, errors)
+        stdout = None if out is None else _decode(out, encoding, errors, cut=timed_out)
+        stderr = None if err is None else _decode(err, encoding, errors, cut=timed_out)
     result = ProcessResult(
         args,
         returncode,

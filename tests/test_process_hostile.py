@@ -1,0 +1,65 @@
+"""run_process under hostile input and awkward edges: every call ends in one
+outcome, bad arguments are refused before anything starts, and nothing is
+left behind (no armed deadline, no running command).
+
+Timings are lopsided: budgets of 0.3-1 s against work of 60 s."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+import pytest
+
+import taut
+from taut.deadline import DeadlineExpired
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)"),
+]
+
+WORK = "60"
+PROMPT_S = 20.0
+
+
+def _must_not_start(*args: object, **kwargs: object) -> None:
+    raise AssertionError(f"the command was started: {args}")
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """The process has exited (a zombie has) within ``within`` seconds."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# ---------------------------------------------------------------------------
+# text output that the deadline's kill cut short
+
+
+def test_a_timed_out_text_output_cut_inside_a_character_is_still_a_timeout() -> None:
+    # The kill can land between the bytes of one UTF-8 character. Decoding
+    # that output strictly raised UnicodeDecodeError: the timeout outcome and
+    # everything read before it were lost (check=True lost DeadlineExpired).
+    command = ["sh", "-c", f"printf 'ok \\303'; exec sleep {WORK}"]
+    result = taut.run_process(command, 1.0, text=True)
+    assert result.timed_out is True
+    assert result.stdout == "ok \ufffd"
+    with pytest.raises(DeadlineExpired):
+        taut.run_process(command, 1.0, encoding="utf-8", check=True)
+
+
+def test_invalid_text_from_a_completed_command_still_raises_like_subprocess_run() -> None:
+    # Only the cut made by the kill is forgiven; bad bytes the command wrote
+    # itself are the command's output, decoded as strictly as asked.
+    with pytest.raises(UnicodeDecodeError):
+        taut.run_process(["printf", "\\303"], 30, text=True)
+    assert taut.run_process(["printf", "\\303"], 30, errors="replace").stdout == "\ufffd"

@@ -6,8 +6,10 @@ Timings are lopsided: budgets of 0.3-1 s against work of 60 s."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -63,3 +65,29 @@ def test_invalid_text_from_a_completed_command_still_raises_like_subprocess_run(
     with pytest.raises(UnicodeDecodeError):
         taut.run_process(["printf", "\\303"], 30, text=True)
     assert taut.run_process(["printf", "\\303"], 30, errors="replace").stdout == "\ufffd"
+
+
+# ---------------------------------------------------------------------------
+# encoding / errors are checked before the command runs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"encoding": "no-such-codec"}, LookupError, r"encoding .*'no-such-codec' \(str\)"),
+        ({"errors": "no-such-handler"}, LookupError, r"errors .*'no-such-handler' \(str\)"),
+        ({"encoding": 5}, TypeError, r"encoding must be a str or None, got 5 \(int\)"),
+        ({"errors": b"strict"}, TypeError, r"errors must be a str or None, got b'strict'"),
+    ],
+)
+def test_bad_encoding_or_errors_is_refused_before_the_command_runs(
+    kwargs: dict[str, Any], error: type[Exception], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They were first used to decode the output: the command ran (its side
+    # effects done), then its output was lost to a LookupError or to
+    # "decode() argument 'encoding' must be str"; an unknown codec went
+    # unnoticed when the output was empty. subprocess.run refuses an unknown
+    # encoding before it starts anything.
+    monkeypatch.setattr(subprocess, "Popen", _must_not_start)
+    with pytest.raises(error, match=match):
+        taut.run_process(["true"], 30, **kwargs)

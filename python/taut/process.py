@@ -297,8 +297,8 @@ def run_process(
     for forbidden in ("capture_output", "timeout"):
         if forbidden in popen_kwargs:
             raise TypeError(f"run_process() does not take {forbidden}= (it always captures)")
-    encoding: str | None = popen_kwargs.pop("encoding", None)
-    errors: str | None = popen_kwargs.pop("errors", None)
+    encoding = _check_codec_name(popen_kwargs.pop("encoding", None), "encoding")
+    errors = _check_codec_name(popen_kwargs.pop("errors", None), "errors")
     text_mode = bool(
         popen_kwargs.pop("text", None)
         or popen_kwargs.pop("universal_newlines", None)
@@ -379,6 +379,25 @@ def run_process(
     if check:
         result.check_returncode()
     return result
+
+
+def _check_codec_name(value: object, name: str) -> str | None:
+    """``encoding``/``errors`` are first used to decode the output, after the
+    command ran: checked now, so a bad one costs no run and loses no output."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {_describe(value)}")
+    kind = "a codec" if name == "encoding" else "an error handler"
+    try:
+        if name == "encoding":
+            codecs.lookup(value)
+        else:
+            codecs.lookup_error(value)
+    except LookupError:
+        # LookupError, as subprocess.run raises for an unknown encoding.
+        raise LookupError(f"{name} must name {kind}, got {_describe(value)}") from None
+    return value
 
 
 def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import taut
+from taut import _core
 from taut.deadline import DeadlineExpired
 
 pytestmark = [
@@ -30,17 +31,26 @@ def _must_not_start(*args: object, **kwargs: object) -> None:
     raise AssertionError(f"the command was started: {args}")
 
 
+def _kill_left_over(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill what a failing test left running (Popen.kill never signals a
+    child it has reaped)."""
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
 def gone(pid: int, within: float = 10.0) -> bool:
     """The process has exited (a zombie has) within ``within`` seconds."""
     until = time.monotonic() + within
-    while time.monotonic() < until:
+    while True:
         try:
             if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
                 return True
         except psutil.NoSuchProcess:
             return True
+        if time.monotonic() >= until:
+            return False
         time.sleep(0.02)
-    return False
 
 
 # ---------------------------------------------------------------------------
@@ -91,3 +101,60 @@ def test_bad_encoding_or_errors_is_refused_before_the_command_runs(
     monkeypatch.setattr(subprocess, "Popen", _must_not_start)
     with pytest.raises(error, match=match):
         taut.run_process(["true"], 30, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# a command that cannot start
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"args": ["/nonexistent/taut-probe"]}, {"args": ["true"], "cwd": "/nonexistent/dir"}],
+)
+def test_a_command_that_cannot_start_leaves_no_deadline_armed(
+    kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The deadline was armed before the spawn and left pending when Popen
+    # raised: one timer entry per failed call, kept until it would have fired
+    # (an hour here, up to 136 years for a huge timeout).
+    armed: list[_core.Deadline] = []
+    real = _core.Deadline
+
+    def recording(at: float) -> _core.Deadline:
+        deadline = real(at)
+        armed.append(deadline)
+        return deadline
+
+    monkeypatch.setattr(_core, "Deadline", recording)
+    args = kwargs.pop("args")
+    with pytest.raises(FileNotFoundError):
+        taut.run_process(args, 3600, **kwargs)
+    assert [d for d in armed if not (d.cancelled or d.expired)] == []
+
+
+def test_an_interrupt_right_after_the_spawn_still_kills_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first steps after Popen returned ran outside the try that kills the
+    # tree on any exception: a KeyboardInterrupt there left the command
+    # running with no deadline. The interrupt is injected at the first call
+    # after the spawn.
+    procs: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    class RecordingPopen(real_popen):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            procs.append(self)
+
+    def interrupted(pid: int) -> int | None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
+    monkeypatch.setattr(_core, "process_start_time", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            taut.run_process(["sleep", WORK], 30)
+        assert len(procs) == 1 and gone(procs[0].pid)
+    finally:
+        _kill_left_over(procs)

@@ -333,16 +333,22 @@ def run_process(
     started = time.monotonic()
     if budget is not None and budget <= 0:
         return ProcessResult(args, None, None, None, timed_out=True, timeout_s=budget)
-    deadline = None if budget is None else _core.Deadline(started + budget)
     proc = subprocess.Popen(args, **popen_kwargs)
-    start_time = _core.process_start_time(proc.pid)
+    deadline: _core.Deadline | None = None
+    start_time: int | None = None
     timed_out = False
+    # Everything after the spawn is inside the try: an interrupt landing
+    # anywhere here still kills the command's tree.
     try:
+        start_time = _core.process_start_time(proc.pid)
         kill = None
-        if deadline is not None:
-            # Armed right after the spawn: from now on the timer thread owns the
-            # kill. It also notes whether it found the command still running
-            # (the root, or a member holding one of these pipes).
+        if budget is not None:
+            # Armed only once the command exists (a spawn that failed left a
+            # deadline pending on the timer until it would have fired), at the
+            # time measured before the spawn. From now on the timer thread
+            # owns the kill. It also notes whether it found the command still
+            # running (the root, or a member holding one of these pipes).
+            deadline = _core.Deadline(started + budget)
             pipes = [s.fileno() for s in (proc.stdin, proc.stdout, proc.stderr) if s is not None]
             kill = _core.signal_process_tree_at(
                 deadline, proc.pid, signal.SIGKILL, start_time, pipes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -158,3 +159,93 @@ def test_an_interrupt_right_after_the_spawn_still_kills_the_command(
         assert len(procs) == 1 and gone(procs[0].pid)
     finally:
         _kill_left_over(procs)
+
+
+# ---------------------------------------------------------------------------
+# enclosing deadline scopes
+
+
+def _in_thread(fn: Any) -> Any:
+    """Run ``fn`` on a fresh thread (where a scope cannot interrupt a blocking
+    call) and return what it returned or raised."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(PROMPT_S)
+    assert not thread.is_alive(), "run_process ignored the enclosing scope"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_run_process_in_a_worker_thread_is_bounded_by_the_enclosing_scope(
+    interrupt: bool,
+) -> None:
+    # Off the main thread no scope can interrupt the wait for the command:
+    # run_process waited for the whole command (forever for one that never
+    # ends), whatever the scope's deadline, as if it were not inside one.
+    results: list[taut.ProcessResult] = []
+
+    def bounded() -> float:
+        started = time.monotonic()
+        with taut.move_on_after(0.3, interrupt=interrupt):
+            results.append(taut.run_process(["sleep", WORK], None))
+        return time.monotonic() - started
+
+    elapsed = _in_thread(bounded)
+    assert elapsed < PROMPT_S
+    if not interrupt:
+        # (With interrupt=True the scope's own interrupt may land as the call
+        # returns, before its result is kept: the block is cancelled.)
+        assert [(r.timed_out, r.returncode) for r in results] == [(True, -9)]
+
+
+def test_run_process_under_fail_after_raises_and_leaves_no_command_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    class RecordingPopen(real_popen):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            procs.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
+
+    def bounded() -> tuple[BaseException | None, float]:
+        started = time.monotonic()
+        try:
+            with taut.fail_after(0.3):
+                taut.run_process(["sleep", WORK], 3600)
+        except DeadlineExpired as exc:
+            return exc, time.monotonic() - started
+        return None, time.monotonic() - started
+
+    try:
+        error, elapsed = _in_thread(bounded)
+        assert isinstance(error, DeadlineExpired)
+        assert elapsed < PROMPT_S
+        assert len(procs) == 1 and gone(procs[0].pid)
+    finally:
+        _kill_left_over(procs)
+
+
+def test_a_scope_already_expired_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(subprocess, "Popen", _must_not_start)
+    with taut.move_on_after(0):
+        result = taut.run_process(["true"], None)
+    assert result.timed_out is True
+
+
+def test_a_scope_later_than_the_timeout_changes_nothing() -> None:
+    with taut.fail_after(3600):
+        result = taut.run_process(["sh", "-c", "echo hi"], 30)
+    assert (result.timed_out, result.returncode, result.stdout) == (False, 0, b"hi\n")
+    assert result.timeout_s == 30.0

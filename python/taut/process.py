@@ -39,7 +39,7 @@ from typing import Any, Union
 
 from taut import _core
 from taut._checks import check_duration, check_timeout
-from taut.deadline import DeadlineExpired
+from taut.deadline import DeadlineExpired, remaining
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
 
@@ -266,6 +266,9 @@ def run_process(
     A daemon that closed the pipes cannot be told from an unrelated process and
     survives. ``timeout`` goes through ``clamp_timeout``: ``None`` waits
     forever, ``0`` or less returns timed out without starting anything.
+    Inside deadline scopes (``taut.fail_after`` and the like) the earliest of
+    ``timeout`` and the scopes' deadlines applies (``timeout_s`` says which
+    budget that left), on any thread and with or without ``interrupt``.
 
     The child starts in a new session (``start_new_session=True``) unless
     ``start_new_session`` or ``process_group`` is passed, so grandchildren that
@@ -330,6 +333,14 @@ def run_process(
     popen_kwargs.setdefault("stderr", subprocess.PIPE)
     _own_group_for_the_tree(popen_kwargs)
 
+    # An enclosing deadline scope bounds the command too, as trio's cancel
+    # scopes bound its run_process: off the main thread no scope can
+    # interrupt the wait for the command, and without interrupt=True a scope
+    # acts only at its exit, after the command ended by itself (never, for
+    # one that does not end).
+    scope_left = remaining()
+    if scope_left is not None and (budget is None or scope_left < budget):
+        budget = scope_left
     started = time.monotonic()
     if budget is not None and budget <= 0:
         return ProcessResult(args, None, None, None, timed_out=True, timeout_s=budget)

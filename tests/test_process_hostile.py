@@ -70,6 +70,18 @@ def test_a_timed_out_text_output_cut_inside_a_character_is_still_a_timeout() -> 
         taut.run_process(command, 1.0, encoding="utf-8", check=True)
 
 
+def test_a_timed_out_text_output_with_bytes_that_do_not_decode_is_still_a_timeout() -> None:
+    # subprocess.run never raises a decode error on a timeout (TimeoutExpired
+    # carries bytes). Here the undecodable byte raised UnicodeDecodeError in
+    # place of the timed-out result, and check=True raised it instead of
+    # DeadlineExpired, though the kill had already ended the command.
+    command = ["sh", "-c", f"printf 'a\\377b'; exec sleep {WORK}"]
+    result = taut.run_process(command, 1.0, text=True)
+    assert (result.timed_out, result.stdout) == (True, "a\ufffdb")
+    with pytest.raises(DeadlineExpired):
+        taut.run_process(command, 1.0, text=True, check=True)
+
+
 def test_invalid_text_from_a_completed_command_still_raises_like_subprocess_run() -> None:
     # Only the cut made by the kill is forgiven; bad bytes the command wrote
     # itself are the command's output, decoded as strictly as asked.

@@ -173,8 +173,8 @@ class ProcessResult(subprocess.CompletedProcess):  # type: ignore[type-arg]
     says whether the deadline's kill found the command still running
     (``timed_out``), how long the call took (``elapsed_s``) and the budget it had
     (``timeout_s``). When timed out, ``stdout``/``stderr`` hold what was read
-    before the kill (as text, a last character the kill cut short is U+FFFD)
-    and ``returncode`` is the root's: ``-9`` if the kill ended
+    before the kill (as text, bytes that do not decode, such as a character
+    the kill cut short, are U+FFFD) and ``returncode`` is the root's: ``-9`` if the kill ended
     it, its own exit status if it had exited while a process holding its pipes
     kept the call waiting, ``None`` if it could not be reaped in time."""
 
@@ -219,16 +219,18 @@ def _label(args: Any) -> str:
 
 
 def _decode(data: bytes, encoding: str | None, errors: str | None, *, cut: bool) -> str:
-    """``data`` as text. ``cut``: the deadline's kill ended the output, maybe
-    between the bytes of one character; that last, incomplete character is
-    the kill's doing, not an encoding error of the command, and becomes
-    U+FFFD (marking the cut) instead of raising and losing the timeout."""
-    decoder = codecs.getincrementaldecoder(encoding or locale.getpreferredencoding(False))(
-        errors or "strict"
-    )
-    text = decoder.decode(data, final=not cut)
-    if cut and decoder.getstate()[0]:
-        text += "\ufffd"
+    """``data`` as text. ``cut``: the deadline's kill ended the output, a
+    part of it, maybe cut inside a character. The timeout is then the
+    outcome, never a decode error (``subprocess.run`` hands such output over
+    undecoded in ``TimeoutExpired``): what does not decode as asked becomes
+    U+FFFD."""
+    codec = encoding or locale.getpreferredencoding(False)
+    try:
+        text = data.decode(codec, errors or "strict")
+    except UnicodeDecodeError:
+        if not cut:
+            raise
+        text = data.decode(codec, "replace")
     # Universal newlines, as text-mode pipes of subprocess.run deliver them.
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

@@ -6,6 +6,8 @@ Timings are lopsided: budgets of 0.3-1 s against work of 60 s."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -261,3 +263,57 @@ def test_a_scope_later_than_the_timeout_changes_nothing() -> None:
         result = taut.run_process(["sh", "-c", "echo hi"], 30)
     assert (result.timed_out, result.returncode, result.stdout) == (False, 0, b"hi\n")
     assert result.timeout_s == 30.0
+
+
+# ---------------------------------------------------------------------------
+# kill_process_tree interrupted during its grace period
+
+
+def test_an_interrupt_during_the_grace_period_still_escalates_to_sigkill() -> None:
+    # Ctrl-C while kill_process_tree(grace=...) waited for SIGTERM to work
+    # skipped the promised SIGKILL: a member that ignores SIGTERM lived on.
+    child = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(60)\n"
+    )
+    # The caller starts the child, waits until its SIGTERM handler is in
+    # place, and says when it is in the grace wait (its first sleep there).
+    caller = (
+        "import subprocess, sys, time, taut\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {child!r}],\n"
+        "                         stdout=subprocess.PIPE, start_new_session=True)\n"
+        "print(child.pid, child.stdout.readline().decode().strip(), flush=True)\n"
+        "real_sleep = time.sleep\n"
+        "def sleep(seconds):\n"
+        "    time.sleep = real_sleep\n"
+        "    print('waiting', flush=True)\n"
+        "    real_sleep(seconds)\n"
+        "time.sleep = sleep\n"
+        "try:\n"
+        f"    taut.kill_process_tree(child.pid, grace={WORK})\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", caller], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert proc.stdout is not None
+    pid = 0
+    try:
+        pid_text, ready = proc.stdout.readline().split()
+        pid = int(pid_text)
+        assert ready == b"ready"
+        assert proc.stdout.readline() == b"waiting\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout.readline() == b"interrupted\n"
+        assert proc.wait(timeout=PROMPT_S) == 0
+        assert gone(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid and not gone(pid, within=0):
+            os.kill(pid, signal.SIGKILL)

@@ -26,6 +26,7 @@ Linux only (it reads ``/proc``).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import locale
 import os
 import select
@@ -114,6 +115,8 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     given), and after ``grace`` seconds ``SIGKILL`` goes to every member still
     running and to anything it started meanwhile. A zombie (exited, not yet
     reaped) still counts as present, as for ``os.kill``. Runs without the GIL.
+    An exception (``KeyboardInterrupt``) during the grace wait sends the
+    ``SIGKILL`` at once before it propagates.
 
     The caller, its ancestors and the members of its own process group are never
     stopped nor signalled. If ``pid`` is one of them this raises ``ValueError``
@@ -139,18 +142,34 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
         _warn_skipped(pid, outcome[1])
         return True
     first = signal.SIGTERM if sig == signal.SIGKILL else sig
-    outcome = _core.signal_process_tree(pid, first)
-    if outcome is None:
+    # Read first, so that the SIGKILL below can name the root even if an
+    # interrupt lands as soon as the first signal is out (before its outcome
+    # is even stored).
+    root = _core.process_start_time(pid)
+    if root is None:
         return False
-    members, skipped = outcome
-    until = time.monotonic() + grace_s
-    running = _core.running_processes(members)
-    while running:
-        left = until - time.monotonic()
-        if left <= 0:
-            break
-        time.sleep(min(_GRACE_SLICE_S, left))
-        running = _core.running_processes(running)
+    running = [(pid, root)]
+    try:
+        outcome = _core.signal_process_tree(pid, first, root)
+        if outcome is None:
+            return False
+        members, skipped = outcome
+        until = time.monotonic() + grace_s
+        running = _core.running_processes(members)
+        while running:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(_GRACE_SLICE_S, left))
+            running = _core.running_processes(running)
+    except BaseException:
+        # Interrupted (Ctrl-C) after the first signal: the caller gives up
+        # waiting, not killing. Without the SIGKILL now, whatever ignores
+        # SIGTERM would live on. (Protected roots are skipped; should the
+        # first signal itself have failed, its error is what propagates.)
+        with contextlib.suppress(OSError):
+            _core.signal_process_trees(running, signal.SIGKILL)
+        raise
     if running:
         skipped = skipped + _core.signal_process_trees(running, signal.SIGKILL)[1]
     _warn_skipped(pid, skipped)

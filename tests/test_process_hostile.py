@@ -317,3 +317,31 @@ def test_an_interrupt_during_the_grace_period_still_escalates_to_sigkill() -> No
             proc.wait()
         if pid and not gone(pid, within=0):
             os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------
+# kill_process_tree given the id of a thread, not of a process
+
+
+def test_a_thread_id_is_refused_naming_its_process() -> None:
+    # /proc/TID exists for every thread, so the id of a non-main thread was
+    # taken for a process that could not be signalled: kill_process_tree
+    # returned True (signalled) and nothing was killed.
+    script = (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: print(threading.get_native_id(), flush=True)"
+        " or time.sleep(60), daemon=True).start()\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None
+        tid = int(child.stdout.readline())
+        expected = rf"pid must be a process id, got {tid}: a thread of process {child.pid}"
+        with pytest.raises(ValueError, match=expected):
+            taut.kill_process_tree(tid)
+    finally:
+        child.kill()
+        child.wait()

@@ -91,6 +91,19 @@ def _check_pid(pid: object) -> int:
     return pid
 
 
+def _refuse_thread_id(pid: int) -> None:
+    """``/proc/TID`` exists for every thread too, so the id of a thread that is
+    not its process's main thread looks like a process, one that can never be
+    signalled as such (no pidfd opens for it): refused, naming its process."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            tgid = next((int(line.split()[1]) for line in status if line.startswith(b"Tgid:")), pid)
+    except (OSError, ValueError, IndexError):
+        return  # gone, or unreadable: the core decides
+    if tgid != pid:
+        raise ValueError(f"pid must be a process id, got {pid}: a thread of process {tgid}")
+
+
 def _check_signal(sig: object) -> int:
     if isinstance(sig, bool) or not isinstance(sig, int):
         raise TypeError(
@@ -127,14 +140,16 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     killed) and a ``RuntimeWarning`` names the pids.
 
     ``TypeError``/``ValueError`` name the parameter and the value for a ``pid``
-    that is not an int in ``1..2**31-1`` (also ``2**63`` or ``10**400``), a bad
-    ``sig`` or ``grace``. OS failures raise the ``OSError`` subclass of their
+    that is not an int in ``1..2**31-1`` (also ``2**63`` or ``10**400``) or is
+    the id of a thread other than its process's main thread, a bad ``sig`` or
+    ``grace``. OS failures raise the ``OSError`` subclass of their
     errno: ``PermissionError`` when no member could be signalled because they
     belong to another user, as ``os.kill`` would.
     """
     pid = _check_pid(pid)
     sig = _check_signal(sig)
     grace_s = _check_grace(grace)
+    _refuse_thread_id(pid)
     if grace_s is None:
         outcome = _core.signal_process_tree(pid, sig)
         if outcome is None:

@@ -345,3 +345,23 @@ def test_a_thread_id_is_refused_naming_its_process() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# ---------------------------------------------------------------------------
+# text and universal_newlines
+
+
+@pytest.mark.parametrize(("text", "universal"), [(True, False), (False, True)])
+def test_text_and_universal_newlines_that_disagree_are_refused_like_subprocess_run(
+    text: bool, universal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # subprocess.run refuses them ("Cannot disambiguate ..."); run_process
+    # took whichever said True, and passed universal_newlines on to Popen.
+    monkeypatch.setattr(subprocess, "Popen", _must_not_start)
+    with pytest.raises(subprocess.SubprocessError, match=r"Cannot disambiguate.*text="):
+        taut.run_process(["true"], 30, text=text, universal_newlines=universal)
+
+
+def test_text_and_universal_newlines_that_agree_are_taken() -> None:
+    result = taut.run_process(["printf", "a\\r\\nb"], 30, text=True, universal_newlines=True)
+    assert result.stdout == "a\nb"

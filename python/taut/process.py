@@ -338,12 +338,18 @@ def run_process(
             raise TypeError(f"run_process() does not take {forbidden}= (it always captures)")
     encoding = _check_codec_name(popen_kwargs.pop("encoding", None), "encoding")
     errors = _check_codec_name(popen_kwargs.pop("errors", None), "errors")
-    text_mode = bool(
-        popen_kwargs.pop("text", None)
-        or popen_kwargs.pop("universal_newlines", None)
-        or encoding
-        or errors
-    )
+    # Both popped: the decoding is ours, Popen's pipes stay binary.
+    text = popen_kwargs.pop("text", None)
+    universal_newlines = popen_kwargs.pop("universal_newlines", None)
+    if text is not None and universal_newlines is not None and bool(text) != bool(
+        universal_newlines
+    ):
+        # subprocess.run's exception and words.
+        raise subprocess.SubprocessError(
+            "Cannot disambiguate when both text and universal_newlines are supplied but "
+            f"different, got text={text!r}, universal_newlines={universal_newlines!r}"
+        )
+    text_mode = bool(text or universal_newlines or encoding or errors)
     input_bytes: bytes | None = None
     if input is not None:
         if "stdin" in popen_kwargs:

@@ -5,6 +5,7 @@ it begins, so a test can see what really started in another process."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import taut
@@ -33,3 +34,28 @@ def remaining_here(marker_dir: str, name: str) -> float | None:
 def pid() -> int:
     """This process's id (run on every worker, it also imports taut there)."""
     return os.getpid()
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+class ComesBackBroken(Exception):
+    """An exception that pickles where it is raised but does not unpickle
+    (like one whose ``__init__`` takes more than its ``args``; that kind
+    unpickles once some library, distributed's tblib, patches exceptions)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_refuse_to_unpickle, (str(self),))
+
+
+def _refuse_to_unpickle(message: str) -> None:
+    raise TypeError(f"cannot rebuild ComesBackBroken({message!r})")
+
+
+def raise_comes_back_broken() -> None:
+    raise ComesBackBroken("refused")
+
+
+def return_a_lock() -> object:
+    return threading.Lock()  # cannot be pickled to go back to the caller

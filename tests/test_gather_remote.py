@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _remote_calls import mark_then_sleep, pid, remaining_here
+from _remote_calls import (
+    double,
+    mark_then_sleep,
+    pid,
+    raise_comes_back_broken,
+    remaining_here,
+    return_a_lock,
+)
 from _waiting import wait_until
 
 import taut
@@ -128,3 +135,25 @@ def test_a_call_that_arrives_after_its_deadline_never_begins(
     time.sleep(7.0)  # the busy calls end; the late call would begin now
     assert outcomes[2].status == "not_started"
     assert "late" not in started(tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_an_outcome_that_cannot_travel_back_fails_only_its_own_call(cluster_client: Any) -> None:
+    # Before: Dask could not send a lock back; the gather waited for its whole
+    # deadline (for good without one) and reported both calls as timeouts,
+    # double(1) too, though it had returned at once.
+    ex = cluster_client.get_executor()
+    lock, fine, refused = taut.gather(
+        [
+            taut.call(return_a_lock),
+            taut.call(double, 1),
+            taut.call(raise_comes_back_broken),
+        ],
+        executor=ex,
+        timeout=60,
+    )
+    assert fine.status == "ok" and fine.value == 2
+    assert lock.status == "error" and isinstance(lock.error, RuntimeError)
+    assert "could not be pickled" in str(lock.error) and "lock" in str(lock.error)
+    assert refused.status == "error" and isinstance(refused.error, RuntimeError)
+    assert "ComesBackBroken('refused')" in str(refused.error)

@@ -151,6 +151,7 @@ from taut.gather.handles import (
     default_id,
     nested_argument,
 )
+from taut.gather.remote import arrived
 from taut.gather.run import Entry, Run
 from taut.gather.tasks import Captured, Raised, Returned, Submission, Task
 from taut.gather.validate import check_executor, check_journal
@@ -395,7 +396,7 @@ class Scheduler:
                 else:
                     future = await _submit_when_room(got.executor, task)
                     running = e.future = future
-                    captured = await asyncio.wrap_future(future)
+                    captured = arrived(await asyncio.wrap_future(future))
                 outcome = got.outcome_from(e, captured, None)
             except BaseException:
                 await _let_go(got, e, captured, running)
@@ -467,7 +468,8 @@ def _settle_when_done(run: Run, e: Entry, running: asyncio.Task[Captured] | cf.F
                 run.release_all()
                 return
             exc = running.exception()
-            outcome = run.outcome_from(e, None if exc is not None else running.result(), exc)
+            captured = None if exc is not None else arrived(running.result())
+            outcome = run.outcome_from(e, captured, exc)
         except BaseException:  # an escaped cancellation or interrupt: never cached
             run.release_all()
             return

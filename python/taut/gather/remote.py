@@ -21,6 +21,14 @@ that had not announced when the caller looked never begins: it is
 ``not_started`` and may be retried safely; every other unfinished call is
 ``timeout``. On other multi-process executors (no shared events) every
 submitted, unfinished call counts as started (``timeout``).
+
+**The outcome travels back pickled by taut** (:class:`Shipped`). A return
+value or exception that cannot make the trip fails only its own call, with an
+error that says so: left to the executor, one that does not pickle where the
+call ran hangs a Dask gather until its deadline (for good without one), and
+one that does not unpickle where the caller is (an exception whose
+``__init__`` takes more than its ``args``) breaks a whole
+``ProcessPoolExecutor``, failing every call of the batch.
 """
 
 from __future__ import annotations
@@ -28,12 +36,27 @@ from __future__ import annotations
 import pickle
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from taut import _lazy_import
+from taut._checks import describe
 from taut.deadline import fail_at
 
-__all__ = ["DaskStarts", "Terms", "dask_client", "run_remote"]
+__all__ = ["DaskStarts", "Shipped", "Terms", "arrived", "dask_client", "dumps", "run_remote"]
+
+
+def dumps(data: object) -> bytes:
+    """``data`` pickled, by cloudpickle if plain pickle refuses (a lambda, a
+    class defined in ``__main__``); plain pickle's error if both refuse."""
+    try:
+        return pickle.dumps(data)
+    except Exception as exc:
+        error = exc
+    try:
+        cloudpickle = _lazy_import.load("cloudpickle")  # counted: fork-safe
+        return cast(bytes, cloudpickle.dumps(data))
+    except Exception:  # cloudpickle is optional, and its error says no more
+        raise error from None
 
 
 class Terms:
@@ -108,10 +131,76 @@ def run_remote(payload: bytes | None, terms: Terms | None) -> Any:
     try:
         if terms is not None and terms.deadline is not None:
             with fail_at(terms.deadline, terms.label, interrupt=terms.interrupt):
-                return Returned(fn(*args, **kwargs))
-        return Returned(fn(*args, **kwargs))
+                captured: Returned | Raised = Returned(fn(*args, **kwargs))
+        else:
+            captured = Returned(fn(*args, **kwargs))
     except Exception as exc:
-        return Raised(exc)
+        captured = Raised(exc)
+    # Pickled outside the deadline scope: an interrupt landing in pickle.dumps
+    # would be taken for a value that cannot be pickled.
+    return _ship(captured)
+
+
+class Shipped:
+    """An outcome pickled where the call ran; unpickling it where the caller
+    is runs :func:`_land`, which turns a failure into the call's own error
+    instead of the executor's (see the module docs)."""
+
+    __slots__ = ("data", "what")
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = data
+        self.what = what  # names the value in the caller's error, if it must
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_land, (self.data, self.what))
+
+
+def _what(captured: Any, *, in_full: bool = False) -> str:
+    from taut.gather.tasks import Raised
+
+    if isinstance(captured, Raised):
+        return f"the exception {describe(captured.error, limit=200)} raised by this call"
+    if in_full:
+        return f"the return value {describe(captured.value, limit=200)} of this call"
+    # Only the type while all is well: a large value's repr would cost every call.
+    kind = type(captured.value)
+    return f"the return value of this call (a {kind.__module__}.{kind.__qualname__})"
+
+
+def _ship(captured: Any) -> Shipped:
+    from taut.gather.tasks import Raised
+
+    try:
+        return Shipped(dumps(captured), _what(captured))
+    except Exception as exc:
+        what = _what(captured, in_full=True)
+        error = RuntimeError(
+            f"{what} could not be pickled to go back to the caller: {exc!r}; calls "
+            "that run in another process must return and raise picklable objects"
+        )
+        return Shipped(pickle.dumps(Raised(error)), what)
+
+
+def _land(data: bytes, what: str) -> Any:
+    from taut.gather.tasks import Raised
+
+    try:
+        return pickle.loads(data)
+    except Exception as exc:
+        return Raised(
+            RuntimeError(
+                f"{what} came back from the process it ran in but could not be "
+                f"unpickled here: {exc!r}"
+            )
+        )
+
+
+def arrived(result: Any) -> Any:
+    """What a task reported, unpacked if it ran here without being pickled."""
+    if isinstance(result, Shipped):
+        return _land(result.data, result.what)
+    return result
 
 
 def dask_client(executor: Any) -> Any:

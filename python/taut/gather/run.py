@@ -30,7 +30,7 @@ from taut.gather.handles import (
     default_id,
 )
 from taut.gather.limits import Slots, check_limiter
-from taut.gather.remote import DaskStarts, dask_client
+from taut.gather.remote import DaskStarts, arrived, dask_client
 from taut.gather.slots import reserve_slots
 from taut.gather.tasks import (
     Batch,
@@ -317,7 +317,7 @@ class Run:
             self.finish(e, self._cancelled(e))
             return
         exc = future.exception()
-        captured = None if exc is not None else future.result()
+        captured = None if exc is not None else arrived(future.result())
         if isinstance(captured, (Returned, Raised)):
             late = self._finished_late(e)
             if late is not None:
@@ -420,7 +420,7 @@ class Run:
         f = e.future
         done: Any = f if f is not None else e.afuture
         if done is not None and done.done() and not done.cancelled() and done.exception() is None:
-            captured = done.result()
+            captured = arrived(done.result())
             if isinstance(captured, (Returned, Raised)):
                 try:
                     self.finish(e, self.outcome_from(e, captured, None))

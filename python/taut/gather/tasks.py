@@ -15,18 +15,16 @@ import asyncio
 import contextvars
 import itertools
 import os
-import pickle
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
-from taut import _lazy_import
 from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
 from taut.gather.limits import Slots
-from taut.gather.remote import DaskStarts, Terms, run_remote
+from taut.gather.remote import DaskStarts, Terms, dumps, run_remote
 
 if TYPE_CHECKING:
     from taut.gather.run import Entry
@@ -354,15 +352,9 @@ def _restore_ref(
 
 
 def _dumps_payload(handle: Call[Any]) -> bytes | None:
-    data = (handle._fn, handle._args, handle._kwargs)
     try:
-        return pickle.dumps(data)
-    except Exception:
-        pass
-    try:
-        cloudpickle = _lazy_import.load("cloudpickle")  # counted: fork-safe
-        return cast(bytes, cloudpickle.dumps(data))
-    except Exception:  # cloudpickle is optional: without it the call cannot travel
+        return dumps((handle._fn, handle._args, handle._kwargs))
+    except Exception:  # the call cannot travel: run_remote says so where it arrives
         return None
 
 

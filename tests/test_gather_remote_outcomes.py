@@ -1,0 +1,59 @@
+"""Outcomes that cannot make the trip back from another process: a return
+value or exception that does not pickle where the call ran, or does not
+unpickle where the caller is. Each becomes that call's own clear error; no
+other call of the batch loses its outcome and the pool stays usable."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+from collections.abc import Iterator
+
+import pytest
+from _remote_calls import double, raise_comes_back_broken, return_a_lock
+
+import taut
+
+
+@pytest.fixture
+def pool() -> Iterator[cf.ProcessPoolExecutor]:
+    # fork: the workers find the test helpers without a sys.path of their own.
+    with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as ex:
+        yield ex
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_an_exception_that_does_not_unpickle_fails_only_its_own_call(
+    pool: cf.ProcessPoolExecutor, timeout: float | None
+) -> None:
+    # Before: unpickling the result broke the whole ProcessPoolExecutor, and
+    # every call of the batch (the finished double(21) too) came back as
+    # BrokenProcessPool.
+    outcomes = taut.gather(
+        [taut.call(raise_comes_back_broken), taut.call(double, 21)],
+        executor=pool,
+        timeout=timeout,
+    )
+    failed, fine = outcomes
+    assert fine.status == "ok" and fine.value == 42
+    assert failed.status == "error" and failed.started
+    assert isinstance(failed.error, RuntimeError)
+    assert "ComesBackBroken('refused')" in str(failed.error)
+    assert "could not be unpickled" in str(failed.error)
+    # The pool is not broken.
+    assert pool.submit(double, 2).result(timeout=60) == 4
+
+
+@pytest.mark.timeout(120)
+def test_a_return_value_that_does_not_pickle_is_a_clear_error(
+    pool: cf.ProcessPoolExecutor,
+) -> None:
+    # Before: the stdlib's bare "cannot pickle '_thread.lock' object", with
+    # started=False for a call that ran.
+    failed, fine = taut.gather([taut.call(return_a_lock), taut.call(double, 1)], executor=pool)
+    assert fine.value == 2
+    assert failed.status == "error" and failed.started
+    assert isinstance(failed.error, RuntimeError)
+    message = str(failed.error)
+    assert "return value" in message and "lock" in message and "could not be pickled" in message

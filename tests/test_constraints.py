@@ -509,6 +509,41 @@ def test_child_never_longer_than_what_remains() -> None:
         parent.child(True)  # type: ignore[arg-type]
 
 
+def test_a_paused_child_never_outlasts_its_parent() -> None:
+    # Before: a child paused while its parent ran kept its whole time: at the
+    # parent's end it still had 80 s left (and its deadline and scopes too).
+    clock = FakeClock()
+    parent = PlanningConstraints(time_budget=100).start(clock=clock)
+    child = parent.child()
+    grandchild = child.child()
+    child.pause()
+    grandchild.pause()
+    clock.advance(80)
+    assert parent.remaining() == 20
+    assert child.remaining() == 20 and grandchild.remaining() == 20
+    child.resume()
+    grandchild.resume()
+    clock.advance(20)
+    assert parent.expired
+    assert child.expired and child.remaining() == 0
+    assert grandchild.expired and child.child(50).remaining() == 0
+    with child.scope(raise_on_expiry=False) as scope:
+        assert scope.deadline is not None and scope.deadline <= time.monotonic()
+
+
+def test_a_child_never_spends_more_than_its_parent_has_left() -> None:
+    # Before: two children each started with the parent's whole cost budget;
+    # after one spent 4 of 5 the other still saw 5 and could spend them all.
+    budget = PlanningConstraints(cost_budgets={"usd": 5.0}).start(clock=FakeClock())
+    first, second = budget.child(), budget.child()
+    assert first.charge("usd", 4) == 1.0
+    assert second.cost_remaining("usd") == 1.0
+    assert not second.exhausted
+    assert second.charge("usd", 1) == 0.0
+    assert first.exhausted and second.exhausted and budget.exhausted
+    assert second.constraints().cost_budgets == {"usd": 0.0}
+
+
 def test_constraints_hold_only_what_remains() -> None:
     clock = FakeClock()
     pc = PlanningConstraints(

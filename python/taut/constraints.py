@@ -302,6 +302,13 @@ class PlanningConstraints(BaseModel):
         return Budget(self, clock=clock)
 
 
+def _least(first: float | None, second: float | None) -> float | None:
+    """The smaller of two limits, None meaning no limit."""
+    if first is None:
+        return second
+    return first if second is None else min(first, second)
+
+
 class Budget:
     """A started :class:`PlanningConstraints`: live, shrinking state.
 
@@ -389,10 +396,12 @@ class Budget:
             return self._elapsed_locked(now)
 
     def remaining(self) -> float | None:
-        """Seconds left (never negative), or None for an unbounded budget."""
-        if self._total is None:
-            return None
-        return max(0.0, self._total - self.elapsed())
+        """Seconds left (never negative), or None for an unbounded budget;
+        never more than the parent budget has left."""
+        own = None if self._total is None else max(0.0, self._total - self.elapsed())
+        # A child paused while its parent runs is not charged, but it must not
+        # outlast the parent (see child()).
+        return _least(own, None if self._parent is None else self._parent.remaining())
 
     @property
     def expired(self) -> bool:
@@ -455,12 +464,16 @@ class Budget:
         return self.cost_remaining(name)
 
     def cost_remaining(self, name: str) -> float | None:
-        """What remains of cost budget ``name`` (never negative), None if unlimited."""
+        """What remains of cost budget ``name`` (never negative), None if
+        unlimited; never more than the parent budget has left of it."""
         limit = self._initial.cost_budgets.get(name)
         if limit is None:
             return None
         with self._lock:
-            return max(0.0, limit - self._spent.get(name, 0.0))
+            own = max(0.0, limit - self._spent.get(name, 0.0))
+        # A child starts with what its parent had left then; what a sibling
+        # spent since is gone for it too.
+        return _least(own, None if self._parent is None else self._parent.cost_remaining(name))
 
     @property
     def exhausted(self) -> bool:

@@ -589,6 +589,28 @@ def test_cost_budgets_are_hard_and_shared_with_children() -> None:
         budget.charge("usd", 10**400)
 
 
+def test_cap_reads_no_further_than_it_keeps() -> None:
+    # Before: cap() made a list of every routing decision first, so an
+    # endless (or expensive) iterator of agents never returned.
+    def decisions() -> Iterator[str]:
+        yield "planner"
+        yield "coder"
+        raise AssertionError("cap() read past the agents it keeps")
+
+    assert PlanningConstraints(max_agents=2).cap(decisions()) == ["planner", "coder"]  # type: ignore[arg-type]
+    assert PlanningConstraints(max_agents=1).start(clock=FakeClock()).cap(decisions()) == [  # type: ignore[arg-type]
+        "planner"
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, 3, "researcher", b"ab"])
+def test_cap_names_a_routing_decision_that_is_not_a_sequence(bad: object) -> None:
+    # Before: cap("researcher") kept the letters "r", "e"; cap(None) failed
+    # with "'NoneType' object is not iterable", naming nothing.
+    with pytest.raises(TypeError, match=r"^agents must be a sequence of agents.*, got "):
+        PlanningConstraints(max_agents=2).cap(bad)  # type: ignore[arg-type]
+
+
 def test_budget_cap_and_repr() -> None:
     budget = PlanningConstraints(time_budget=5, max_agents=1).start(clock=FakeClock())
     assert budget.cap([1, 2, 3]) == [1]

@@ -20,6 +20,7 @@ and :meth:`Budget.constraints` gives the re-planning input: a new
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import os
 import re
@@ -294,8 +295,16 @@ class PlanningConstraints(BaseModel):
 
     def cap(self, agents: Sequence[T]) -> list[T]:
         """The first ``max_agents`` of ``agents`` (all of them without a limit)."""
-        items = list(agents)
-        return items if self.max_agents is None else items[: self.max_agents]
+        # Text is iterable too, but one agent's name is not a routing decision:
+        # cap("researcher") would keep "r" and "e".
+        if isinstance(agents, (str, bytes, bytearray)) or not hasattr(agents, "__iter__"):
+            raise TypeError(
+                "agents must be a sequence of agents (a list or tuple of names, say), "
+                f"got {describe(agents, limit=60)}"
+            )
+        # Read no further than what is kept: the decisions may come from an
+        # endless (or costly) iterator.
+        return list(itertools.islice(agents, self.max_agents))
 
     def start(self, clock: Callable[[], float] = time.monotonic) -> Budget:
         """Start the clock: a live :class:`Budget` measured with ``clock``."""

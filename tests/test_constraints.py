@@ -284,7 +284,9 @@ def test_json_nested_too_deep_is_malformed_json(tmp_path: Path) -> None:
         PlanningConstraints.from_json("[")
 
 
-@given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=10**6)))
+# Up to taut.MAX_TIMEOUT (136 years): beyond it a budget is clamped
+# (test_a_huge_budget_is_clamped_however_it_is_written).
+@given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(seconds=2**32)))
 def test_iso_duration_round_trip(td: timedelta) -> None:
     pc = PlanningConstraints(time_budget=td)
     text = pc.to_json()
@@ -414,6 +416,17 @@ def test_guidance_mentions_costs_and_weights() -> None:
 def test_guidance_unknown_language() -> None:
     with pytest.raises(ValueError, match=r"lang must be one of .* got 'fr'"):
         PlanningConstraints().guidance("fr")
+
+
+@pytest.mark.parametrize("huge", [timedelta.max, "P999999999D", 10**400, 1e300])
+def test_a_huge_budget_is_clamped_however_it_is_written(huge: object) -> None:
+    # Before: numbers were clamped to taut.MAX_TIMEOUT but a timedelta or an
+    # ISO duration was not: timedelta.max stayed 8.64e13 s ("You have
+    # 24000000000 hours"), while a child of it got MAX_TIMEOUT.
+    pc = PlanningConstraints(time_budget=huge)  # type: ignore[arg-type]
+    assert pc.time_budget_s == taut.MAX_TIMEOUT
+    assert pc.start(clock=FakeClock()).remaining() == taut.MAX_TIMEOUT
+    assert PlanningConstraints.from_json(pc.to_json()) == pc
 
 
 def test_cap_keeps_first_max_agents() -> None:

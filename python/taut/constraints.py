@@ -192,9 +192,13 @@ class PlanningConstraints(BaseModel):
     @field_validator("time_budget")
     @classmethod
     def _budget_after(cls, value: timedelta | None) -> timedelta | None:
-        if value is not None and value < timedelta(0):
+        if value is None:
+            return None
+        if value < timedelta(0):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
-        return value
+        # A timedelta or an ISO text is clamped like a number (_coerce_budget),
+        # so a budget means the same however it was written.
+        return min(value, _seconds_to_timedelta(_MAX_BUDGET_S))
 
     @field_serializer("time_budget", when_used="json")
     def _budget_iso(self, value: Optional[timedelta]) -> Optional[str]:  # noqa: UP045 - evaluated by pydantic on 3.9

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from _remote_calls import double, raise_comes_back_broken, return_a_lock
+from _remote_calls import double, mark_then_sleep, raise_comes_back_broken, return_a_lock
 
 import taut
 
@@ -57,3 +59,26 @@ def test_a_return_value_that_does_not_pickle_is_a_clear_error(
     assert isinstance(failed.error, RuntimeError)
     message = str(failed.error)
     assert "return value" in message and "lock" in message and "could not be pickled" in message
+
+
+@pytest.mark.timeout(120)
+def test_calls_a_process_pool_never_handed_to_a_worker_are_not_started(tmp_path: Path) -> None:
+    # Before: at the deadline every unfinished call on a ProcessPoolExecutor
+    # was a 'timeout' (started=True), also those still waiting in the pool
+    # that its cancel() had just taken back: a journal kept them as final,
+    # and a resumed run never ran them.
+    d = str(tmp_path)
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        # One worker: the pool hands it the busy call and queues one or two
+        # more; the rest wait in the pool, where cancel() still takes them back.
+        handles = [taut.call(mark_then_sleep, d, "busy", 3.0)]
+        handles += [taut.call(mark_then_sleep, d, f"q{i}", 0) for i in range(6)]
+        outcomes = taut.gather(handles, executor=pool, timeout=1.0)
+    ran = set(os.listdir(d))  # the pool has finished all it will ever run
+    statuses = [o.status for o in outcomes]
+    assert statuses[0] == "timeout" and "busy" in ran
+    assert statuses[-1] == "not_started", statuses
+    for name, outcome in zip(["busy"] + [f"q{i}" for i in range(6)], outcomes):
+        assert outcome.status in ("timeout", "not_started"), outcome
+        if outcome.status == "not_started":
+            assert name not in ran and not outcome.started

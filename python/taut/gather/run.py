@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 from taut._checks import check_max_parallel, check_timeout, describe
 from taut.deadline import DeadlineExpired
-from taut.gather.executors import Submit, is_shut_down, plain_submit, stop_started
+from taut.gather.executors import (
+    Submit,
+    cancel_proves_never_started,
+    is_shut_down,
+    plain_submit,
+    stop_started,
+)
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -369,6 +375,15 @@ class Run:
             or self.batch.local
         )
         if not started and not observable:
+            if (
+                future is not None
+                and cancel_proves_never_started(self.executor)
+                and future.cancel()
+            ):
+                # Still waiting in a process pool: taken back, it never begins
+                # (a journal must not keep it as a final timeout).
+                self.finish(e, Outcome(e.call_id, "not_started"))
+                return
             started = self._started_elsewhere(task)
         if started:
             if future is not None:

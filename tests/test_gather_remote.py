@@ -4,6 +4,7 @@ travel as remaining durations, remote interruption."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -157,3 +158,27 @@ def test_an_outcome_that_cannot_travel_back_fails_only_its_own_call(cluster_clie
     assert "could not be pickled" in str(lock.error) and "lock" in str(lock.error)
     assert refused.status == "error" and isinstance(refused.error, RuntimeError)
     assert "ComesBackBroken('refused')" in str(refused.error)
+
+
+@pytest.mark.timeout(300)
+def test_an_awaiter_that_leaves_never_lets_a_remote_call_run_twice(
+    cluster_client: Any, tmp_path: Path
+) -> None:
+    # Before: Dask's executor keeps its futures pending until the remote task
+    # ends, so cancel() succeeded on a call running on a worker and was taken
+    # for proof that it never started: the handle went cold and the next
+    # await ran the call again while the first still ran (mark() then failed
+    # with FileExistsError).
+    scheduler = taut.Scheduler(executor=cluster_client.get_executor())
+    handle = scheduler.call(mark_then_sleep, str(tmp_path), "once", 3.0)
+
+    async def leave_then_await_again() -> Any:
+        first = asyncio.ensure_future(handle)
+        await asyncio.to_thread(wait_until, lambda: "once" in started(tmp_path))
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return await handle
+
+    assert asyncio.run(leave_then_await_again()) == "once"
+    assert started(tmp_path) == {"once"}

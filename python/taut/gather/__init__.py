@@ -138,7 +138,7 @@ from taut._asyncio import submit_when_room
 from taut._checks import describe
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 from taut.gather.drive import SLOT_POLL, run_async, run_sync
-from taut.gather.executors import Submit, in_worker_of
+from taut.gather.executors import Submit, cancel_proves_never_started, in_worker_of
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -152,7 +152,7 @@ from taut.gather.handles import (
     nested_argument,
 )
 from taut.gather.remote import arrived
-from taut.gather.run import Entry, Run
+from taut.gather.run import Entry, Run, _silence
 from taut.gather.tasks import Captured, Raised, Returned, Submission, Task
 from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
@@ -396,7 +396,12 @@ class Scheduler:
                 else:
                     future = await _submit_when_room(got.executor, task)
                     running = e.future = future
-                    captured = arrived(await asyncio.wrap_future(future))
+                    waiting = asyncio.wrap_future(future)
+                    _silence(waiting)  # read by nobody once this awaiter leaves
+                    # Shielded: asyncio would cancel the call with this
+                    # awaiter, which on Dask succeeds on a call running in
+                    # another process. _let_go decides what may be cancelled.
+                    captured = arrived(await asyncio.shield(waiting))
                 outcome = got.outcome_from(e, captured, None)
             except BaseException:
                 await _let_go(got, e, captured, running)
@@ -449,7 +454,9 @@ def _never_started(run: Run, e: Entry, future: cf.Future[Any]) -> bool:
     # The fence first: a worker that takes the call up from now on returns
     # without running it, so a start not seen yet can no longer happen.
     run.batch.raise_fence()
-    if future.cancel():
+    # On Dask, cancel() succeeds on a call running on a worker too: not tried
+    # there, the handle stays running until the call ends.
+    if cancel_proves_never_started(run.executor) and future.cancel():
         return True
     # Starts are observable in this process only; elsewhere it may be running.
     local = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from _remote_calls import double, mark_then_sleep, raise_comes_back_broken, return_a_lock
 
 import taut
+from taut.gather.remote import Terms
 
 
 @pytest.fixture
@@ -82,3 +84,33 @@ def test_calls_a_process_pool_never_handed_to_a_worker_are_not_started(tmp_path:
         assert outcome.status in ("timeout", "not_started"), outcome
         if outcome.status == "not_started":
             assert name not in ran and not outcome.started
+
+
+@pytest.mark.timeout(120)
+def test_a_call_that_waited_in_a_process_pool_past_its_deadline_never_begins(
+    tmp_path: Path,
+) -> None:
+    # Before: the pool pickles a call when it queues it for a worker, and the
+    # remaining time measured then was counted from when the worker unpickled
+    # it: a call that waited 3 s in the queue behind a busy one began 2 s
+    # after the batch's 1 s deadline.
+    d = str(tmp_path)
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        handles = [taut.call(mark_then_sleep, d, "busy", 3.0)]
+        handles += [taut.call(mark_then_sleep, d, f"late{i}", 0) for i in range(2)]
+        outcomes = taut.gather(handles, executor=pool, timeout=1.0)
+    assert outcomes[0].status == "timeout"
+    assert set(os.listdir(d)) == {"busy"}  # the pool has run all it will ever run
+
+
+def test_terms_keep_the_callers_deadline_on_one_machine_only() -> None:
+    deadline = time.monotonic() + 100.0
+    terms = Terms(deadline, None, None, False, "call")
+    rebuild, sent = terms.__reduce__()
+    time.sleep(0.05)  # time spent pickled, as in a process pool's queue
+    here = rebuild(*sent)
+    assert here.deadline == pytest.approx(deadline, abs=1e-6)  # the same instant
+    # A clock of another machine: counted from arrival (the transit is lost,
+    # which only makes the remote deadline later, never earlier).
+    elsewhere = rebuild(*sent[:-2], "another-machine:1", sent[-1])
+    assert elsewhere.deadline is not None and elsewhere.deadline >= deadline + 0.05

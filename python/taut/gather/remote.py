@@ -7,8 +7,11 @@ tasks) it carries the seconds left *at that moment*, and where it is
 unpickled it becomes a deadline on that process's own monotonic clock. Only
 the time on the wire is not counted, so a remote deadline is later than the
 caller's by that transit (milliseconds); the caller enforces its own deadline
-regardless. In the remote process the call runs inside a ``taut.fail_at``
-scope: ``taut.remaining()`` works there, scopes nest under it, and with
+regardless. Between processes of one machine (one monotonic clock, as a
+``ProcessPoolExecutor`` has) nothing is lost: the time a call waited pickled,
+in the pool's queue, counts too, and the deadline is the caller's own. In
+the remote process the call runs inside a ``taut.fail_at`` scope:
+``taut.remaining()`` works there, scopes nest under it, and with
 ``interrupt=True`` the call is interrupted at the deadline. A call that
 arrives after its deadline never begins.
 
@@ -33,6 +36,8 @@ one that does not unpickle where the caller is (an exception whose
 
 from __future__ import annotations
 
+import functools
+import os
 import pickle
 import time
 import uuid
@@ -79,18 +84,48 @@ class Terms:
         self.label = label
 
     def __reduce__(self) -> tuple[Any, ...]:
-        remaining = None if self.deadline is None else self.deadline - time.monotonic()
-        return (_arrive, (remaining, self.fence, self.start, self.interrupt, self.label))
+        now = time.monotonic()
+        remaining = None if self.deadline is None else self.deadline - now
+        sent = (remaining, self.fence, self.start, self.interrupt, self.label)
+        return (_arrive, (*sent, _clock_id(), now))
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 def _arrive(
-    remaining: float | None, fence: str | None, start: str | None, interrupt: bool, label: str
+    remaining: float | None,
+    fence: str | None,
+    start: str | None,
+    interrupt: bool,
+    label: str,
+    clock: str | None = None,
+    sent_at: float | None = None,
 ) -> Terms:
     deadline = None if remaining is None else time.monotonic() + remaining
+    if deadline is not None and sent_at is not None and clock is not None and clock == _clock_id():
+        # The clock it was pickled by: the time it waited pickled counts (a
+        # process pool pickles a call when it queues it, long before a worker
+        # unpickles it). Never later than counting from arrival.
+        deadline = min(deadline, sent_at + cast(float, remaining))
     return Terms(deadline, fence, start, interrupt, label)
+
+
+@functools.cache
+def _clock_id() -> str | None:
+    """Names the monotonic clock every process of this machine reads (Linux:
+    the kernel's boot id and the time namespace, which may offset it); None
+    where that cannot be told, and then arrival counts from unpickling."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        return None
+    try:
+        namespace = os.stat("/proc/self/ns/time").st_ino
+    except OSError:  # a kernel before time namespaces (5.6): one clock
+        namespace = 0
+    return f"{boot_id}:{namespace}" if boot_id else None
 
 
 def _event(name: str) -> Any:

@@ -468,6 +468,43 @@ def test_a_lease_held_by_a_runner_killed_on_this_host_is_taken_at_once(
         assert record is None  # reserved by the dead runner, never finished
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("ending", ["close", "exit", "killed"])
+def test_a_lease_first_taken_in_a_forked_child_is_the_childs(
+    kind: str, ending: str, tmp_path: Path
+) -> None:
+    # Before: a journal opened before fork and first written in the child
+    # took the lease in the parent's name (its pid): neither the child's
+    # close() nor its exit released it, and a killed child was not seen as
+    # dead, so the next runner waited out the whole 30 s lease (JournalBusy).
+    with journal_store(kind, tmp_path) as store:
+        journal = store.open(lease=30.0)  # opened here, written only in the child
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 0
+            try:
+                journal.reserve(["a"])
+                journal.complete(0, "a", "ok", "from the child", None)
+                if ending == "close":
+                    journal.close()
+                elif ending == "exit":
+                    # What interpreter exit runs (atexit); a real sys.exit()
+                    # here would end up in the pytest of the forked child.
+                    leases._release_all_at_exit()
+                elif ending == "killed":
+                    os.kill(os.getpid(), signal.SIGKILL)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        expected = -signal.SIGKILL if ending == "killed" else 0
+        assert os.waitstatus_to_exitcode(status) == expected
+        [record] = store.open().reserve(["a"])  # at once, not after 30 s
+        assert record is not None and record.value == "from the child"
+
+
 def test_a_live_holder_on_this_host_is_never_taken_for_dead() -> None:
     me = f"{socket.gethostname()}:{os.getpid()}:abc"
     parent = f"{socket.gethostname()}:{os.getppid()}:abc"

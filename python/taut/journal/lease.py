@@ -16,7 +16,9 @@ for a third of its lease, whether or not calls are running (an agent that
 thinks for a minute between two gathers keeps its run). ``close()`` and
 interpreter exit release the lease, so the next run starts at once; a runner
 that dies without that (SIGKILL, power loss, a frozen VM) holds the run until
-its lease expires.
+its lease expires. A forked child writes under a lease the parent held at the
+fork as the same runner (the parent renews and releases it); a lease it takes
+itself is its own.
 
 Expiry is read from the storage's clock: PostgreSQL's ``clock_timestamp()``
 (one clock for every host), the local wall clock for SQLite (one host),
@@ -46,6 +48,10 @@ def check_lease_seconds(lease: object) -> float:
     return seconds
 
 
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
 class Lease:
     """The lease state of one journal object."""
 
@@ -54,10 +60,19 @@ class Lease:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.renewed = 0.0  # time.monotonic() of the last write or renewal that held it
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.owner = _owner_id()
         self.token: int | None = None  # None until the first write takes the lease
         self.pid = os.getpid()  # only the process that took the lease releases it
         self.lost: str | None = None  # why this runner may no longer write
+
+    def take_here(self) -> None:
+        """The lease is about to be taken. In a forked child (a journal opened
+        before the fork, first written after it) it is the child's lease: its
+        owner names the child's pid, so a child killed on this host is seen
+        dead, and the child's close() and exit release it."""
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            self.owner = _owner_id()
 
     def held(self) -> None:
         """A write or renewal just proved (and extended) the lease."""

@@ -234,6 +234,7 @@ class SqlJournal:
                 lease.lost = stale_message(self._run, self._where, lease)
                 raise JournalError(lease.lost)
             return
+        lease.take_here()
         lease.token = self._take_lease(conn)
         lease.held()
         _leases.keep_renewing(self)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -503,6 +504,50 @@ def test_a_lease_first_taken_in_a_forked_child_is_the_childs(
         assert os.waitstatus_to_exitcode(status) == expected
         [record] = store.open().reserve(["a"])  # at once, not after 30 s
         assert record is not None and record.value == "from the child"
+
+
+EXIT_WHILE_LOCKED = """
+import sys, time
+from taut.journal import SqliteJournal
+journal = SqliteJournal(sys.argv[1], run="r", lease=0.6, timeout=None)
+journal.reserve(["a"])
+print("reserved", flush=True)
+sys.stdin.readline()  # the test locks the file now
+time.sleep(0.5)  # a renewal (every 0.2 s) is stuck waiting for the lock
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_exit_is_not_held_up_by_a_database_that_stays_locked(tmp_path: Path) -> None:
+    # Before: with timeout=None, a renewal waiting for a lock another
+    # process held kept the journal's lock, and the exit hook waited for it to
+    # release the lease: the interpreter never exited. Releasing at exit is
+    # best effort (the lease runs out by itself); it now waits a few seconds.
+    path = str(tmp_path / "j.db")
+    runner = subprocess.Popen(
+        [sys.executable, "-c", EXIT_WHILE_LOCKED, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert runner.stdin is not None and runner.stdout is not None
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        assert runner.stdout.readline() == "reserved\n"
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, held until the end
+        runner.stdin.write("go\n")
+        runner.stdin.flush()
+        assert runner.stdout.readline() == "exiting\n"
+        try:
+            code = runner.wait(timeout=60)  # lopsided: a few seconds, against never
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            runner.wait()
+            raise AssertionError("the interpreter did not exit") from None
+        assert code == 0
+    finally:
+        holder.close()
 
 
 def test_a_live_holder_on_this_host_is_never_taken_for_dead() -> None:

@@ -188,12 +188,34 @@ def _release_all_at_exit() -> None:
     _wake.set()
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout=2.0)
+    mine = [j for j in journals if j._lease.pid == os.getpid()]
+    if not mine:
+        return
+    # Releasing is a courtesy (a lease runs out by itself), and a database
+    # that stays locked or does not answer, or a renewal stuck waiting for it
+    # with the journal's lock held, would hold up the exit for the journal's
+    # whole timeout (for good with timeout=None): release on a thread and
+    # wait for it a few seconds only.
+    releasing = threading.Thread(
+        target=_release_each, args=(mine,), name="taut-journal-release", daemon=True
+    )
+    try:
+        releasing.start()
+    except RuntimeError:  # 3.12.0/3.12.1 start no threads in atexit hooks
+        _release_each(mine)
+        return
+    releasing.join(timeout=_EXIT_PATIENCE)
+
+
+_EXIT_PATIENCE = 5.0  # seconds the exit waits for the leases to be released
+
+
+def _release_each(journals: list[_Renewable]) -> None:
     for journal in journals:
-        if journal._lease.pid == os.getpid():
-            try:
-                journal._release_lease()
-            except Exception:
-                pass  # the lease then runs out by itself
+        try:
+            journal._release_lease()
+        except Exception:
+            pass  # the lease then runs out by itself
 
 
 def _after_fork_in_child() -> None:

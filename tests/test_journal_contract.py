@@ -368,6 +368,16 @@ def test_lease_is_validated(store: Store) -> None:
         store.open(lease="5")
 
 
+@pytest.mark.parametrize("tiny", [1e-6, 5e-324, 0.099])
+def test_a_lease_too_short_to_renew_is_refused(store: Store, tiny: float) -> None:
+    # Before: lease=1e-6 was taken; the renewal thread then renewed it about
+    # 700 times a second (a write transaction each, an fsync on SQLite), and
+    # the lease was over before any write could prove it.
+    with pytest.raises(ValueError, match=rf"^lease must be at least 0.1 seconds.*got {tiny!r}"):
+        store.open(lease=tiny)
+    assert store.open(lease=0.1) is not None
+
+
 BATCH = Path(__file__).with_name("_journal_batch.py")
 RACE = """
 import os, sys, time

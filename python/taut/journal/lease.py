@@ -36,15 +36,27 @@ import uuid
 import weakref
 from typing import Protocol
 
-from taut._checks import check_duration
+from taut._checks import check_duration, describe
 
 __all__ = ["Lease", "check_lease_seconds", "holder_died_here", "keep_renewing", "stop_renewing"]
 
 
+# A lease is renewed every third of it, each time with a write transaction:
+# a shorter one would have the renewal thread hammer the database (1e-6 s:
+# some 700 transactions a second, each an fsync on SQLite) and run out before
+# any write could prove it.
+MIN_LEASE = 0.1
+
+
 def check_lease_seconds(lease: object) -> float:
-    """``lease`` as a positive, finite number of seconds, or a clear error."""
+    """``lease`` as a finite number of seconds >= MIN_LEASE, or a clear error."""
     seconds = check_duration(lease, "lease", none_ok=False, zero_ok=False)
     assert seconds is not None  # refused by none_ok=False
+    if seconds < MIN_LEASE:
+        raise ValueError(
+            f"lease must be at least {MIN_LEASE} seconds (it is renewed every third of "
+            f"it), got {describe(lease)}"
+        )
     return seconds
 
 

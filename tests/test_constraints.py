@@ -418,6 +418,22 @@ def test_guidance_unknown_language() -> None:
         PlanningConstraints().guidance("fr")
 
 
+def test_guidance_names_a_language_that_is_not_text() -> None:
+    # Before: guidance(None) and guidance(5) were ValueErrors, a lang whose
+    # str() raised escaped with that error, and a 100 000-character lang was
+    # repeated whole in the message.
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no text here")
+
+    for bad in (None, 5, Hostile()):
+        with pytest.raises(TypeError, match=r"^lang must be a language code such as 'en', got "):
+            PlanningConstraints().guidance(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lang must be one of") as info:
+        PlanningConstraints().guidance("x" * 100_000)
+    assert len(str(info.value)) < 200
+
+
 @pytest.mark.parametrize("huge", [timedelta.max, "P999999999D", 10**400, 1e300])
 def test_a_huge_budget_is_clamped_however_it_is_written(huge: object) -> None:
     # Before: numbers were clamped to taut.MAX_TIMEOUT but a timedelta or an

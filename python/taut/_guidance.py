@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from taut._checks import describe
+
 __all__ = ["planning_sentence"]
 
 
@@ -39,9 +41,15 @@ def _duration_text(seconds: float, lang: str) -> str:
 
 
 def _norm_lang(lang: str) -> str:
-    base = str(lang).lower().replace("_", "-").split("-")[0]
+    if not isinstance(lang, str):
+        # str() of anything would pass (and may raise its own error).
+        raise TypeError(f"lang must be a language code such as 'en', got {describe(lang)}")
+    base = lang.lower().replace("_", "-").split("-")[0]
     if base not in _UNITS:
-        raise ValueError(f"lang must be one of 'en', 'de' (or a regional variant), got {lang!r}")
+        raise ValueError(
+            "lang must be one of 'en', 'de' (or a regional variant), "
+            f"got {describe(lang, limit=60)}"
+        )
     return base
 
 

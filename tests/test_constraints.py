@@ -640,6 +640,35 @@ def test_cap_names_a_routing_decision_that_is_not_a_sequence(bad: object) -> Non
         PlanningConstraints(max_agents=2).cap(bad)  # type: ignore[arg-type]
 
 
+def test_budget_misuse_is_named() -> None:
+    # Before: leaving a budget's scope that was never entered here (or was
+    # entered on another thread) raised IndexError "tuple index out of
+    # range"; Budget(..., parent=5) failed later with AttributeError on
+    # 'charge'; charge(5, 1) was taken silently under the name 5.
+    budget = PlanningConstraints(time_budget=10).start(clock=FakeClock())
+    with pytest.raises(RuntimeError, match=r"without a matching 'with budget:'"):
+        budget.__exit__(None, None, None)
+    budget.__enter__()
+    failures: list[BaseException] = []
+
+    def leave_elsewhere() -> None:
+        try:
+            budget.__exit__(None, None, None)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=leave_elsewhere)
+    thread.start()
+    thread.join()
+    assert [type(f) for f in failures] == [RuntimeError]
+    budget.__exit__(None, None, None)  # the real exit still works
+    with pytest.raises(TypeError, match=r"^parent must be a Budget or None, got 5 \(int\)"):
+        Budget(PlanningConstraints(), parent=5)  # type: ignore[arg-type]
+    for name in (5, None, b"usd"):
+        with pytest.raises(TypeError, match=r"^name must be a str"):
+            budget.charge(name, 1)  # type: ignore[arg-type]
+
+
 def test_budget_cap_and_repr() -> None:
     budget = PlanningConstraints(time_budget=5, max_agents=1).start(clock=FakeClock())
     assert budget.cap([1, 2, 3]) == [1]

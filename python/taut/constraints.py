@@ -355,6 +355,9 @@ class Budget:
             raise TypeError(
                 f"clock must be a callable returning seconds, got {describe(clock)}"
             )
+        if parent is not None and not isinstance(parent, Budget):
+            # Else an AttributeError at the first charge() or remaining().
+            raise TypeError(f"parent must be a Budget or None, got {describe(parent)}")
         self._initial = constraints
         self._clock = clock
         self._parent = parent
@@ -460,6 +463,9 @@ class Budget:
     def charge(self, name: str, amount: float) -> float | None:
         """Record ``amount`` spent of cost budget ``name`` (here and in every parent
         budget); returns what remains of it (None if ``name`` has no budget)."""
+        if not isinstance(name, str):
+            # Cost budgets are named by text: charge(5, 1) would spend nothing.
+            raise TypeError(f"name must be a str (a cost budget's name), got {describe(name)}")
         if isinstance(amount, bool) or not isinstance(amount, (int, float)):
             raise TypeError(f"amount must be a number, got {describe(amount, limit=60)}")
         try:
@@ -565,6 +571,13 @@ class Budget:
 
     def _pop_scope(self) -> DeadlineScope:
         stack = self._scopes.get()
+        if not stack:
+            # The scope stack lives in the context: an exit on another thread
+            # or task than the entry, or without one, finds nothing there.
+            raise RuntimeError(
+                "Budget exited without a matching 'with budget:' entered in this "
+                "thread or task"
+            )
         self._scopes.set(stack[:-1])
         return stack[-1]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,3 +115,17 @@ def test_terms_keep_the_callers_deadline_on_one_machine_only() -> None:
     # which only makes the remote deadline later, never earlier).
     elsewhere = rebuild(*sent[:-2], "another-machine:1", sent[-1])
     assert elsewhere.deadline is not None and elsewhere.deadline >= deadline + 0.05
+
+
+@pytest.mark.timeout(120)
+def test_arguments_that_do_not_pickle_fail_with_the_reason(
+    pool: cf.ProcessPoolExecutor,
+) -> None:
+    # Before: "its function or arguments could not be pickled", without
+    # saying what could not be.
+    [failed] = taut.gather([taut.call(double, threading.Lock())], executor=pool)
+    assert failed.status == "error" and not failed.started
+    assert isinstance(failed.error, RuntimeError)
+    assert "could not be pickled" in str(failed.error)
+    assert "cannot pickle '_thread.lock' object" in str(failed.error)
+    assert "double" in str(failed.error)

@@ -140,15 +140,17 @@ def _client_event(name: str, client: Any) -> Any:
     return event(name, client=client)
 
 
-def run_remote(payload: bytes | None, terms: Terms | None) -> Any:
-    """Run a pickled call in the process it arrived in (see the module docs)."""
+def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
+    """Run a pickled call in the process it arrived in (see the module docs);
+    ``payload`` is text (why) or None when the call could not be pickled."""
     from taut.gather.tasks import FENCED, Raised, Returned
 
-    if payload is None:
+    if not isinstance(payload, bytes):
+        why = f" ({payload})" if payload else ""
         raise RuntimeError(
-            "this taut call ran in another process, but its function or arguments "
-            "could not be pickled; use picklable (module-level) functions with a "
-            "multi-process executor"
+            "this taut call was sent to another process, but its function or arguments "
+            f"could not be pickled{why}; use picklable (module-level) functions and "
+            "arguments with a multi-process executor"
         )
     if terms is not None:
         if terms.expired():

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
+from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
@@ -217,7 +218,7 @@ class Task:
         self.token = f"taut-call-{os.getpid()}-{next(_task_counter)}"
         self.started_at: float | None = None
         self.finished_at: float | None = None
-        self.payload: bytes | None = None
+        self.payload: bytes | str | None = None
         self._on_start: Callable[[], None] | None = None
         # The Dask event this call sets before it begins in another process.
         self.remote_start: str | None = None
@@ -342,7 +343,7 @@ class Task:
 
 
 def _restore_ref(
-    token: str, pid: int, payload: bytes | None, terms: Terms | None = None
+    token: str, pid: int, payload: bytes | str | None, terms: Terms | None = None
 ) -> TaskRef:
     with _TASKS_LOCK:
         task = _TASKS.get(token) if pid == os.getpid() else None
@@ -351,11 +352,13 @@ def _restore_ref(
     return TaskRef(token, task, payload, terms, restored=True)
 
 
-def _dumps_payload(handle: Call[Any]) -> bytes | None:
+def _dumps_payload(handle: Call[Any]) -> bytes | str:
+    """The pickled call, or why it cannot be pickled: the call cannot travel,
+    and run_remote fails it with that reason where it arrives."""
     try:
         return dumps((handle._fn, handle._args, handle._kwargs))
-    except Exception:  # the call cannot travel: run_remote says so where it arrives
-        return None
+    except Exception as exc:
+        return f"{describe(handle._fn, limit=100)} with its arguments: {exc!r}"
 
 
 def _terms_for(task: Task) -> Terms | None:
@@ -383,7 +386,7 @@ class TaskRef:
         self,
         token: str,
         task: Task | None,
-        payload: bytes | None = None,
+        payload: bytes | str | None = None,
         terms: Terms | None = None,
         *,
         restored: bool = False,

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +186,69 @@ def test_an_awaiter_that_leaves_never_lets_a_remote_call_run_twice(
 
     assert asyncio.run(leave_then_await_again()) == "once"
     assert started(tmp_path) == {"once"}
+
+
+@pytest.fixture
+def own_scheduler(tmp_path: Path) -> Iterator[tuple[Any, subprocess.Popen[bytes]]]:
+    """A client of a scheduler (and one worker) in processes of their own, so
+    that the test can freeze the scheduler."""
+    scheduler_file = str(tmp_path / "scheduler.json")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]))
+    scheduler = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "distributed.cli.dask_scheduler"),
+            *("--host", "127.0.0.1", "--port", "0", "--no-dashboard"),
+            *("--scheduler-file", scheduler_file),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "distributed.cli.dask_worker"),
+            *("--scheduler-file", scheduler_file, "--nthreads", "1", "--no-dashboard"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = None
+    try:
+        wait_until(lambda: os.path.exists(scheduler_file), timeout=60)
+        client = distributed.Client(scheduler_file=scheduler_file, timeout=60)
+        client.wait_for_workers(1, timeout=60)
+        warm_up(client)
+        yield client, scheduler
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)  # however the test ended
+        if client is not None:
+            client.close(timeout=10)
+        for process in (worker, scheduler):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.timeout(300)
+def test_a_frozen_scheduler_does_not_hold_the_gather_past_its_deadline(
+    own_scheduler: tuple[Any, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Before: at the deadline the gather raised the fence and read the
+    # announcements through Dask Events, which wait for the scheduler's
+    # answer without end: with the scheduler frozen (SIGSTOP) a 3 s gather
+    # returned only when the scheduler came back (41 s in the probe), or never.
+    client, scheduler = own_scheduler
+    ex = client.get_executor()
+    d = str(tmp_path)
+    handles = [taut.call(mark_then_sleep, d, f"long{i}", 60) for i in range(2)]
+    got: list[Any] = []
+    gathering = threading.Thread(
+        target=lambda: got.append(taut.gather(handles, executor=ex, timeout=3.0)), daemon=True
+    )
+    gathering.start()
+    wait_until(lambda: "long0" in started(tmp_path))
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    gathering.join(timeout=45)  # lopsided: 3 s and a few seconds of patience, against never
+    assert got, "the gather was still waiting for the frozen scheduler"
+    # Unanswered: nothing provably never began, so every call is a timeout.
+    assert [o.status for o in got[0]] == ["timeout", "timeout"]

@@ -262,26 +262,42 @@ class DaskStarts:
         self.fence = f"taut-fence-{uuid.uuid4().hex}"
         self._announced: list[str] = []
         self._fence_up = False  # raised, as far as the scheduler confirmed
+        self._answer_by = 0.0  # time.monotonic() by which the scheduler must answer
 
     def start_name(self, token: str) -> str:
         name = f"taut-start-{token}-{uuid.uuid4().hex[:8]}"
         self._announced.append(name)
         return name
 
+    # At the deadline the caller asks the scheduler (raise the fence, read the
+    # announcements). Dask waits for its answers without end, and a scheduler
+    # that does not answer (frozen, cut off) would hold the gather past its
+    # deadline for good: all of a batch's questions share these seconds, and
+    # what is not answered by then counts as started.
+    PATIENCE = 2.0
+
+    def _ask(self, question: str, name: str) -> Any:
+        left = self._answer_by - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the scheduler did not answer in time")
+        ask = getattr(self.client.scheduler, question)
+        return self.client.sync(ask, name=name, callback_timeout=left)
+
     def raise_fence(self) -> None:
+        self._answer_by = time.monotonic() + self.PATIENCE
         try:
-            _client_event(self.fence, self.client).set()
+            self._ask("event_set", self.fence)
             self._fence_up = True
         except Exception:  # unreachable scheduler: every remote call counts as started
             self._fence_up = False
 
     def started(self, name: str) -> bool:
         """Whether the call announced its start; True whenever that cannot be
-        known (no fence confirmed, the scheduler does not answer)."""
+        known (no fence confirmed, the scheduler does not answer in time)."""
         if not self._fence_up:
             return True
         try:
-            return bool(_client_event(name, self.client).is_set())
+            return bool(self._ask("event_is_set", name))
         except Exception:
             return True
 

@@ -79,7 +79,7 @@ def test_calls_a_process_pool_never_handed_to_a_worker_are_not_started(tmp_path:
         outcomes = taut.gather(handles, executor=pool, timeout=1.0)
     ran = set(os.listdir(d))  # the pool has finished all it will ever run
     statuses = [o.status for o in outcomes]
-    assert statuses[0] == "timeout" and "busy" in ran
+    assert statuses[0] == "timeout"
     assert statuses[-1] == "not_started", statuses
     for name, outcome in zip(["busy"] + [f"q{i}" for i in range(6)], outcomes):
         assert outcome.status in ("timeout", "not_started"), outcome
@@ -101,7 +101,9 @@ def test_a_call_that_waited_in_a_process_pool_past_its_deadline_never_begins(
         handles += [taut.call(mark_then_sleep, d, f"late{i}", 0) for i in range(2)]
         outcomes = taut.gather(handles, executor=pool, timeout=1.0)
     assert outcomes[0].status == "timeout"
-    assert set(os.listdir(d)) == {"busy"}  # the pool has run all it will ever run
+    # The pool has run all it will ever run. (Only the busy call may have
+    # begun: on a machine slow enough even it may have arrived too late.)
+    assert set(os.listdir(d)) <= {"busy"}
 
 
 def test_terms_keep_the_callers_deadline_on_one_machine_only() -> None:

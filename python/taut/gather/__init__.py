@@ -98,7 +98,10 @@ begins after its deadline. On Dask each call announces its start before it
 checks the batch's fence, so at the deadline a call is ``not_started`` only
 when it provably never began and never will; every other submitted, unfinished
 call is ``timeout`` (so a journaled call is not run twice) and its remote
-future is cancelled. Other multi-process executors count every submitted,
+future is cancelled. A scheduler that does not answer within a few seconds
+of the deadline is not waited for: its calls count as started. On a
+``ProcessPoolExecutor`` a call the pool still gives back at the deadline is
+``not_started``; other multi-process executors count every submitted,
 unfinished call as started. In-process executors (thread pools, an in-process
 Dask cluster) report starts exactly. See :mod:`taut.gather.remote`.
 

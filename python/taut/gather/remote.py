@@ -22,8 +22,12 @@ Dask ``Event`` per batch) and never begins if the fence is up. At the deadline
 the caller raises the fence *before* it reads the announcements. So a call
 that had not announced when the caller looked never begins: it is
 ``not_started`` and may be retried safely; every other unfinished call is
-``timeout``. On other multi-process executors (no shared events) every
-submitted, unfinished call counts as started (``timeout``).
+``timeout``; so is every call whose announcement the scheduler does not tell
+within :attr:`DaskStarts.PATIENCE` (a frozen or cut-off scheduler must not hold
+the gather past its deadline). On other multi-process executors (no shared
+events) every submitted, unfinished call counts as started (``timeout``),
+except one that a ``ProcessPoolExecutor`` still gives back (cancels) at the
+deadline: it never reached a worker and is ``not_started``.
 
 **The outcome travels back pickled by taut** (:class:`Shipped`). A return
 value or exception that cannot make the trip fails only its own call, with an

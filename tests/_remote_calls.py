@@ -4,6 +4,7 @@ it begins, so a test can see what really started in another process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -59,3 +60,8 @@ def raise_comes_back_broken() -> None:
 
 def return_a_lock() -> object:
     return threading.Lock()  # cannot be pickled to go back to the caller
+
+
+async def add_one_later(x: int) -> tuple[int, float | None]:
+    await asyncio.sleep(0)
+    return x + 1, taut.remaining()

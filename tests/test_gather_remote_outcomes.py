@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _remote_calls import double, mark_then_sleep, raise_comes_back_broken, return_a_lock
+from _remote_calls import (
+    add_one_later,
+    double,
+    mark_then_sleep,
+    raise_comes_back_broken,
+    return_a_lock,
+)
 
 import taut
 from taut.gather.remote import Terms
@@ -131,3 +137,22 @@ def test_arguments_that_do_not_pickle_fail_with_the_reason(
     assert "could not be pickled" in str(failed.error)
     assert "cannot pickle '_thread.lock' object" in str(failed.error)
     assert "double" in str(failed.error)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_a_coroutine_function_runs_in_the_other_process(
+    pool: cf.ProcessPoolExecutor, timeout: float | None
+) -> None:
+    # Before: the worker called the async function and sent back the
+    # coroutine object, never awaited: the body never ran and the call failed
+    # ("cannot pickle 'coroutine' object"; on Dask the gather hung). On a
+    # thread pool the same call runs on its own event loop.
+    [outcome] = taut.gather([taut.call(add_one_later, 1)], executor=pool, timeout=timeout)
+    assert outcome.status == "ok", outcome
+    value, remaining = outcome.value
+    assert value == 2
+    if timeout is None:
+        assert remaining is None
+    else:
+        assert remaining is not None and 0 < remaining <= timeout

@@ -40,6 +40,7 @@ one that does not unpickle where the caller is (an exception whose
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import pickle
@@ -48,6 +49,7 @@ import uuid
 from typing import Any, cast
 
 from taut import _lazy_import
+from taut._callables import is_coroutine_function
 from taut._checks import describe
 from taut.deadline import fail_at
 
@@ -172,14 +174,22 @@ def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
     try:
         if terms is not None and terms.deadline is not None:
             with fail_at(terms.deadline, terms.label, interrupt=terms.interrupt):
-                captured: Returned | Raised = Returned(fn(*args, **kwargs))
+                captured: Returned | Raised = Returned(_call(fn, args, kwargs))
         else:
-            captured = Returned(fn(*args, **kwargs))
+            captured = Returned(_call(fn, args, kwargs))
     except Exception as exc:
         captured = Raised(exc)
     # Pickled outside the deadline scope: an interrupt landing in pickle.dumps
     # would be taken for a value that cannot be pickled.
     return _ship(captured)
+
+
+def _call(fn: Any, args: Any, kwargs: Any) -> Any:
+    # An async function runs on a loop of its own, as on a local worker
+    # (taut.gather.tasks): its coroutine object cannot travel back unawaited.
+    if is_coroutine_function(fn):
+        return asyncio.run(fn(*args, **kwargs))
+    return fn(*args, **kwargs)
 
 
 class Shipped:

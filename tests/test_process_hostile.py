@@ -12,14 +12,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 
 import taut
 from taut import _core
 from taut.deadline import DeadlineExpired
+from taut.demo import _pid_gone
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -44,16 +45,26 @@ def _kill_left_over(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def gone(pid: int, within: float = 10.0) -> bool:
     """The process has exited (a zombie has) within ``within`` seconds."""
-    until = time.monotonic() + within
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() >= until:
-            return False
-        time.sleep(0.02)
+    return _pid_gone(pid, within)
+
+
+@pytest.fixture
+def spawned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every command run_process spawns in the test, killed afterwards if the
+    test left it running."""
+    procs: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    class RecordingPopen(real_popen):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            procs.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
+    try:
+        yield procs
+    finally:
+        _kill_left_over(procs)
 
 
 # ---------------------------------------------------------------------------
@@ -148,31 +159,19 @@ def test_a_command_that_cannot_start_leaves_no_deadline_armed(
 
 
 def test_an_interrupt_right_after_the_spawn_still_kills_the_command(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spawned: list[subprocess.Popen[bytes]]
 ) -> None:
     # The first steps after Popen returned ran outside the try that kills the
     # tree on any exception: a KeyboardInterrupt there left the command
     # running with no deadline. The interrupt is injected at the first call
     # after the spawn.
-    procs: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
-
-    class RecordingPopen(real_popen):  # type: ignore[valid-type,misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            procs.append(self)
-
     def interrupted(pid: int) -> int | None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
     monkeypatch.setattr(_core, "process_start_time", interrupted)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            taut.run_process(["sleep", WORK], 30)
-        assert len(procs) == 1 and gone(procs[0].pid)
-    finally:
-        _kill_left_over(procs)
+    with pytest.raises(KeyboardInterrupt):
+        taut.run_process(["sleep", WORK], 30)
+    assert len(spawned) == 1 and gone(spawned[0].pid)
 
 
 # ---------------------------------------------------------------------------
@@ -221,18 +220,8 @@ def test_run_process_in_a_worker_thread_is_bounded_by_the_enclosing_scope(
 
 
 def test_run_process_under_fail_after_raises_and_leaves_no_command_running(
-    monkeypatch: pytest.MonkeyPatch,
+    spawned: list[subprocess.Popen[bytes]],
 ) -> None:
-    procs: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
-
-    class RecordingPopen(real_popen):  # type: ignore[valid-type,misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            procs.append(self)
-
-    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
-
     def bounded() -> tuple[BaseException | None, float]:
         started = time.monotonic()
         try:
@@ -242,13 +231,10 @@ def test_run_process_under_fail_after_raises_and_leaves_no_command_running(
             return exc, time.monotonic() - started
         return None, time.monotonic() - started
 
-    try:
-        error, elapsed = _in_thread(bounded)
-        assert isinstance(error, DeadlineExpired)
-        assert elapsed < PROMPT_S
-        assert len(procs) == 1 and gone(procs[0].pid)
-    finally:
-        _kill_left_over(procs)
+    error, elapsed = _in_thread(bounded)
+    assert isinstance(error, DeadlineExpired)
+    assert elapsed < PROMPT_S
+    assert len(spawned) == 1 and gone(spawned[0].pid)
 
 
 def test_a_scope_already_expired_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

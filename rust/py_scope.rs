@@ -633,7 +633,10 @@ impl ScopeCore {
             if !err.is_instance_of::<PyValueError>(py) {
                 return Err(err);
             }
-            // Exited in a copy of the context it was entered in.
+            // Exited in a copy of the context it was entered in: the
+            // entering context still names this scope, so it is abandoned
+            // there (skipped, as `DeadlineScope._restore` explains).
+            slf.try_borrow_mut()?.abandoned = true;
             s.innermost_set.bind(py).call1((parent,))?;
         }
         Ok(true)

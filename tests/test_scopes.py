@@ -645,14 +645,17 @@ def test_exit_in_another_context_is_quiet(clock: FakeClock) -> None:
         scope.__enter__()
         # Exited from a copy of this context (e.g. a generator finalised
         # elsewhere): no error, and that copy is unbounded again. This context
-        # cannot be changed from there, so it keeps the deadline (as a worker
-        # running in a copy of it would).
+        # still names the scope, but the scope is closed: it bounds nothing
+        # here any more (it was left with 0 s for good once its deadline passed).
         after: list[float | None] = []
         contextvars.copy_context().run(
             lambda: (scope.__exit__(None, None, None), after.append(remaining()))
         )
         assert after == [None]
-        assert remaining() == 5.0
+        assert remaining() is None
+        clock.advance(10)
+        with fail_after(5):
+            assert remaining() == 5.0
 
     contextvars.copy_context().run(body)  # keeps the test's own context clean
     assert remaining() is None

@@ -648,3 +648,50 @@ def test_scope_exited_from_another_task_is_quiet() -> None:
         assert not scope.expired
 
     run(main)
+
+
+# -- a scope exited in another context no longer bounds the entering one -----------------
+
+
+@pytest.mark.parametrize("make", ["fail_after", "move_on_at"])
+def test_scope_exited_from_another_task_stops_bounding_its_task(make: str) -> None:
+    # fail_after(LONG) exits on the Rust fast path, move_on_at on the Python one.
+    def scope() -> DeadlineScope:
+        if make == "fail_after":
+            return fail_after(LONG)
+        return move_on_at(time.monotonic() + LONG)
+
+    async def main() -> None:
+        outer = scope()
+        await outer.__aenter__()
+        inner = scope()
+        await inner.__aenter__()
+        # Exited from another task, which runs in a copy of this context.
+        assert not await asyncio.ensure_future(inner.__aexit__(None, None, None))
+        # The entering task is bounded by what encloses the closed scope
+        # again, not by the closed scope (0 s left for good once its deadline
+        # passed, even inside a fresh scope).
+        assert taut.deadline._context.bounding_scope() is outer
+        assert not await outer.__aexit__(None, None, None)
+        assert taut.remaining() is None
+
+    run(main)
+
+
+def test_async_generator_closed_elsewhere_stops_bounding_the_consumer() -> None:
+    async def numbers() -> Any:
+        async with fail_after(LONG):
+            yield 1
+            yield 2
+
+    async def main() -> None:
+        agen = numbers()
+        async for _ in agen:
+            break
+        # As the loop's async generator finaliser does: aclose in a new task.
+        await asyncio.ensure_future(agen.aclose())
+        assert taut.remaining() is None
+        async with move_on_after(None):
+            assert taut.remaining() is None
+
+    run(main)

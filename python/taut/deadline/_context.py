@@ -4,7 +4,8 @@ a ``contextvars.ContextVar``, and what it answers (``remaining()``).
 Each scope links to the scope it was entered in. A context copied into a
 worker thread keeps the chain, so the worker stays bounded by the caller's
 deadline even after the caller's scope has closed (``remaining()`` then says
-0, not "unbounded"). Scopes abandoned by misnesting are skipped everywhere.
+0, not "unbounded"). Scopes abandoned by misnesting, or exited in another
+context than the one they were entered in, are skipped everywhere.
 """
 
 from __future__ import annotations

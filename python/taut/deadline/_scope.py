@@ -331,8 +331,9 @@ class DeadlineScope(_core.ScopeCore):
             scope = scope._parent
         if scope is None:
             # Exited in another context than the one it was entered in: that
-            # context cannot be changed from here (and a copy of it in a
-            # worker thread should stay bounded anyway).
+            # context cannot be changed from here. Abandoned, so that it
+            # skips this closed scope (see _restore).
+            self._abandoned = True
             return expired
         # Misnesting: close the inner scopes still open, as trio does.
         assert inner is not None
@@ -381,7 +382,14 @@ class DeadlineScope(_core.ScopeCore):
         """Undo this scope's entry in the context (it was the innermost)."""
         try:
             innermost.reset(self._token)
-        except ValueError:  # exited in a copy of the context it was entered in
+        except ValueError:
+            # Exited in a copy of the context it was entered in (an async
+            # generator closed by another task, say). The entering context
+            # still names this scope as its innermost and cannot be changed
+            # from here: abandoned, the scope is skipped there, or that task
+            # would stay bounded by a closed scope (0 s left for good once
+            # its deadline passed, even inside fresh scopes).
+            self._abandoned = True
             innermost.set(self._parent)
 
     def _close(self) -> bool:

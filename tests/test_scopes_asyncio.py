@@ -695,3 +695,25 @@ def test_async_generator_closed_elsewhere_stops_bounding_the_consumer() -> None:
             assert taut.remaining() is None
 
     run(main)
+
+
+def test_exit_without_entry_is_a_named_error(enter: Callable[[DeadlineScope], Entered]) -> None:
+    async def main() -> None:
+        scope = fail_after(LONG, "fetch")
+        with pytest.raises(RuntimeError, match="'fetch' was exited without being entered"):
+            await enter(scope).__aexit__(None, None, None)
+        # Nothing changed: the scope can still be entered and bounds its block.
+        async with enter(scope):
+            left = taut.remaining()
+            assert left is not None and 0 < left <= LONG
+        assert taut.remaining() is None
+        # And its deadline still fires (the refused exit used to mark the
+        # scope closed, which its expiry then ignored).
+        late = fail_at(time.monotonic() - 1)
+        with pytest.raises(RuntimeError, match="without being entered"):
+            await enter(late).__aexit__(None, None, None)
+        with pytest.raises(DeadlineExpired):
+            async with enter(late):
+                await asyncio.sleep(LONG)
+
+    run(main)

@@ -249,6 +249,10 @@ class DeadlineScope(_core.ScopeCore):
     def _exit(self, exc_type: _ExcType, exc: _Exc) -> bool:
         """What ``__exit__`` and ``__aexit__`` return (True swallows ``exc``)."""
         # Outside the try: a refused exit must leave the scope as it was.
+        if not self._entered:
+            # Silently "exited", it was also marked closed: entered later, it
+            # would never leave the context again.
+            raise RuntimeError(f"{self._describe()} was exited without being entered")
         self._refuse_other_thread()
         try:
             return self._exit_steps(exc_type, exc)
@@ -266,7 +270,7 @@ class DeadlineScope(_core.ScopeCore):
         landing here is dropped (the first is on its way out); a few tries
         only, so a failure that repeats cannot keep the caller here. Not on
         a thread whose exit was refused: the scope is not its to close."""
-        if self._on_other_thread():
+        if self._on_other_thread() or not self._entered:
             return
         for _ in range(8):
             try:

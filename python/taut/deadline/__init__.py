@@ -31,7 +31,12 @@ loop:
   cancellation into ``DeadlineExpired`` (a foreign exception raised while the
   cancellation unwinds gets the ``DeadlineExpired``, caused by the
   ``CancelledError``, in its ``__context__`` chain, as with
-  ``asyncio.timeout`` on CPython 3.12+). This fires even when asyncio's own
+  ``asyncio.timeout`` on CPython 3.12+). A cancellation from outside that
+  arrives with the expiry wins (``CancelledError`` propagates), told apart by
+  the task's cancellation count (``Task.uncancel``, CPython 3.11+); before
+  3.11 asyncio keeps no such count, and such a cancellation may be taken for
+  the scope's own (swallowed by ``move_on_*``, turned into
+  ``DeadlineExpired`` by ``fail_*``). This fires even when asyncio's own
   timers are starved; a loop blocked by synchronous code is
   ``run_bounded_async``'s concern. A plain ``with`` with ``interrupt=True``
   is for synchronous code and keeps the thread interrupt even in a task: it

@@ -259,6 +259,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._worker_threads: dict[threading.Thread, None] = {}
         self._slots: dict[threading.Thread, WorkerSlot] = {}
         self._exited: dict[threading.Thread, threading.Event] = {}
+        # This pool's workers now waiting in its shutdown(wait=True).
+        self._workers_in_shutdown: dict[threading.Thread, None] = {}
         self._thread_numbers = itertools.count()
         self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
@@ -759,11 +761,24 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                     if future.cancel():
                         future.set_running_or_notify_cancel()
         if wait:
-            # Our own exit events, not Thread.join(): see _worker._live_workers.
-            for thread, exited in list(self._exited.items()):
-                if thread is not threading.current_thread():
-                    exited.wait()
-                    self._exited.pop(thread, None)
+            me = threading.current_thread()
+            # Workers of this pool waiting here (a call or a done callback
+            # that shuts its own pool down) would wait for each other for
+            # good: each waits only for those that came after it. Added
+            # before the snapshot, so of any two the later one sees the first.
+            waiting = self._workers_in_shutdown
+            if me in self._exited:
+                waiting[me] = None
+            try:
+                skip = set(waiting)
+                skip.add(me)
+                # Our own exit events, not Thread.join(): see _worker._live_workers.
+                for thread, exited in list(self._exited.items()):
+                    if thread not in skip:
+                        exited.wait()
+                        self._exited.pop(thread, None)
+            finally:
+                waiting.pop(me, None)
 
     def _reset_after_fork(self) -> None:
         """In a forked child only this thread exists: the parent's workers
@@ -787,6 +802,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._worker_threads = {}
         self._slots = {}
         self._exited = {}
+        self._workers_in_shutdown = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
         self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
         self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]

@@ -4,11 +4,17 @@ Cases that could hang run in a fresh interpreter, bounded by a timeout."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures.thread import BrokenThreadPool
 
+import pytest
 from _waiting import LONG
+
+import taut
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -39,3 +45,49 @@ def test_workers_that_all_shut_their_own_pool_down_do_not_wait_for_each_other() 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == "3 0 ['returned']"
+
+
+def _raise_keyboard_interrupt(future: object) -> None:
+    # Stands in for a Ctrl-C landing while shutdown settles the queued
+    # calls: it comes out of one future's settling, mid-way.
+    raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_shutdown_cancels_the_queue_leaves_no_call_pending() -> None:
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    running = ex.submit(gate.wait, LONG)
+    queued = [ex.submit(int, i) for i in range(10)]
+    queued[3].add_done_callback(_raise_keyboard_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.shutdown(wait=False, cancel_futures=True)
+        # Out of the queue, the calls after the interrupted one were never
+        # settled: their waiters waited for good.
+        assert [f.cancelled() for f in queued] == [True] * 10
+        _, pending = cf.wait(queued, timeout=0)
+        assert not pending
+    finally:
+        gate.set()
+    assert running.result(LONG) is True
+
+
+# The callback's KeyboardInterrupt ends the worker that failed the queue,
+# after it has: pytest reports it as unhandled in that thread.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_an_interrupt_while_a_broken_pool_fails_its_queue_leaves_no_call_pending() -> None:
+    started = threading.Event()
+
+    def initializer() -> None:
+        started.wait(LONG)
+        raise ValueError("initializer failed")
+
+    ex = taut.ThreadPoolExecutor(1, initializer=initializer)
+    queued = [ex.submit(int, i) for i in range(10)]
+    queued[3].add_done_callback(_raise_keyboard_interrupt)
+    (worker,) = ex._threads
+    started.set()
+    _, pending = cf.wait(queued, timeout=LONG)
+    assert not pending
+    worker.join(LONG)  # its report of the interrupt falls within this test
+    assert {type(f.exception()) for f in queued} == {BrokenThreadPool}

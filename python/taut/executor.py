@@ -200,6 +200,46 @@ def _buffered_results(
     return result_iterator()
 
 
+def _settle_every(drained: list[Any], settle: Callable[[Any], None]) -> None:
+    """``settle`` each call in ``drained`` (tuples whose first item is its
+    future). They are out of the core's queue: nothing else will ever settle
+    them, so an interrupt (a Ctrl-C, or a done callback raising
+    KeyboardInterrupt) landing mid-way must not end the loop, or every
+    waiter of the rest waits for good. The first interrupt is raised once
+    all are settled. The call it cut short is settled again (``settle`` is
+    safe to repeat), once: a second error there moves on."""
+    interrupted: BaseException | None = None
+    index = 0
+    failed_at = -1
+    while index < len(drained):
+        try:
+            while index < len(drained):
+                settle(drained[index][0])
+                index += 1
+        except BaseException as error:
+            if interrupted is None:
+                interrupted = error
+            if failed_at == index:
+                index += 1
+            failed_at = index
+    if interrupted is not None:
+        try:
+            raise interrupted
+        finally:
+            interrupted = None  # no cycle through this frame
+
+
+def _cancel_drained(future: Any) -> None:
+    if not isinstance(future, Future):
+        _worker._settle_on_its_loop(future, None)
+        return
+    future.cancel()
+    # Unlike the stdlib (gh-87893), tell wait()/as_completed(). (Checked by
+    # state, not by cancel()'s answer: this may be a second try.)
+    if future._state == _CANCELLED:
+        future.set_running_or_notify_cancel()
+
+
 class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     """A drop-in for ``concurrent.futures.ThreadPoolExecutor`` on a Rust pool.
 
@@ -635,10 +675,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         _worker._live_workers.pop(thread, None)
 
     def _fail_queued(self, error: BaseException) -> None:
-        for future, *_ in self._core.drain():
+        def fail(future: Any) -> None:
             if not isinstance(future, Future):
                 _worker._settle_on_its_loop(future, error)
-                continue
+                return
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
@@ -646,6 +686,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 # outcome; make sure wait()/as_completed() hear of it.
                 if future._state == _CANCELLED:
                     future.set_running_or_notify_cancel()
+
+        _settle_every(self._core.drain(), fail)
 
     def _initializer_failed(self) -> None:
         with self._shutdown_lock:
@@ -753,13 +795,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             if cancel_futures:
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
-                for future, *_ in self._core.drain(waiting_only=True):
-                    if not isinstance(future, Future):
-                        _worker._settle_on_its_loop(future, None)
-                        continue
-                    # Unlike the stdlib (gh-87893), tell wait()/as_completed().
-                    if future.cancel():
-                        future.set_running_or_notify_cancel()
+                _settle_every(self._core.drain(waiting_only=True), _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback

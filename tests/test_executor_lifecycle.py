@@ -5,10 +5,12 @@ Cases that could hang run in a fresh interpreter, bounded by a timeout."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from concurrent.futures.thread import BrokenThreadPool
 
 import pytest
@@ -90,4 +92,26 @@ def test_an_interrupt_while_a_broken_pool_fails_its_queue_leaves_no_call_pending
     _, pending = cf.wait(queued, timeout=LONG)
     assert not pending
     worker.join(LONG)  # its report of the interrupt falls within this test
+    assert {type(f.exception()) for f in queued} == {BrokenThreadPool}
+
+
+def test_an_executor_dropped_before_its_initializer_fails_still_fails_its_queued_calls() -> None:
+    # `ThreadPoolExecutor(...).submit(...)` keeps no reference to the pool:
+    # the failing worker found no executor to break, and the calls queued
+    # behind it stayed pending for good (as in the standard library).
+    proceed = threading.Event()
+
+    def initializer() -> None:
+        proceed.wait(LONG)
+        raise ValueError("initializer failed")
+
+    ex = taut.ThreadPoolExecutor(1, initializer=initializer)
+    queued = [ex.submit(int, i) for i in range(3)]
+    gone = weakref.ref(ex)
+    del ex
+    gc.collect()
+    assert gone() is None
+    proceed.set()
+    _, pending = cf.wait(queued, timeout=LONG)
+    assert not pending
     assert {type(f.exception()) for f in queued} == {BrokenThreadPool}

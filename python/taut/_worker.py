@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 import weakref
 from concurrent.futures import _base
+from concurrent.futures.thread import BrokenThreadPool
 
 from taut._core import PoolCore, WorkerSlot
-from taut._future import _CANCELLED
+from taut._future import _CANCELLED, Future
 from taut._notices import _deliver_notices
 
 TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
@@ -139,8 +140,79 @@ def _work(slot: WorkerSlot) -> None:
             step = slot.fail(exc)
 
 
+# The standard library's words for a broken pool.
+INITIALIZER_FAILED = "A thread initializer failed, the thread pool is not usable anymore"
+WORKER_DIED = "A worker thread died unexpectedly, the thread pool is not usable"
+
+
+def _break_pool(
+    executor_ref: weakref.ReferenceType[ThreadPoolExecutor], core: PoolCore, reason: str
+) -> None:
+    executor = executor_ref()
+    if executor is not None:
+        if reason == INITIALIZER_FAILED:
+            executor._initializer_failed()
+        else:
+            executor._worker_died()
+        return
+    # Its owner dropped it (ThreadPoolExecutor(...).submit(...)): no
+    # submission can come any more, but the calls queued behind have
+    # waiters, and nobody else will ever settle them (the standard
+    # library leaves them pending for good).
+    core.shutdown()
+    _fail_queue(core, BrokenThreadPool(reason))
+
+
+def _fail_queue(core: PoolCore, error: BaseException) -> None:
+    """Fail every call still queued in ``core`` with ``error``."""
+
+    def fail(future: Any) -> None:
+        if not isinstance(future, Future):
+            _settle_on_its_loop(future, error)
+            return
+        try:
+            future.set_exception(error)
+        except _base.InvalidStateError:
+            # Cancelled by its owner while we drained it: that is its
+            # outcome; make sure wait()/as_completed() hear of it.
+            if future._state == _CANCELLED:
+                future.set_running_or_notify_cancel()
+
+    _settle_every(core.drain(), fail)
+
+
+def _settle_every(drained: list[Any], settle: Callable[[Any], None]) -> None:
+    """``settle`` each call in ``drained`` (tuples whose first item is its
+    future). They are out of the core's queue: nothing else will ever settle
+    them, so an interrupt (a Ctrl-C, or a done callback raising
+    KeyboardInterrupt) landing mid-way must not end the loop, or every
+    waiter of the rest waits for good. The first interrupt is raised once
+    all are settled. The call it cut short is settled again (``settle`` is
+    safe to repeat), once: a second error there moves on."""
+    interrupted: BaseException | None = None
+    index = 0
+    failed_at = -1
+    while index < len(drained):
+        try:
+            while index < len(drained):
+                settle(drained[index][0])
+                index += 1
+        except BaseException as error:
+            if interrupted is None:
+                interrupted = error
+            if failed_at == index:
+                index += 1
+            failed_at = index
+    if interrupted is not None:
+        try:
+            raise interrupted
+        finally:
+            interrupted = None  # no cycle through this frame
+
+
 def _worker_main(
     slot: WorkerSlot,
+    core: PoolCore,
     exited: threading.Event,
     initializer: Callable[..., object] | None,
     initargs: tuple[Any, ...],
@@ -153,17 +225,13 @@ def _worker_main(
             except BaseException:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=True)
                 slot.give_back()
-                executor = executor_ref()
-                if executor is not None:
-                    executor._initializer_failed()
+                _break_pool(executor_ref, core, INITIALIZER_FAILED)
                 return
         try:
             _work(slot)
         except BaseException:
             _base.LOGGER.critical("taut worker loop failed", exc_info=True)
-            executor = executor_ref()
-            if executor is not None:
-                executor._worker_died()
+            _break_pool(executor_ref, core, WORKER_DIED)
     finally:
         executor = executor_ref()
         if executor is not None:

@@ -200,35 +200,6 @@ def _buffered_results(
     return result_iterator()
 
 
-def _settle_every(drained: list[Any], settle: Callable[[Any], None]) -> None:
-    """``settle`` each call in ``drained`` (tuples whose first item is its
-    future). They are out of the core's queue: nothing else will ever settle
-    them, so an interrupt (a Ctrl-C, or a done callback raising
-    KeyboardInterrupt) landing mid-way must not end the loop, or every
-    waiter of the rest waits for good. The first interrupt is raised once
-    all are settled. The call it cut short is settled again (``settle`` is
-    safe to repeat), once: a second error there moves on."""
-    interrupted: BaseException | None = None
-    index = 0
-    failed_at = -1
-    while index < len(drained):
-        try:
-            while index < len(drained):
-                settle(drained[index][0])
-                index += 1
-        except BaseException as error:
-            if interrupted is None:
-                interrupted = error
-            if failed_at == index:
-                index += 1
-            failed_at = index
-    if interrupted is not None:
-        try:
-            raise interrupted
-        finally:
-            interrupted = None  # no cycle through this frame
-
-
 def _cancel_drained(future: Any) -> None:
     if not isinstance(future, Future):
         _worker._settle_on_its_loop(future, None)
@@ -618,6 +589,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 target=_worker._worker_main,
                 args=(
                     slot,
+                    self._core,
                     exited,
                     self._initializer,
                     self._initargs,
@@ -675,31 +647,19 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         _worker._live_workers.pop(thread, None)
 
     def _fail_queued(self, error: BaseException) -> None:
-        def fail(future: Any) -> None:
-            if not isinstance(future, Future):
-                _worker._settle_on_its_loop(future, error)
-                return
-            try:
-                future.set_exception(error)
-            except _base.InvalidStateError:
-                # Cancelled by its owner while we drained it: that is its
-                # outcome; make sure wait()/as_completed() hear of it.
-                if future._state == _CANCELLED:
-                    future.set_running_or_notify_cancel()
-
-        _settle_every(self._core.drain(), fail)
+        _worker._fail_queue(self._core, error)
 
     def _initializer_failed(self) -> None:
-        with self._shutdown_lock:
-            self._broken = "A thread initializer failed, the thread pool is not usable anymore"
-            self._core.shutdown()
-            self._fail_queued(BrokenThreadPool(self._broken))
+        self._break(_worker.INITIALIZER_FAILED)
 
     def _worker_died(self) -> None:
+        self._break(_worker.WORKER_DIED)
+
+    def _break(self, reason: str) -> None:
         with self._shutdown_lock:
-            self._broken = "A worker thread died unexpectedly, the thread pool is not usable"
+            self._broken = reason
             self._core.shutdown()
-            self._fail_queued(BrokenThreadPool(self._broken))
+            self._fail_queued(BrokenThreadPool(reason))
 
     def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
         seq = getattr(future, "_seq", 0)
@@ -795,7 +755,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             if cancel_futures:
                 # Calls a worker is already on its way to are not pending
                 # any more, to the caller: they run, as in the stdlib.
-                _settle_every(self._core.drain(waiting_only=True), _cancel_drained)
+                _worker._settle_every(self._core.drain(waiting_only=True), _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback

@@ -115,3 +115,46 @@ def test_an_executor_dropped_before_its_initializer_fails_still_fails_its_queued
     _, pending = cf.wait(queued, timeout=LONG)
     assert not pending
     assert {type(f.exception()) for f in queued} == {BrokenThreadPool}
+
+
+def test_a_done_callback_that_shuts_the_pool_down_while_shutdown_cancels_it_returns() -> None:
+    # The callbacks of the calls shutdown(cancel_futures=True) cancels ran
+    # under its lock: one calling shutdown() again waited for that lock for
+    # good (so does the standard library's).
+    result = run_python(
+        """
+        import threading, taut
+        ex = taut.ThreadPoolExecutor(1)
+        gate = threading.Event()
+        running = ex.submit(gate.wait, 30)
+        queued = ex.submit(int)
+        queued.add_done_callback(lambda f: ex.shutdown(wait=False))
+        ex.shutdown(wait=False, cancel_futures=True)
+        gate.set()
+        print(queued.cancelled(), running.result(30))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True True\n"
+
+
+def test_a_done_callback_that_shuts_a_broken_pool_down_returns() -> None:
+    # Likewise for the calls a failed initializer fails with BrokenThreadPool.
+    result = run_python(
+        """
+        import concurrent.futures as cf, logging, threading, taut
+        logging.disable(logging.CRITICAL)
+        proceed = threading.Event()
+        def initializer():
+            proceed.wait(30)
+            raise ValueError("initializer failed")
+        ex = taut.ThreadPoolExecutor(1, initializer=initializer)
+        queued = [ex.submit(int, i) for i in range(3)]
+        queued[0].add_done_callback(lambda f: ex.shutdown(wait=False))
+        proceed.set()
+        _, pending = cf.wait(queued, timeout=10)
+        print(len(pending), {type(f.exception()).__name__ for f in queued if f.done()})
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0 {'BrokenThreadPool'}\n"

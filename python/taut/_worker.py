@@ -15,6 +15,7 @@ from taut._notices import _deliver_notices
 
 TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any, Callable
 
     from taut.executor import ThreadPoolExecutor
@@ -165,6 +166,11 @@ def _break_pool(
 
 def _fail_queue(core: PoolCore, error: BaseException) -> None:
     """Fail every call still queued in ``core`` with ``error``."""
+    _fail_drained(core.drain(), error)
+
+
+def _fail_drained(drained: Sequence[Any], error: BaseException) -> None:
+    """Fail every call in ``drained`` (taken out of a core's queue) with ``error``."""
 
     def fail(future: Any) -> None:
         if not isinstance(future, Future):
@@ -178,10 +184,10 @@ def _fail_queue(core: PoolCore, error: BaseException) -> None:
             if future._state == _CANCELLED:
                 future.set_running_or_notify_cancel()
 
-    _settle_every(core.drain(), fail)
+    _settle_every(drained, fail)
 
 
-def _settle_every(drained: list[Any], settle: Callable[[Any], None]) -> None:
+def _settle_every(drained: Sequence[Any], settle: Callable[[Any], None]) -> None:
     """``settle`` each call in ``drained`` (tuples whose first item is its
     future). They are out of the core's queue: nothing else will ever settle
     them, so an interrupt (a Ctrl-C, or a done callback raising

@@ -659,7 +659,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         with self._shutdown_lock:
             self._broken = reason
             self._core.shutdown()
-            self._fail_queued(BrokenThreadPool(reason))
+            drained = self._core.drain()
+        # Failed outside the lock: their done callbacks may call shutdown().
+        _worker._fail_drained(drained, BrokenThreadPool(reason))
 
     def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
         seq = getattr(future, "_seq", 0)
@@ -752,10 +754,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             except RuntimeError:
                 pass  # no new thread at interpreter exit: as before shutdown
 
-            if cancel_futures:
-                # Calls a worker is already on its way to are not pending
-                # any more, to the caller: they run, as in the stdlib.
-                _worker._settle_every(self._core.drain(waiting_only=True), _cancel_drained)
+            # Calls a worker is already on its way to are not pending
+            # any more, to the caller: they run, as in the stdlib.
+            drained = self._core.drain(waiting_only=True) if cancel_futures else ()
+        # Cancelled outside the lock: their done callbacks may call
+        # shutdown() (or submit()) again.
+        _worker._settle_every(drained, _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback

@@ -1099,11 +1099,16 @@ impl PoolCore {
         self.shared.wake_room_waiters(py, true);
     }
 
-    /// Take every queued call out; returns their `(future, fn, args,
-    /// kwargs)` in queue order. `waiting_only`: leave the calls a worker is
-    /// already on its way to (see `Pool::drain_waiting`).
-    #[pyo3(signature = (waiting_only=false))]
-    fn drain(&self, py: Python<'_>, waiting_only: bool) -> PyResult<Vec<Py<PyTuple>>> {
+    /// Take every queued call out, appending their `(future, fn, args,
+    /// kwargs)` in queue order to `into`. `waiting_only`: leave the calls a
+    /// worker is already on its way to (see `Pool::drain_waiting`).
+    ///
+    /// Into the caller's list rather than returned: a Ctrl-C that came
+    /// during a long drain is raised the moment this returns, before the
+    /// caller could bind a returned list, and the calls (out of the queue,
+    /// still pending) would be lost. The caller's list keeps them.
+    #[pyo3(signature = (into, waiting_only=false))]
+    fn drain(&self, py: Python<'_>, into: &Bound<'_, PyList>, waiting_only: bool) -> PyResult<()> {
         let pool = &self.shared.pool;
         let jobs = if waiting_only {
             pool.drain_waiting()
@@ -1112,9 +1117,10 @@ impl PoolCore {
         };
         self.shared.waiting.bind(py).clear();
         self.shared.wake_room_waiters(py, false);
-        jobs.into_iter()
-            .map(|job| Ok(job.into_call(py)?.unbind()))
-            .collect()
+        for job in jobs {
+            into.append(job.into_call(py)?)?;
+        }
+        Ok(())
     }
 
     /// Release the GIL and spin (for the pool's spin window at most, and

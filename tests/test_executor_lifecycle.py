@@ -158,3 +158,36 @@ def test_a_done_callback_that_shuts_a_broken_pool_down_returns() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "0 {'BrokenThreadPool'}\n"
+
+
+class _InterruptedAfterDrain:
+    """A pool core whose drain is followed at once by a KeyboardInterrupt:
+    where a Ctrl-C that came during the (long, GIL-holding) drain of a large
+    queue is raised, before Python could keep what it returned."""
+
+    def __init__(self, core: object) -> None:
+        self._core = core
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._core, name)
+
+    def drain(self, *args: object, **kwargs: object) -> object:
+        self._core.drain(*args, **kwargs)  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_the_moment_shutdown_drains_the_queue_leaves_no_call_pending() -> None:
+    ex = taut.ThreadPoolExecutor(1)
+    gate = threading.Event()
+    running = ex.submit(gate.wait, LONG)
+    queued = [ex.submit(int, i) for i in range(10)]
+    ex._core = _InterruptedAfterDrain(ex._core)  # type: ignore[assignment]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.shutdown(wait=False, cancel_futures=True)
+        _, pending = cf.wait(queued, timeout=0)
+        assert not pending
+        assert all(f.cancelled() for f in queued)
+    finally:
+        gate.set()
+    assert running.result(LONG) is True

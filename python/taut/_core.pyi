@@ -597,9 +597,11 @@ class PoolCore:
         """Change the ceiling; returns how many worker starts are unclaimed."""
     def shutdown(self) -> None:
         """Refuse new calls; queued ones still run; idle workers exit."""
-    def drain(self, waiting_only: bool = False) -> list[_Call]:
-        """Take every queued call out, in queue order.
-        ``waiting_only``: leave those a worker is already on its way to."""
+    def drain(self, into: list[_Call], waiting_only: bool = False) -> None:
+        """Take every queued call out, appending them to ``into`` in queue
+        order (the caller's list keeps them should a Ctrl-C be raised the
+        moment this returns). ``waiting_only``: leave those a worker is
+        already on its way to."""
     def drain_after_fork(self) -> list[_Call] | None:
         """``drain`` in a forked child, None if the lock was held at fork."""
     def orphan(self) -> None:

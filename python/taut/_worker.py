@@ -166,7 +166,11 @@ def _break_pool(
 
 def _fail_queue(core: PoolCore, error: BaseException) -> None:
     """Fail every call still queued in ``core`` with ``error``."""
-    _fail_drained(core.drain(), error)
+    drained: list[Any] = []
+    try:
+        core.drain(drained)
+    finally:
+        _fail_drained(drained, error)  # even if interrupted (see PoolCore.drain)
 
 
 def _fail_drained(drained: Sequence[Any], error: BaseException) -> None:

@@ -656,12 +656,15 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._break(_worker.WORKER_DIED)
 
     def _break(self, reason: str) -> None:
-        with self._shutdown_lock:
-            self._broken = reason
-            self._core.shutdown()
-            drained = self._core.drain()
-        # Failed outside the lock: their done callbacks may call shutdown().
-        _worker._fail_drained(drained, BrokenThreadPool(reason))
+        drained: list[Any] = []
+        try:
+            with self._shutdown_lock:
+                self._broken = reason
+                self._core.shutdown()
+                self._core.drain(drained)
+        finally:
+            # Failed outside the lock: their done callbacks may call shutdown().
+            _worker._fail_drained(drained, BrokenThreadPool(reason))
 
     def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
         seq = getattr(future, "_seq", 0)
@@ -744,22 +747,27 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         return position
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._shutdown_lock:
-            self._shutdown = True
-            self._core.shutdown()
-            # Queued calls still run: start the workers an interrupted
-            # submit left unstarted (no later submit will).
-            try:
-                self._spawn()
-            except RuntimeError:
-                pass  # no new thread at interpreter exit: as before shutdown
+        drained: list[Any] = []
+        try:
+            with self._shutdown_lock:
+                self._shutdown = True
+                self._core.shutdown()
+                # Queued calls still run: start the workers an interrupted
+                # submit left unstarted (no later submit will).
+                try:
+                    self._spawn()
+                except RuntimeError:
+                    pass  # no new thread at interpreter exit: as before shutdown
 
-            # Calls a worker is already on its way to are not pending
-            # any more, to the caller: they run, as in the stdlib.
-            drained = self._core.drain(waiting_only=True) if cancel_futures else ()
-        # Cancelled outside the lock: their done callbacks may call
-        # shutdown() (or submit()) again.
-        _worker._settle_every(drained, _cancel_drained)
+                if cancel_futures:
+                    # Calls a worker is already on its way to are not pending
+                    # any more, to the caller: they run, as in the stdlib.
+                    self._core.drain(drained, waiting_only=True)
+        finally:
+            # Even if a Ctrl-C is raised as the drain returns (see
+            # PoolCore.drain); outside the lock, as their done callbacks
+            # may call shutdown() (or submit()) again.
+            _worker._settle_every(drained, _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback

@@ -191,3 +191,37 @@ def test_an_interrupt_the_moment_shutdown_drains_the_queue_leaves_no_call_pendin
     finally:
         gate.set()
     assert running.result(LONG) is True
+
+
+def test_a_real_ctrl_c_during_shutdown_cancelling_a_large_queue_leaves_no_call_pending() -> None:
+    # One SIGINT at a different moment of each shutdown: before it, during
+    # the drain of the queue (the core holds the GIL; the interrupt is raised
+    # at the first check after it returns: on 3.13, the entry of the next
+    # function called) or during the cancelling. Every call must end, run or
+    # cancelled, whenever it lands.
+    result = run_python(
+        """
+        import concurrent.futures as cf, signal, threading, time, taut
+        main = threading.main_thread().ident
+        for step in range(12):
+            ex = taut.ThreadPoolExecutor(1)
+            gate = threading.Event()
+            ex.submit(gate.wait, 30)
+            queued = [ex.submit(int) for _ in range(100_000)]
+            sender = threading.Timer(0.005 * step, signal.pthread_kill, (main, signal.SIGINT))
+            try:
+                sender.start()
+                ex.shutdown(wait=False, cancel_futures=True)
+                sender.join()
+                time.sleep(0.3)  # the interrupt lands here if shutdown was done
+            except KeyboardInterrupt:
+                pass
+            sender.join()
+            gate.set()
+            _, pending = cf.wait(queued, timeout=1)  # cancelled or run by now
+            print(step, len(pending), flush=True)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    pending = [line.split()[1] for line in result.stdout.splitlines()]
+    assert pending == ["0"] * 12, result.stdout

@@ -15,7 +15,6 @@ from taut._notices import _deliver_notices
 
 TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from typing import Any, Callable
 
     from taut.executor import ThreadPoolExecutor
@@ -166,15 +165,6 @@ def _break_pool(
 
 def _fail_queue(core: PoolCore, error: BaseException) -> None:
     """Fail every call still queued in ``core`` with ``error``."""
-    drained: list[Any] = []
-    try:
-        core.drain(drained)
-    finally:
-        _fail_drained(drained, error)  # even if interrupted (see PoolCore.drain)
-
-
-def _fail_drained(drained: Sequence[Any], error: BaseException) -> None:
-    """Fail every call in ``drained`` (taken out of a core's queue) with ``error``."""
 
     def fail(future: Any) -> None:
         if not isinstance(future, Future):
@@ -188,36 +178,56 @@ def _fail_drained(drained: Sequence[Any], error: BaseException) -> None:
             if future._state == _CANCELLED:
                 future.set_running_or_notify_cancel()
 
-    _settle_every(drained, fail)
+    _drain_and_settle(core.drain, fail)
 
 
-def _settle_every(drained: Sequence[Any], settle: Callable[[Any], None]) -> None:
-    """``settle`` each call in ``drained`` (tuples whose first item is its
-    future). They are out of the core's queue: nothing else will ever settle
-    them, so an interrupt (a Ctrl-C, or a done callback raising
-    KeyboardInterrupt) landing mid-way must not end the loop, or every
-    waiter of the rest waits for good. The first interrupt is raised once
-    all are settled. The call it cut short is settled again (``settle`` is
-    safe to repeat), once: a second error there moves on."""
+def _drain_and_settle(drain: Callable[[list[Any]], object], settle: Callable[[Any], None]) -> None:
+    """Take calls out of a core's queue (``drain`` appends them to the list
+    it is given, see ``PoolCore.drain``) and ``settle`` each one's future.
+
+    Out of the queue, nothing else will ever settle them: an interrupt must
+    not end this before all are settled, or every waiter of the rest waits
+    for good. It is raised once they are. Interrupts come from a done
+    callback raising KeyboardInterrupt, or from a Ctrl-C: one that came
+    during a long drain (the core holds the GIL) is raised at the first
+    check after it, which on 3.13 is the entry of the next function called:
+    so the drain is made here, inside the ``try``, not by the caller. A call
+    whose settling was cut short is settled again (``settle`` is safe to
+    repeat), once: a second error there moves on."""
+    drained: list[Any] = []
+    drawn = False
+    settled = [0]  # how many of `drained`: kept up to date by _settle_from
     interrupted: BaseException | None = None
-    index = 0
     failed_at = -1
-    while index < len(drained):
+    while True:
         try:
-            while index < len(drained):
-                settle(drained[index][0])
-                index += 1
+            if not drawn:
+                drawn = True  # before: a drain that fails is not repeated
+                drain(drained)
+            _settle_from(drained, settled, settle)
+            break
         except BaseException as error:
             if interrupted is None:
                 interrupted = error
-            if failed_at == index:
-                index += 1
-            failed_at = index
+            if failed_at == settled[0]:
+                settled[0] += 1
+            failed_at = settled[0]
     if interrupted is not None:
         try:
             raise interrupted
         finally:
             interrupted = None  # no cycle through this frame
+
+
+def _settle_from(drained: list[Any], settled: list[int], settle: Callable[[Any], None]) -> None:
+    """``settle`` the calls of ``drained`` from ``settled[0]`` on, counting
+    them there. A function of its own, not a loop in _drain_and_settle's
+    ``try``: from CPython 3.12 the back edge of a loop that ends a ``try``
+    body lies outside the ``try`` (its exception table), and a Ctrl-C
+    raised there escaped it (seen on 3.13)."""
+    while settled[0] < len(drained):
+        settle(drained[settled[0]][0])
+        settled[0] += 1
 
 
 def _worker_main(

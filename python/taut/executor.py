@@ -646,6 +646,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._exited.pop(thread, None)
         _worker._live_workers.pop(thread, None)
 
+    def _drain_waiting(self, into: list[Any]) -> None:
+        self._core.drain(into, waiting_only=True)
+
     def _fail_queued(self, error: BaseException) -> None:
         _worker._fail_queue(self._core, error)
 
@@ -656,15 +659,12 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._break(_worker.WORKER_DIED)
 
     def _break(self, reason: str) -> None:
-        drained: list[Any] = []
-        try:
-            with self._shutdown_lock:
-                self._broken = reason
-                self._core.shutdown()
-                self._core.drain(drained)
-        finally:
-            # Failed outside the lock: their done callbacks may call shutdown().
-            _worker._fail_drained(drained, BrokenThreadPool(reason))
+        with self._shutdown_lock:
+            self._broken = reason
+            self._core.shutdown()
+        # Failed outside the lock: their done callbacks may call shutdown().
+        # (Shut down, the core takes no new calls meanwhile.)
+        self._fail_queued(BrokenThreadPool(reason))
 
     def _slot_running(self, future: _cf.Future[Any]) -> tuple[threading.Thread, WorkerSlot] | None:
         seq = getattr(future, "_seq", 0)
@@ -747,27 +747,22 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         return position
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        drained: list[Any] = []
-        try:
-            with self._shutdown_lock:
-                self._shutdown = True
-                self._core.shutdown()
-                # Queued calls still run: start the workers an interrupted
-                # submit left unstarted (no later submit will).
-                try:
-                    self._spawn()
-                except RuntimeError:
-                    pass  # no new thread at interpreter exit: as before shutdown
-
-                if cancel_futures:
-                    # Calls a worker is already on its way to are not pending
-                    # any more, to the caller: they run, as in the stdlib.
-                    self._core.drain(drained, waiting_only=True)
-        finally:
-            # Even if a Ctrl-C is raised as the drain returns (see
-            # PoolCore.drain); outside the lock, as their done callbacks
-            # may call shutdown() (or submit()) again.
-            _worker._settle_every(drained, _cancel_drained)
+        with self._shutdown_lock:
+            self._shutdown = True
+            self._core.shutdown()
+            # Queued calls still run: start the workers an interrupted
+            # submit left unstarted (no later submit will).
+            try:
+                self._spawn()
+            except RuntimeError:
+                pass  # no new thread at interpreter exit: as before shutdown
+        if cancel_futures:
+            # Outside the lock: the cancelled calls' done callbacks may call
+            # shutdown() (or submit()) again. (Shut down, the core takes no
+            # new calls meanwhile.) Calls a worker is already on its way to
+            # are not pending any more, to the caller: they run, as in the
+            # stdlib.
+            _worker._drain_and_settle(self._drain_waiting, _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback

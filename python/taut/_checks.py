@@ -42,11 +42,20 @@ __all__ = [
     "check_optional_count",
     "check_timeout",
     "describe",
+    "earliest",
     "int_millis",
     "wait_slice",
 ]
 
 MAX_COUNT = 2**31 - 1
+
+
+def earliest(*limits: float | None) -> float | None:
+    """The least of the limits that apply (``None``: no limit), ``None`` if
+    none does: a timeout against the deadline scopes' ``remaining()``, a
+    budget against its parent's."""
+    bounds = [limit for limit in limits if limit is not None]
+    return min(bounds) if bounds else None
 
 
 def describe(value: object, limit: int = 80) -> str:

@@ -150,10 +150,7 @@ def _break_pool(
 ) -> None:
     executor = executor_ref()
     if executor is not None:
-        if reason == INITIALIZER_FAILED:
-            executor._initializer_failed()
-        else:
-            executor._worker_died()
+        executor._break(reason)
         return
     # Its owner dropped it (ThreadPoolExecutor(...).submit(...)): no
     # submission can come any more, but the calls queued behind have

@@ -41,7 +41,7 @@ from pydantic import (
     field_validator,
 )
 
-from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe
+from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe, earliest
 from taut._guidance import planning_sentence
 from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
 from taut.deadline import DeadlineScope, _clock, fail_after, move_on_after
@@ -315,13 +315,6 @@ class PlanningConstraints(BaseModel):
         return Budget(self, clock=clock)
 
 
-def _least(first: float | None, second: float | None) -> float | None:
-    """The smaller of two limits, None meaning no limit."""
-    if first is None:
-        return second
-    return first if second is None else min(first, second)
-
-
 class Budget:
     """A started :class:`PlanningConstraints`: live, shrinking state.
 
@@ -417,7 +410,7 @@ class Budget:
         own = None if self._total is None else max(0.0, self._total - self.elapsed())
         # A child paused while its parent runs is not charged, but it must not
         # outlast the parent (see child()).
-        return _least(own, None if self._parent is None else self._parent.remaining())
+        return earliest(own, None if self._parent is None else self._parent.remaining())
 
     @property
     def expired(self) -> bool:
@@ -492,7 +485,7 @@ class Budget:
             own = max(0.0, limit - self._spent.get(name, 0.0))
         # A child starts with what its parent had left then; what a sibling
         # spent since is gone for it too.
-        return _least(own, None if self._parent is None else self._parent.cost_remaining(name))
+        return earliest(own, None if self._parent is None else self._parent.cost_remaining(name))
 
     @property
     def exhausted(self) -> bool:

@@ -652,13 +652,9 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
     def _fail_queued(self, error: BaseException) -> None:
         _worker._fail_queue(self._core, error)
 
-    def _initializer_failed(self) -> None:
-        self._break(_worker.INITIALIZER_FAILED)
-
-    def _worker_died(self) -> None:
-        self._break(_worker.WORKER_DIED)
-
     def _break(self, reason: str) -> None:
+        """Mark the pool broken (``reason``: the standard library's words, see
+        ``_worker``) and fail every queued call with ``BrokenThreadPool``."""
         with self._shutdown_lock:
             self._broken = reason
             self._core.shutdown()

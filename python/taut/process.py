@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Union
 
 from taut import _core
-from taut._checks import check_duration, check_timeout
+from taut._checks import check_duration, check_timeout, earliest
 from taut.deadline import DeadlineExpired, remaining
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
@@ -380,9 +380,7 @@ def run_process(
     # interrupt the wait for the command, and without interrupt=True a scope
     # acts only at its exit, after the command ended by itself (never, for
     # one that does not end).
-    scope_left = remaining()
-    if scope_left is not None and (budget is None or scope_left < budget):
-        budget = scope_left
+    budget = earliest(budget, remaining())
     started = time.monotonic()
     if budget is not None and budget <= 0:
         return ProcessResult(args, None, None, None, timed_out=True, timeout_s=budget)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
 from taut._callables import is_coroutine_function
-from taut._checks import check_count, check_timeout, describe
+from taut._checks import check_count, check_timeout, describe, earliest
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, GatherRejected, Outcome, Scheduler, Submission
@@ -544,8 +544,8 @@ def _groups(batch: Sequence[ToolCall]) -> list[list[int]]:
 
 def _earliest(*timeouts: float | None) -> float | None:
     """The shortest of the timeouts that apply (``None`` = none), never negative."""
-    bounds = [t for t in timeouts if t is not None]
-    return max(0.0, min(bounds)) if bounds else None
+    limit = earliest(*timeouts)
+    return None if limit is None else max(0.0, limit)
 
 
 def _seconds_text(seconds: float) -> str:

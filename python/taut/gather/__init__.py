@@ -141,7 +141,7 @@ from taut._asyncio import submit_when_room
 from taut._checks import describe
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 from taut.gather.drive import SLOT_POLL, run_async, run_sync
-from taut.gather.executors import Submit, cancel_proves_never_started, in_worker_of
+from taut.gather.executors import Submit, in_worker_of, take_back
 from taut.gather.handles import (
     DONE,
     RUNNING,
@@ -459,7 +459,7 @@ def _never_started(run: Run, e: Entry, future: cf.Future[Any]) -> bool:
     run.batch.raise_fence()
     # On Dask, cancel() succeeds on a call running on a worker too: not tried
     # there, the handle stays running until the call ends.
-    if cancel_proves_never_started(run.executor) and future.cancel():
+    if take_back(run.executor, future):
         return True
     # Starts are observable in this process only; elsewhere it may be running.
     local = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local

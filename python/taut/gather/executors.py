@@ -13,11 +13,11 @@ from taut.gather.tasks import Submission, enclosing_frames
 
 __all__ = [
     "Submit",
-    "cancel_proves_never_started",
     "in_worker_of",
     "is_shut_down",
     "plain_submit",
     "stop_started",
+    "take_back",
 ]
 
 # How a batch hands one call to its executor; the default submits the task's
@@ -49,14 +49,16 @@ def in_worker_of(executor: Any) -> bool:
     return any(f.batch.executor is executor and f.thread == here for f in enclosing_frames())
 
 
-def cancel_proves_never_started(executor: Any) -> bool:
-    """Whether a successful ``future.cancel()`` proves that the call never
-    began and never will. It does on the standard library's executors (taut's
-    pool is one): their futures leave PENDING when a worker takes the call.
-    It does not on Dask's ``client.get_executor()``, whose futures stay
-    pending until the remote task ends, so cancel() succeeds on a call that
-    runs in another process; nor on an executor we do not know."""
-    return isinstance(executor, (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor))
+def take_back(executor: Any, future: cf.Future[Any]) -> bool:
+    """Cancel ``future``'s call where a successful cancel proves that it never
+    began and never will; whether it did. It does on the standard library's
+    executors (taut's pool is one): their futures leave PENDING when a worker
+    takes the call. It does not on Dask's ``client.get_executor()``, whose
+    futures stay pending until the remote task ends, so cancel() succeeds on
+    a call that runs in another process; nor on an executor we do not know:
+    there it is not tried."""
+    proves = isinstance(executor, (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor))
+    return proves and future.cancel()
 
 
 def stop_started(executor: Any, future: cf.Future[Any], interrupt: bool) -> None:

@@ -20,10 +20,10 @@ from taut._checks import check_max_parallel, check_timeout, describe
 from taut.deadline import DeadlineExpired
 from taut.gather.executors import (
     Submit,
-    cancel_proves_never_started,
     is_shut_down,
     plain_submit,
     stop_started,
+    take_back,
 )
 from taut.gather.handles import (
     DONE,
@@ -375,11 +375,7 @@ class Run:
             or self.batch.local
         )
         if not started and not observable:
-            if (
-                future is not None
-                and cancel_proves_never_started(self.executor)
-                and future.cancel()
-            ):
+            if future is not None and take_back(self.executor, future):
                 # Still waiting in a process pool: taken back, it never begins
                 # (a journal must not keep it as a final timeout).
                 self.finish(e, Outcome(e.call_id, "not_started"))

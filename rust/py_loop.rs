@@ -18,7 +18,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 
 use crate::gil;
 use crate::py_timer::{
@@ -70,6 +72,14 @@ impl Shared {
         inbox.0.push(completion);
         drop(inbox);
         Some(!self.armed.swap(true, Ordering::AcqRel))
+    }
+
+    /// Nobody will take completions any more: returns those waiting, for
+    /// the caller to drop; later ones are dropped as they come.
+    fn close(&self) -> Vec<Completion> {
+        let mut inbox = self.lock();
+        inbox.1 = true;
+        std::mem::take(&mut inbox.0)
     }
 
     /// Write the wake-up byte.
@@ -238,14 +248,40 @@ impl LoopChannel {
     /// keep its closed loop alive, and with it the loop's waker, the
     /// channel and both descriptors, for good.)
     fn close_inbox(&self) -> Vec<Completion> {
-        let mut inbox = self.shared.lock();
-        inbox.1 = true;
-        std::mem::take(&mut inbox.0)
+        self.shared.close()
     }
 
     /// How many completions wait to be taken.
     fn __len__(&self) -> usize {
         self.shared.lock().0.len()
+    }
+
+    /// Show the garbage collector what waits here. A finished call's future
+    /// references its loop, whose reader callback references this channel:
+    /// unseen, that cycle kept a loop dropped without `close()` alive for
+    /// good, with its descriptors. Skipped while a push holds the lock (the
+    /// timer thread pushes without the GIL): the collector then takes what
+    /// waits here for referenced from outside, and keeps it, this time.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let Ok(inbox) = self.shared.inbox.try_lock() else {
+            return Ok(());
+        };
+        for (target, _, value) in inbox.0.iter() {
+            visit.call(target)?;
+            visit.call(value)?;
+        }
+        Ok(())
+    }
+
+    /// The collector found this channel in garbage (its loop was dropped
+    /// without `close()`): nobody will take what waits here. Let go of it,
+    /// which breaks the cycle, and drop later pushes (as `close_inbox`).
+    /// Owners that must act when their loop goes act in their finalizers,
+    /// which the collector runs before this (see `_RoomNotice.__del__`).
+    fn __clear__(&self) {
+        // Dropped here, with the GIL: tp_clear lets go of references as it
+        // goes.
+        drop(self.shared.close());
     }
 }
 
@@ -256,12 +292,7 @@ impl Drop for LoopChannel {
         // results: user objects whose deallocation can run Python code) goes
         // to the callback thread, as do later pushes from deadlines armed
         // through this channel. Never dropped here, below a Rust frame.
-        let left = {
-            let mut inbox = self.shared.lock();
-            inbox.1 = true;
-            std::mem::take(&mut inbox.0)
-        };
-        drop_on_callback_thread_all(left);
+        drop_on_callback_thread_all(self.shared.close());
     }
 }
 

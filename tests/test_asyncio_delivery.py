@@ -20,6 +20,7 @@ import random
 import socket
 import sys
 import threading
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Coroutine
@@ -334,3 +335,61 @@ def test_a_loop_closed_while_its_call_ran_is_let_go_with_its_descriptors() -> No
     gc.collect()
     assert loops[0]() is None
     assert readers[0].fileno() == -1  # closed
+
+
+def _start_and_leave(ex: taut.ThreadPoolExecutor, kind: str, gate: threading.Event) -> tuple[
+    weakref.ReferenceType[asyncio.AbstractEventLoop], socket.socket
+]:
+    """On a new loop, start ``gate.wait`` the way ``kind`` picks, cancel the
+    awaiting task once the call runs (the call outlives its await), and drop
+    the loop without closing it. Returns a weak reference to the loop and
+    its waker's reading end."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def call() -> bool:
+        started.set()
+        return gate.wait(LONG)
+
+    async def leave_early() -> None:
+        if kind == "run":
+            awaited: asyncio.Future[Any] = asyncio.ensure_future(ex.run(call))
+        elif kind == "to_thread":
+            loop.set_default_executor(ex)
+            awaited = asyncio.ensure_future(taut.to_thread(call))
+        else:
+            awaited = loop.run_in_executor(ex, call)
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        awaited.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await awaited
+
+    loop.run_until_complete(leave_early())
+    reader = _loop_waker.waker_for(loop)._reader
+    return weakref.ref(loop), reader  # the loop is dropped here, never closed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_loop_dropped_unclosed_after_its_call_outlived_its_await_is_collected(
+    kind: str,
+) -> None:
+    # The calls finish after their loops were dropped without close(): each
+    # outcome waits in its loop's channel, referencing the loop, whose reader
+    # callback references the channel. The collector must see that cycle
+    # and free it: the loops, and their wakers' descriptors. Before, the
+    # channel's contents were out of the collector's sight and the module's
+    # tables held every waker: 200 such loops left 510 descriptors open.
+    ex = taut.ThreadPoolExecutor(3)  # a worker for each loop's call
+    gate = threading.Event()
+    dropped = [_start_and_leave(ex, kind, gate) for _ in range(3)]
+    gate.set()
+    ex.shutdown()  # every outcome is in its loop's channel now
+    # Another loop starts using taut: the fast lookups name it, not the last
+    # dropped one.
+    asyncio.run(taut.to_thread(abs, -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
+        gc.collect()
+    assert [loop_ref() for loop_ref, _ in dropped] == [None, None, None]
+    assert [reader.fileno() for _, reader in dropped] == [-1, -1, -1]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import gc
 import select
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
@@ -683,6 +685,59 @@ def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
             await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)
+
+    asyncio.run(main())
+    assert ran == ["second"]
+
+
+def test_a_turn_told_to_a_loop_dropped_without_close_passes_on_when_it_is_collected() -> None:
+    # As above, but the loop is dropped without close(): nobody hears of it
+    # closing, and no other loop starts. The notice that there is room waits
+    # unread in its channel, in a cycle with the loop; when the collector
+    # frees that cycle, the turn passes on: the second coroutine in line gets
+    # the room, while the queued call still runs. Before, the channel's
+    # contents were out of the collector's sight: the loop lived for good,
+    # and the second coroutine waited with the worker idle.
+    ran: list[str] = []
+    first_waits, stop_it = threading.Event(), threading.Event()
+    channels: list[Any] = []
+
+    def dropping_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+        loop = asyncio.new_event_loop()
+
+        async def first() -> None:
+            pending = abandon(asyncio.ensure_future(ex.run(ran.append, "first")))
+            await asyncio.sleep(0)  # it waits for room
+            channels.append(taut._loop_waker.waker_for(loop).channel)
+            first_waits.set()
+            stop_it.wait(LONG)  # blocks the loop: the notice stays unread
+            loop.stop()  # run no further pass (no select, no reading)
+            await pending
+
+        with pytest.raises(RuntimeError, match="stopped"):
+            loop.run_until_complete(first())
+        # Dropped here, never closed.
+
+    async def main() -> None:
+        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+            running, queued = await _fill(ex)
+            thread = threading.Thread(target=dropping_loop_thread, args=(ex,))
+            thread.start()
+            assert first_waits.wait(LONG)
+            second = asyncio.ensure_future(ex.run(ran.append, "second"))
+            await asyncio.sleep(0)  # it waits behind "first"
+            running.set()  # room: "first" is told, on its blocked loop
+            wait_until(lambda: len(channels[0]) == 1)
+            channels.clear()
+            stop_it.set()
+            thread.join(LONG)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
+                gc.collect()
+            await one_queued(ex)  # "second", while "queued" still runs
+            queued.set()
+            await asyncio.wait_for(second, LONG)
+            await no_line_left(ex)
 
     asyncio.run(main())
     assert ran == ["second"]

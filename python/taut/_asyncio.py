@@ -77,11 +77,10 @@ class _LoopLink:
     callback per loop, shared with deadlines), and the wake-ups of parked
     workers owed at the end of this pass of the loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.waker = waker = waker_for(loop)
+    def __init__(self, loop: asyncio.AbstractEventLoop, waker: LoopWaker) -> None:
+        self.waker = waker
         channel = waker.channel
-        if channel is None:  # a loop without add_reader (Windows' proactor)
-            raise NotImplementedError
+        assert channel is not None  # only loops with add_reader have links
         self.channel: LoopChannel = channel
         # Executors with queued calls whose worker wake-up is owed (see owe).
         self.owed: list[ThreadPoolExecutor] = []
@@ -146,9 +145,6 @@ class _LoopLink:
             raise
 
 
-_links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopLink | None] = (
-    weakref.WeakKeyDictionary()
-)
 # The last loop looked up and its link: most programs run one loop, and a
 # WeakKeyDictionary lookup makes a weak reference each time.
 _last: tuple[weakref.ReferenceType[asyncio.AbstractEventLoop] | None, _LoopLink | None] = (
@@ -159,19 +155,17 @@ _last: tuple[weakref.ReferenceType[asyncio.AbstractEventLoop] | None, _LoopLink 
 
 def _link(loop: asyncio.AbstractEventLoop) -> _LoopLink | None:
     """The loop's link, made on first use; None for a loop without
-    ``add_reader`` (Windows' proactor loop)."""
+    ``add_reader`` (Windows' proactor loop). Kept by the loop's waker, so
+    it lives as long as the loop holds the waker, no longer: see
+    ``taut._loop_waker.waker_for``."""
     global _last
     last_loop, link = _last
     if last_loop is not None and last_loop() is loop:
         return link
-    if loop in _links:
-        link = _links[loop]
-    else:
-        try:
-            link = _LoopLink(loop)
-        except NotImplementedError:
-            link = None
-        _links[loop] = link
+    waker = waker_for(loop)
+    link = waker.link
+    if link is None and waker.channel is not None:
+        link = waker.link = _LoopLink(loop, waker)
     _last = (weakref.ref(loop), link)
     return link
 
@@ -402,6 +396,17 @@ class _RoomNotice(Watch):
         except KeyError:
             return
         self._loop_gone()
+
+    def __del__(self) -> None:
+        """Collected while its turn may be out: its loop was dropped without
+        ``close()`` (the collector found the loop, its waker, the channel
+        holding this notice and the coroutine waiting for it to be garbage,
+        and runs this before it takes them apart). Its coroutine will never
+        come back for the turn: it passes on (or its place in line is given
+        up), or coroutines on other loops would wait for room in an idle
+        pool. A notice spent, or let go, is out of ``closing_owners``
+        already: nothing to do."""
+        self._let_go()
 
     def _loop_gone(self) -> None:
         """Taken out of ``closing_owners``: still in line, it leaves it;

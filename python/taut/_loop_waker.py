@@ -94,6 +94,7 @@ class LoopWaker:
         "arm",
         "channel",
         "closing_owners",
+        "link",
         "room_retries",
     )
 
@@ -124,6 +125,9 @@ class LoopWaker:
         use (refused, or left to one of them): a coroutine of this loop told
         there is room leaves it to one of them ahead of it in line (see
         ``taut._asyncio._room``)."""
+        self.link: Any = None
+        """The loop's ``taut._asyncio`` link, made on its first call there:
+        kept here, it lives as long as the waker (see ``waker_for``)."""
         self._close_alarm: weakref.ReferenceType[_CloseAlarm] | None = None
         alarm = _CloseAlarm()
         try:
@@ -135,7 +139,9 @@ class LoopWaker:
             return
         self.arm = self.channel.arm
         self._close_alarm = weakref.ref(alarm, self._alarm_dropped)
-        weakref.finalize(loop, self._release)
+        # Not a method of ours: the finalizer is held from outside the loop
+        # for as long as the loop lives (see waker_for).
+        weakref.finalize(loop, _loop_gone, reader)
 
     def _arm_threadsafe(self, at: float, owner: Owner) -> Deadline:
         deadline = Deadline(at)
@@ -206,11 +212,11 @@ class LoopWaker:
 
     def _loop_closed(self) -> None:
         """The loop closed: drop what waits in the channel, and whatever is
-        pushed later. A finished call's future there references the loop,
-        which (as a key of ``_wakers``) keeps this waker and the channel
-        alive: kept, that cycle would hold the loop and both descriptors
-        for good. The loop then goes as usual (``_release``). And the
-        owners waiting to be told of it (``closing_owners``) are told.
+        pushed later (a finished call's future there references the loop:
+        kept, it would hold the loop and its descriptors for as long as
+        anything holds this waker). The loop then goes as usual
+        (``_loop_gone``). And the owners waiting to be told of it
+        (``closing_owners``) are told.
         May run more than once (as the loop closes, and as the next one
         starts): the second time finds nothing left."""
         owners = self.closing_owners
@@ -256,11 +262,15 @@ class LoopWaker:
                     if let_go is not None:
                         let_go()
 
-    def _release(self) -> None:
-        """The loop is gone: close the read end, forget the fast lookup."""
-        self._reader.close()
-        if last_seen[0][1] is self.arm:
-            last_seen[0] = (None, None, False, None)
+
+
+def _loop_gone(reader: socket.socket) -> None:
+    """A loop with a channel is gone: close its read end (``reader``), and
+    forget the fast lookup if it named that loop (or another one gone)."""
+    reader.close()
+    loop_ref = last_seen[0][0]
+    if loop_ref is not None and loop_ref() is None:
+        last_seen[0] = (None, None, False, None)
 
 
 # What asyncio's own wrap_future (so run_in_executor and to_thread) turns a
@@ -294,7 +304,17 @@ def awaitable_error(exc: BaseException) -> BaseException:
     return exc
 
 
-_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
+# Each loop's waker, held weakly where the loop itself holds it (its reader
+# callback is a method of the waker): a strong reference from here would
+# keep a loop dropped without close() alive for good, through the futures of
+# its finished calls waiting in the channel (each references its loop), and
+# with it the loop's descriptors. A loop without a channel does not
+# reference its waker: `_wakers_held` keeps those (their wakers reference
+# the loop only weakly).
+_wakers: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.ReferenceType[LoopWaker]
+] = weakref.WeakKeyDictionary()
+_wakers_held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = fork_safe_lock()
@@ -330,9 +350,11 @@ def _let_closed_loops_go() -> None:
     loops closed since then let go of what their channels hold (see
     ``LoopWaker._loop_closed``). A program that runs one loop after another
     (``asyncio.run`` per request) so never holds more than the last one."""
-    for old_loop, waker in list(_wakers.items()):
+    for old_loop, waker_ref in list(_wakers.items()):
         if old_loop.is_closed():
-            waker._loop_closed()
+            waker = waker_ref()
+            if waker is not None:
+                waker._loop_closed()
 
 
 _THREAD_ID_LOOKUP = sys.version_info < (3, 12)
@@ -348,13 +370,20 @@ def _runs_as_asyncio_does(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
-    """The waker of ``loop``, made on first use."""
-    waker = _wakers.get(loop)
+    """The waker of ``loop``, made on first use. (A closed loop, its reader
+    callback dropped, may have lost it: it gets a new one, or the error of
+    its ``add_reader``.)"""
+    waker_ref = _wakers.get(loop)
+    waker = None if waker_ref is None else waker_ref()
     if waker is None:
         with _wakers_lock:
-            waker = _wakers.get(loop)
+            waker_ref = _wakers.get(loop)
+            waker = None if waker_ref is None else waker_ref()
             if waker is None:
                 _let_closed_loops_go()
-                waker = _wakers[loop] = LoopWaker(loop)
+                waker = LoopWaker(loop)
+                _wakers[loop] = weakref.ref(waker)
+                if waker.channel is None:
+                    _wakers_held[loop] = waker
     last_seen[0] = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop), waker.channel)
     return waker

@@ -641,68 +641,23 @@ def test_a_coroutine_cancelled_after_being_told_passes_its_turn_on(when: str) ->
     assert ran == ["second"]
 
 
-def test_a_turn_told_to_a_loop_that_closed_unread_passes_on() -> None:
-    # The first coroutine in line runs on a loop that stops and closes while
-    # the notice that there is room waits, unread, in its channel. Once
-    # another loop starts, that turn passes on: the second coroutine in
-    # line gets the room, while the queued call still runs.
-    ran: list[str] = []
-    first_waits, close_it = threading.Event(), threading.Event()
-    channels: list[Any] = []
-
-    def closing_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
-        loop = asyncio.new_event_loop()
-
-        async def first() -> None:
-            pending = abandon(asyncio.ensure_future(ex.run(ran.append, "first")))
-            await asyncio.sleep(0)  # it waits for room
-            channels.append(taut._loop_waker.waker_for(loop).channel)
-            first_waits.set()
-            close_it.wait(LONG)  # blocks the loop: the notice stays unread
-            loop.stop()  # run no further pass (no select, no reading)
-            await pending
-
-        with pytest.raises(RuntimeError, match="stopped"):
-            loop.run_until_complete(first())
-        loop.close()
-
-    async def main() -> None:
-        with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
-            running, queued = await _fill(ex)
-            thread = threading.Thread(target=closing_loop_thread, args=(ex,))
-            thread.start()
-            assert first_waits.wait(LONG)
-            second = asyncio.ensure_future(ex.run(ran.append, "second"))
-            await asyncio.sleep(0)  # it waits behind "first"
-            running.set()  # room: "first" is told, on its blocked loop
-            wait_until(lambda: len(channels[0]) == 1)
-            close_it.set()
-            thread.join(LONG)
-            # Another loop starts (another request, here in a thread).
-            other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
-            other.start()
-            other.join(LONG)
-            await one_queued(ex)  # "second", while "queued" still runs
-            queued.set()
-            await asyncio.wait_for(second, LONG)
-
-    asyncio.run(main())
-    assert ran == ["second"]
-
-
-def test_a_turn_told_to_a_loop_dropped_without_close_passes_on_when_it_is_collected() -> None:
-    # As above, but the loop is dropped without close(): nobody hears of it
-    # closing, and no other loop starts. The notice that there is room waits
-    # unread in its channel, in a cycle with the loop; when the collector
-    # frees that cycle, the turn passes on: the second coroutine in line gets
-    # the room, while the queued call still runs. Before, the channel's
-    # contents were out of the collector's sight: the loop lived for good,
-    # and the second coroutine waited with the worker idle.
+@pytest.mark.parametrize("ending", ["closed", "dropped without close"])
+def test_a_turn_told_to_a_loop_that_ended_unread_passes_on(ending: str) -> None:
+    # The first coroutine in line runs on a loop that stops while the notice
+    # that there is room waits, unread, in its channel. Then the loop:
+    # - closes: once another loop starts, that turn passes on;
+    # - is dropped without close(): nobody hears of it closing, the notice
+    #   waits in a cycle with the loop, and when the collector frees that
+    #   cycle, the turn passes on. (Before, the channel's contents were out
+    #   of the collector's sight: the loop lived for good, and the second
+    #   coroutine waited with the worker idle.)
+    # Either way the second coroutine in line gets the room, while the
+    # queued call still runs.
     ran: list[str] = []
     first_waits, stop_it = threading.Event(), threading.Event()
     channels: list[Any] = []
 
-    def dropping_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
+    def ending_loop_thread(ex: taut.ThreadPoolExecutor) -> None:
         loop = asyncio.new_event_loop()
 
         async def first() -> None:
@@ -716,12 +671,13 @@ def test_a_turn_told_to_a_loop_dropped_without_close_passes_on_when_it_is_collec
 
         with pytest.raises(RuntimeError, match="stopped"):
             loop.run_until_complete(first())
-        # Dropped here, never closed.
+        if ending == "closed":
+            loop.close()
 
     async def main() -> None:
         with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
             running, queued = await _fill(ex)
-            thread = threading.Thread(target=dropping_loop_thread, args=(ex,))
+            thread = threading.Thread(target=ending_loop_thread, args=(ex,))
             thread.start()
             assert first_waits.wait(LONG)
             second = asyncio.ensure_future(ex.run(ran.append, "second"))
@@ -731,9 +687,15 @@ def test_a_turn_told_to_a_loop_dropped_without_close_passes_on_when_it_is_collec
             channels.clear()
             stop_it.set()
             thread.join(LONG)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
-                gc.collect()
+            if ending == "closed":
+                # Another loop starts (another request, here in a thread).
+                other = threading.Thread(target=asyncio.run, args=(taut.to_thread(abs, -1),))
+                other.start()
+                other.join(LONG)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ResourceWarning)  # "unclosed event loop"
+                    gc.collect()
             await one_queued(ex)  # "second", while "queued" still runs
             queued.set()
             await asyncio.wait_for(second, LONG)

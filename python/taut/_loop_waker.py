@@ -141,7 +141,7 @@ class LoopWaker:
         self._close_alarm = weakref.ref(alarm, self._alarm_dropped)
         # Not a method of ours: the finalizer is held from outside the loop
         # for as long as the loop lives (see waker_for).
-        weakref.finalize(loop, _loop_gone, reader)
+        weakref.finalize(loop, _loop_freed, reader)
 
     def _arm_threadsafe(self, at: float, owner: Owner) -> Deadline:
         deadline = Deadline(at)
@@ -215,7 +215,7 @@ class LoopWaker:
         pushed later (a finished call's future there references the loop:
         kept, it would hold the loop and its descriptors for as long as
         anything holds this waker). The loop then goes as usual
-        (``_loop_gone``). And the owners waiting to be told of it
+        (``_loop_freed``). And the owners waiting to be told of it
         (``closing_owners``) are told.
         May run more than once (as the loop closes, and as the next one
         starts): the second time finds nothing left."""
@@ -263,9 +263,8 @@ class LoopWaker:
                         let_go()
 
 
-
-def _loop_gone(reader: socket.socket) -> None:
-    """A loop with a channel is gone: close its read end (``reader``), and
+def _loop_freed(reader: socket.socket) -> None:
+    """A loop with a channel was freed: close its read end (``reader``), and
     forget the fast lookup if it named that loop (or another one gone)."""
     reader.close()
     loop_ref = last_seen[0][0]

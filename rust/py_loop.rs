@@ -149,6 +149,14 @@ impl LoopChannel {
         }
     }
 
+    /// Nobody will take completions any more: what is still queued
+    /// (futures, results: user objects whose deallocation can run Python
+    /// code) goes to the callback thread, as do later pushes from deadlines
+    /// armed through this channel. Never dropped here, below a Rust frame.
+    fn let_go(&self) {
+        drop_on_callback_thread_all(self.shared.close());
+    }
+
     /// At `entry`'s expiry, push `target` (or push it now if it already
     /// fired). Called with the GIL held.
     fn attach(&self, py: Python<'_>, entry: &Entry, target: Py<PyAny>) {
@@ -275,24 +283,20 @@ impl LoopChannel {
 
     /// The collector found this channel in garbage (its loop was dropped
     /// without `close()`): nobody will take what waits here. Let go of it,
-    /// which breaks the cycle, and drop later pushes (as `close_inbox`).
-    /// Owners that must act when their loop goes act in their finalizers,
-    /// which the collector runs before this (see `_RoomNotice.__del__`).
+    /// which breaks the cycle, as the channel's end does (see `Drop`: the
+    /// collector may run on any thread, a worker's included). Owners that
+    /// must act when their loop goes act in their finalizers, which the
+    /// collector runs before this (see `_RoomNotice.__del__`).
     fn __clear__(&self) {
-        // Dropped here, with the GIL: tp_clear lets go of references as it
-        // goes.
-        drop(self.shared.close());
+        self.let_go();
     }
 }
 
 impl Drop for LoopChannel {
     fn drop(&mut self) {
         // The last reference may be a finished job's, let go on a worker
-        // thread right after its push: what is still queued (futures,
-        // results: user objects whose deallocation can run Python code) goes
-        // to the callback thread, as do later pushes from deadlines armed
-        // through this channel. Never dropped here, below a Rust frame.
-        drop_on_callback_thread_all(self.shared.close());
+        // thread right after its push.
+        self.let_go();
     }
 }
 

@@ -3,6 +3,7 @@ language it speaks ("You have 30 minutes and 3 available agents.")."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -21,11 +22,18 @@ _UNITS = {
 }
 
 
+_SHORT_BY_AT_MOST = 0.01
+
+
 def _duration_text(seconds: float, lang: str) -> str:
     (h1, hn), (m1, mn), (s1, sn) = _UNITS[lang]
-    if 0 < seconds < 1:
+    # Rounded down: a planner told of more time than it has plans past its
+    # deadline (1.5 s is "1 second", 59.9 s "59 seconds", not "1 minute").
+    # Less than 10 ms short of a whole second counts as that second: a live
+    # budget read just after its start of 3 s still has "3 seconds".
+    total = math.floor(seconds + _SHORT_BY_AT_MOST)
+    if total == 0:
         return "less than a second" if lang == "en" else "weniger als eine Sekunde"
-    total = round(seconds)
     h, rest = divmod(total, 3600)
     m, s = divmod(rest, 60)
     parts = []

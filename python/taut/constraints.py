@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -228,6 +229,14 @@ class PlanningConstraints(BaseModel):
     def _no_bools(cls, value: object, info: Any) -> object:
         if isinstance(value, Mapping):
             for name, number in value.items():
+                if isinstance(name, str) and any(unicodedata.category(c) == "Cc" for c in name):
+                    # The names go into the planning sentence given to a
+                    # model: a newline there would write a line of its own.
+                    raise ValueError(
+                        f"{info.field_name} names must not contain a control character "
+                        "(a newline, say): they go into the planning sentence as they "
+                        f"are, got {describe(name, limit=60)}"
+                    )
                 if isinstance(number, bool):
                     raise ValueError(
                         f"{info.field_name}[{name!r}] must be a number, "

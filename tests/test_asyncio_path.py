@@ -1300,6 +1300,48 @@ def test_run_in_executor_on_many_loops_in_many_threads() -> None:
     assert results == {t: [t * t] * 200 for t in range(6)}
 
 
+def test_run_in_executor_called_from_another_thread_than_the_loops_works() -> None:
+    # asyncio's run_in_executor only wraps what submit returns, so with the
+    # standard library's pool a call made on a thread other than the loop's
+    # works (the outcome arrives through call_soon_threadsafe), also in
+    # asyncio's debug mode (uvloop's run_in_executor is the same). Taken
+    # through the loop's channel, the call owed a parked worker's wake-up
+    # to the end of the loop's pass with loop.call_soon, which is not
+    # thread-safe: in debug mode it raised RuntimeError once the call was
+    # queued (the call ran; its caller got the error instead of a future).
+    loop = asyncio.new_event_loop()
+    loop.set_debug(True)
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    ex = taut.ThreadPoolExecutor(2)
+    release = threading.Event()
+
+    def on_the_loop(awaitable: Any) -> object:
+        async def outcome() -> object:
+            return await asyncio.wait_for(awaitable, LONG)
+
+        return asyncio.run_coroutine_threadsafe(outcome(), loop).result(LONG)
+
+    try:
+        on_the_loop(_park_all(ex, 2))
+        # One worker busy, one parked: the next call's wake-up is owed.
+        started = threading.Event()
+        busy = loop.run_in_executor(ex, lambda: started.set() or release.wait(LONG))
+        assert started.wait(LONG)
+        ran: list[int] = []
+        call = loop.run_in_executor(ex, lambda: ran.append(1) or 5)
+        assert on_the_loop(call) == 5
+        assert ran == [1]
+        release.set()
+        assert on_the_loop(busy) is True
+    finally:
+        release.set()
+        ex.shutdown()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(LONG)
+        loop.close()
+
+
 # -- waking workers once per loop pass -----------------------------------------
 # A pass that queues many calls wakes one parked worker at once and the
 # others when the pass is over (taut._asyncio._LoopLink.owe/flush).

@@ -48,6 +48,7 @@ import functools
 import gc
 import weakref
 from operator import itemgetter
+from threading import get_ident
 from typing import Any, Callable, TypeVar
 
 from taut._checks import describe
@@ -316,7 +317,17 @@ def submit_for_run_in_executor(
     A call whose future is cancelled while it waits in the queue never runs.
     In a bounded queue it leaves the queue at once (see
     ``_QueuedCallFuture``), otherwise when a worker reaches it, as in the
-    standard library (so too on a loop making its own kind of futures)."""
+    standard library (so too on a loop making its own kind of futures).
+
+    Called on a thread other than the one running the loop (asyncio does
+    not object, and the standard library's pool serves such a call through
+    ``call_soon_threadsafe``), the ordinary path serves it too: this one
+    touches the loop from the calling thread (``loop.call_soon`` for an
+    owed wake-up, not thread-safe: in asyncio's debug mode a RuntimeError
+    raised after the call was queued)."""
+    running_on = getattr(loop, "_thread_id", None)  # set while the loop runs
+    if running_on is not None and running_on != get_ident():
+        return None
     link = _link(loop)
     if link is None:
         return None

@@ -341,6 +341,70 @@ def test_cancel_inside_a_scope_after_a_swallowed_cancellation(
     run(main)
 
 
+class LazyCancelScope:
+    """An outer cancel scope delivering its cancellation as anyio's does on
+    asyncio: from a loop timer at its deadline, with ``task.cancel()`` only
+    while the task waits on a future not yet done (otherwise again on the
+    loop's next pass); on exit it swallows the CancelledError it caused."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.caught = False
+        self.sent = 0
+
+    async def __aenter__(self) -> LazyCancelScope:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.handle: asyncio.Handle = loop.call_at(loop.time() + self.delay, self._deliver)
+        return self
+
+    def _deliver(self) -> None:
+        waiter = self.task._fut_waiter  # type: ignore[attr-defined]
+        if waiter is None or not waiter.done():
+            self.sent += 1
+            self.task.cancel()
+        else:
+            self.handle = self.task.get_loop().call_soon(self._deliver)
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.handle.cancel()
+        if self.sent and exc_type is asyncio.CancelledError:
+            for _ in range(self.sent):
+                self.task.uncancel()  # type: ignore[attr-defined,unused-ignore]
+            self.caught = True
+            return True
+        return False
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.uncancel is 3.11+")
+@pytest.mark.parametrize("scope", [fail_after, move_on_after])
+def test_an_outer_cancel_scope_due_first_wins_over_ours_due_with_it(
+    scope: Callable[[float], DeadlineScope], enter: Callable[[DeadlineScope], Entered]
+) -> None:
+    # An anyio scope around ours with the same timeout (ours entered after
+    # it, so due a few microseconds later): asyncio.timeout in our place
+    # lets the outer scope win, every time. Ours cancelled the task from the
+    # loop's reader callback, which the loop runs before the timers due in
+    # the same pass: the outer scope then found the task's waiter done and
+    # sent nothing, so ours took the cancellation for its own (DeadlineExpired
+    # out of the outer scope) in 14 runs of 20.
+    async def main() -> list[str]:
+        outcomes = []
+        for _ in range(20):
+            try:
+                async with LazyCancelScope(SHORT) as outer:
+                    async with enter(scope(SHORT)):
+                        await asyncio.sleep(LONG)
+                outcomes.append("outer" if outer.caught else "neither")
+            except DeadlineExpired:
+                outcomes.append("ours")
+        return outcomes
+
+    assert run(main) == ["outer"] * 20
+
+
 # -- exception chaining (as asyncio.timeout on CPython 3.12+) --------------------
 
 

@@ -177,7 +177,7 @@ class DeadlineScope(_core.ScopeCore):
                 if at <= now:
                     # Already expired: cancel before the task's next step, as
                     # asyncio.timeout does, not whenever the timer's wake-up arrives.
-                    loop.call_soon(self._fire)
+                    loop.call_soon(self._cancel_task)
         self._token = innermost.set(self)
 
     def _enter_slow(self) -> DeadlineScope:
@@ -417,7 +417,24 @@ class DeadlineScope(_core.ScopeCore):
 
     def _fire(self) -> None:
         """On the loop's thread: this scope's deadline has expired (called by
-        the loop's waker, see ``taut._loop_waker``)."""
+        the loop's waker, see ``taut._loop_waker``).
+
+        The task is cancelled from a callback of its own, after the loop's
+        timers due by now. The loop runs its reader (this call) before those
+        timers in the same pass, and an outer cancel scope due first (anyio's
+        at the same timeout, entered just before this one) cancels the task
+        from such a timer; cancelled here first, the task's waiter is done,
+        anyio then sends nothing, and this scope took the cancellation for its
+        own (14 runs in 20). So the outer one cancels first, and the exit
+        counts two cancellations, one not ours: the outer wins, as with
+        ``asyncio.timeout`` in this one's place."""
+        task = self._task
+        if task is None or self._closed or self._cancel_requested or task.done():
+            return
+        task.get_loop().call_soon(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        """Cancel the scope's task, unless the scope has exited meanwhile."""
         task = self._task
         if task is None or self._closed or self._cancel_requested or task.done():
             return

@@ -56,9 +56,13 @@ class Batch:
         self.journal = journal
         self.storable = storable
         self.runs: list[str] = []
+        # Failing, odd_value returns only once quick and slow have begun: a
+        # call that has not begun when recording fails never begins.
+        self.began = threading.Semaphore(0)
 
     def quick(self) -> str:
         self.runs.append("quick")
+        self.began.release()
         # Done only after the failure too: finishing first, it would free its
         # slot for queued before the batch has seen that failure.
         if not self.storable:
@@ -67,10 +71,14 @@ class Batch:
 
     def odd_value(self) -> Any:
         self.runs.append("odd_value")
+        if not self.storable:
+            for _ in range(2):
+                assert self.began.acquire(timeout=LONG)
         return "fixed" if self.storable else threading.Lock()
 
     def slow(self) -> str:
         self.runs.append("slow")
+        self.began.release()
         # Still running when the batch fails to record odd_value's outcome
         # (on its first attempt; later ones have nothing to wait for).
         if not self.storable:
@@ -202,3 +210,52 @@ def test_a_single_await_still_reports_the_journal_failure(asynchronous: bool) ->
     assert ran == [1]
     assert once() == "v"  # cached on the handle: not run again
     assert ran == [1]
+
+
+@both_drivers
+def test_calls_waiting_in_the_pool_queue_never_start_once_recording_failed(
+    monkeypatch: pytest.MonkeyPatch, asynchronous: bool
+) -> None:
+    # Without max_parallel every call is handed to the pool at once and waits
+    # in its queue. A journal failure must stop those from starting too, not
+    # only the calls the batch still holds back: a runner whose lease was
+    # taken over (frozen, then resumed) would otherwise run every queued call
+    # a second time, next to the new owner.
+    # Before: 8 of the 8 calls queued behind the failure still ran.
+    from taut.gather.run import Run
+
+    halted = threading.Event()
+    original_halt = Run.halt
+
+    def halt(self: Run, failure: Exception) -> None:
+        original_halt(self, failure)
+        halted.set()
+
+    monkeypatch.setattr(Run, "halt", halt)
+
+    second_began = threading.Event()
+
+    class RefusingFirst(taut.InMemoryJournal):
+        def complete(self, position: int, call_id: str, *args: Any) -> None:
+            if call_id == "c0":
+                second_began.wait(LONG)  # c1 is running when the failure comes
+                raise JournalError("cannot record an outcome: the lease was taken over")
+            super().complete(position, call_id, *args)
+
+    ran: list[int] = []
+
+    def call(i: int) -> int:
+        ran.append(i)
+        if i == 1:  # running when the failure comes: settled and recorded
+            second_began.set()
+            halted.wait(LONG)
+        return i
+
+    journal = RefusingFirst()
+    handles = [taut.call(call, i, call_id=f"c{i}") for i in range(10)]
+    with taut.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(JournalError, match="taken over"):
+            gather_with(asynchronous, handles, executor=pool, journal=journal)
+    assert ran == [0, 1]
+    assert [h.done() for h in handles[:2]] == [True, True]
+    assert not any(h.done() for h in handles[2:])  # cold: a later gather runs them

@@ -283,6 +283,15 @@ class Run:
         would run again."""
         if self.halted_by is None:
             self.halted_by = failure
+            # Calls already handed to the executor and waiting in its queue
+            # (every call, without max_parallel) must not begin either: the
+            # fence makes a worker that takes one up return it unrun
+            # (not_started, never journaled, its handle cold again). Without
+            # it a runner whose lease was taken over ran all its queued calls
+            # next to the new owner. Only this process's fence: on Dask, a
+            # remote fence is a round trip to a scheduler that may be what
+            # failed (the limiter), so remote calls already sent still run.
+            self.batch.raise_fence()
 
     def raise_if_halted(self) -> None:
         """Raise the failure that halted the batch, if there was one."""

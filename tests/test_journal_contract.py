@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -568,6 +569,93 @@ def test_a_live_holder_on_this_host_is_never_taken_for_dead() -> None:
     assert not leases.holder_died_here(parent)
     assert not leases.holder_died_here(elsewhere)
     assert not leases.holder_died_here("not an owner id")
+
+
+def _a_pid_that_is_gone() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid  # reaped: no process has it (until the kernel reuses it)
+
+
+def test_a_holder_in_another_pid_namespace_is_never_taken_for_dead() -> None:
+    # Two containers may share a host name (compose replicas given one
+    # `hostname:`, pods with hostNetwork) and each number their processes on
+    # their own: a live runner's pid in one is a pid that does not exist in
+    # the other. Before: such an owner, `host:pid:nonce` with a pid not seen
+    # here, was taken for dead and its live lease taken over at once.
+    gone = _a_pid_that_is_gone()
+    host = socket.gethostname()
+    assert not leases.holder_died_here(f"{host}:{gone}:abc")  # namespace unknown
+    assert not leases.holder_died_here(f"{host}/pidns1:{gone}:abc")  # another one
+    mine = leases.Lease(1.0).owner.rsplit(":", 2)[0]
+    assert leases.holder_died_here(f"{mine}:{gone}:abc")  # this host and namespace
+
+
+NAMESPACED_HOLDER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from _journal_batch import open_journal
+journal = open_journal(sys.argv[1], 30.0)
+journal.reserve(["a"])
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+NAMESPACED_RESUME = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from _journal_batch import open_journal
+from taut.journal import JournalBusy
+try:
+    open_journal(sys.argv[1], 30.0).reserve(["a"])
+    print("took the lease", flush=True)
+except JournalBusy:
+    print("busy", flush=True)
+"""
+
+
+def _in_own_pid_namespace(code: str, *args: str, forks: int) -> list[str]:
+    # ``forks`` processes first, so the runner's pid is not 1 or 2 of its
+    # namespace (pids that exist in every other namespace too), and the two
+    # runners differ: each is pid forks + 2 of its own namespace.
+    script = f'for _ in $(seq {forks}); do /bin/true; done; "$0" "$@"; /bin/true'
+    unshare = ["unshare", "--user", "--map-root-user", "--pid", "--fork"]
+    return [*unshare, "sh", "-c", script, sys.executable, "-c", code, *args]
+
+
+def _pid_namespaces_can_be_made() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    trial = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "true"]
+    return subprocess.run(trial, capture_output=True).returncode == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(
+    not _pid_namespaces_can_be_made(), reason="needs unshare and user namespaces (Linux)"
+)
+def test_a_live_runner_in_another_pid_namespace_keeps_its_run(tmp_path: Path) -> None:
+    path = str(tmp_path / "j.db")
+    tests = str(Path(__file__).parent)
+    holder = subprocess.Popen(
+        _in_own_pid_namespace(NAMESPACED_HOLDER, f"sqlite:r:{path}", tests, forks=5),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        resumed = subprocess.run(
+            _in_own_pid_namespace(NAMESPACED_RESUME, f"sqlite:r:{path}", tests, forks=2),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert resumed.stdout == "busy\n", resumed.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 FROZEN = """

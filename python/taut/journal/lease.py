@@ -1,9 +1,10 @@
 """Run leases: one live runner per journal run, fenced by a token.
 
 A journal object is a *runner*. Its first write takes the run's lease: an
-owner id (host, pid, random part), an expiry ``lease`` seconds ahead, and a
-*fencing token* one higher than the run's previous token. A run whose lease
-is held by another owner and has not expired refuses the lease at once
+owner id (host and PID namespace, pid, random part), an expiry ``lease``
+seconds ahead, and a *fencing token* one higher than the run's previous
+token. A run whose lease is held by another owner and has not expired
+refuses the lease at once
 (:class:`~taut.journal.errors.JournalBusy`). Every later write of the runner
 checks, in the same transaction, that the run still carries its token (and
 pushes the expiry ahead): a runner whose lease ran out and was taken over
@@ -30,6 +31,7 @@ from __future__ import annotations
 import atexit
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -60,8 +62,26 @@ def check_lease_seconds(lease: object) -> float:
     return seconds
 
 
+def _pid_space() -> str | None:
+    """Where this process's pids mean something: the host name and, on Linux,
+    the PID namespace. Two containers can share a host name (docker compose
+    replicas given one ``hostname:``, Kubernetes pods with ``hostNetwork``)
+    while each numbers its processes on its own: a live runner's pid 4 in
+    one is a pid that does not exist in the other. None where the namespace
+    cannot be read: then no holder is ever taken for dead here."""
+    host = socket.gethostname()
+    if not sys.platform.startswith("linux"):
+        return host  # no PID namespaces
+    try:
+        return f"{host}/pidns{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # no /proc (a sandbox): cannot tell
+        return None
+
+
 def _owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    # host[/pidnsN]:pid:nonce (parsed from the right: a host name may hold ':')
+    space = _pid_space() or socket.gethostname()
+    return f"{space}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 class Lease:
@@ -101,12 +121,16 @@ class Lease:
 
 
 def holder_died_here(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``) is a process of this host that
-    no longer exists: a runner killed on this machine need not be waited out
-    for its whole lease. A reused pid reads as alive, which only means
-    waiting for the lease as usual (the safe direction)."""
+    """True when ``owner`` (``host[/pidnsN]:pid:nonce``) is a process of this
+    host and PID namespace that no longer exists: a runner killed on this
+    machine need not be waited out for its whole lease. A reused pid reads
+    as alive, and so does an owner of another PID namespace (another
+    container with the same host name: its pid says nothing here) or one
+    written without its namespace; that only means waiting for the lease as
+    usual (the safe direction)."""
+    space = _pid_space()
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if space is None or len(parts) != 3 or parts[0] != space or not parts[1].isdigit():
         return False
     pid = int(parts[1])
     if pid == os.getpid() or pid <= 0:

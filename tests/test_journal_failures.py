@@ -259,3 +259,50 @@ def test_calls_waiting_in_the_pool_queue_never_start_once_recording_failed(
     assert ran == [0, 1]
     assert [h.done() for h in handles[:2]] == [True, True]
     assert not any(h.done() for h in handles[2:])  # cold: a later gather runs them
+
+
+@both_drivers
+def test_gathering_again_on_the_same_journal_object_keeps_the_slots_a_rerun_walks(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    # The way back from a passing failure is to gather the same handles
+    # again; on the same journal object that must write to the slots the
+    # first attempt reserved. Before: it reserved new ones after them, and a
+    # rerun of the program (which, without the failure, gathers once) walked
+    # the first, half-pending slots: c1, c2 and the next batch ran again
+    # although all three had finished and been recorded.
+    path = tmp_path / "j.db"
+    failing = {"c1"}
+    ran: list[str] = []
+
+    class Flaky(taut.SqliteJournal):
+        def complete(self, position: int, call_id: str, *args: Any) -> None:
+            if call_id in failing:
+                failing.discard(call_id)
+                raise JournalError("database is locked")
+            super().complete(position, call_id, *args)
+
+    def call(cid: str) -> str:
+        ran.append(cid)
+        return cid
+
+    def program(journal: taut.SqliteJournal) -> list[Any]:
+        handles = [taut.call(call, f"c{i}", call_id=f"c{i}") for i in range(3)]
+        try:
+            outs = gather_with(asynchronous, handles, journal=journal, max_parallel=1)
+        except JournalError:
+            outs = gather_with(asynchronous, handles, journal=journal)
+        nxt = gather_with(asynchronous, [taut.call(call, "next", call_id="next")], journal=journal)
+        return [o.value for o in [*outs, *nxt]]
+
+    first = Flaky(path, run="r")
+    assert program(first) == ["c0", "c1", "c2", "next"]
+    assert ran == ["c0", "c1", "c2", "next"]
+    assert first.records() == [(0, "c0", "ok"), (1, "c1", "ok"), (2, "c2", "ok"), (3, "next", "ok")]
+    first.close()
+
+    ran.clear()
+    rerun = taut.SqliteJournal(path, run="r")
+    assert program(rerun) == ["c0", "c1", "c2", "next"]
+    assert ran == []  # everything replays
+    rerun.close()

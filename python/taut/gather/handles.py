@@ -173,6 +173,7 @@ class Call(Generic[T]):
         "_owner",
         "_pid",
         "_scheduler",
+        "_slot",
         "_state",
     )
 
@@ -195,6 +196,8 @@ class Call(Generic[T]):
         self._state = COLD
         self._outcome: Outcome | None = None
         self._owner: object | None = None
+        # The journal slot a batch reserved for this call (taut.gather.slots).
+        self._slot: Any = None
         self._event: threading.Event | None = None
         # Called (besides setting _event) when the run holding the handle lets
         # go of it: how an async await waits without parking a thread.

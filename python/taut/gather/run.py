@@ -37,7 +37,7 @@ from taut.gather.handles import (
 )
 from taut.gather.limits import Slots, check_limiter
 from taut.gather.remote import DaskStarts, arrived, dask_client
-from taut.gather.slots import reserve_slots
+from taut.gather.slots import held_slots, hold, reserve_slots
 from taut.gather.tasks import (
     Batch,
     Captured,
@@ -175,9 +175,19 @@ class Run:
         anything runs; terminal records replay (a cached outcome wins)."""
         if self.journal is None:
             return
+        held = held_slots(self.journal, [e.handle for e in self.entries])
+        if held is not None:
+            # Gathered again on the same journal object: the slots reserved
+            # the first time (see taut.gather.slots).
+            for e, slot in zip(self.entries, held):
+                e.position = slot.position
+                if e.outcome is not None and not slot.recorded:
+                    self.journal_write(e, e.outcome)
+            return
         slots = reserve_slots(self.journal, [e.call_id for e in self.entries])
-        for e, (position, _) in zip(self.entries, slots):
+        for e, (position, rec) in zip(self.entries, slots):
             e.position = position
+            hold(e.handle, self.journal, position, recorded=rec is not None)
         for e, (_, rec) in zip(self.entries, slots):
             if rec is None:
                 if e.outcome is not None:
@@ -207,6 +217,7 @@ class Run:
             return
         position = e.position if e.position is not None else e.index
         self.journal.complete(position, e.call_id, outcome.status, outcome.value, outcome.error)
+        hold(e.handle, self.journal, position, recorded=True)
 
     def release_all(self) -> None:
         """On a propagating exception: every claimed handle goes cold again."""

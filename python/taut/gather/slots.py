@@ -4,16 +4,24 @@ Each journal object counts its own slots from 0. A journal that exposes that
 count as ``cursor`` is asked; otherwise the slots reserved through gathers are
 counted here. Every reservation a gather or a durable await makes goes through
 :func:`reserve_slots`.
+
+A handle remembers the slot a batch reserved for it (:func:`hold`). Gathered
+again on the same journal object (the way back from a batch a passing journal
+failure halted), the same handles in the same order write to those slots
+(:func:`held_slots`) instead of reserving new ones after them: a rerun of the
+program, which without the failure gathers once, walks the journal's slots
+from the start and must find every outcome where that one gather put it.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from taut.journal import TERMINAL_STATUSES, Journal, JournalError, JournalRecord
 
-__all__ = ["reserve_slots"]
+__all__ = ["HeldSlot", "held_slots", "hold", "reserve_slots"]
 
 _cursors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _cursors_by_id: dict[int, int] = {}
@@ -65,3 +73,40 @@ def reserve_slots(journal: Journal, call_ids: list[str]) -> list[tuple[int, Jour
                 f"'error' and 'timeout'"
             )
     return [(rec.position if rec is not None else base + i, rec) for i, rec in enumerate(records)]
+
+
+class HeldSlot(NamedTuple):
+    """The slot a batch reserved for a handle: on which journal object, at
+    which position, and whether its outcome is in the journal yet."""
+
+    journal: weakref.ref[Any]
+    position: int
+    recorded: bool
+
+
+def hold(handle: Any, journal: Journal, position: int, recorded: bool) -> None:
+    """Remember on ``handle`` its slot on ``journal`` (nothing for a journal
+    that cannot be weakly referenced: an id could name another object later)."""
+    try:
+        ref = weakref.ref(journal)
+    except TypeError:
+        return
+    handle._slot = HeldSlot(ref, position, recorded)
+
+
+def held_slots(journal: Journal, handles: Sequence[Any]) -> list[HeldSlot] | None:
+    """The slots ``journal`` already reserved for exactly these handles, one
+    after another in this order, or None (then the batch reserves new ones)."""
+    held: list[HeldSlot] = []
+    for i, handle in enumerate(handles):
+        slot = handle._slot
+        if not isinstance(slot, HeldSlot) or slot.journal() is not journal:
+            return None
+        if i and slot.position != held[0].position + i:
+            return None
+        held.append(slot)
+    # Reserved by this object's cursor, and not cleared since (clear() puts
+    # the cursor back to 0 and deletes them).
+    if not held or held[0].position + len(held) > _journal_cursor(journal):
+        return None
+    return held

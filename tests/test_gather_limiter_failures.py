@@ -100,10 +100,14 @@ class FailsOnSecondAcquire:
         self.sem = threading.BoundedSemaphore(10)
         self.acquires = 0
         self.failed = threading.Event()
+        # The first call has begun: the drop comes while it runs (a call
+        # handed to the pool but not begun when the batch halts never begins).
+        self.first_began = threading.Event()
 
     def acquire(self, timeout: float | None = None) -> bool:
         self.acquires += 1
         if self.acquires == 2:
+            assert self.first_began.wait(LONG)
             self.failed.set()
             raise ConnectionError("acquire: connection lost")
         return self.sem.acquire(timeout=timeout)
@@ -121,6 +125,7 @@ def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
 
     def first() -> str:
         # Still running when the limiter fails for the second call.
+        limiter.first_began.set()
         limiter.failed.wait(LONG)
         ran.append("first")
         return "first"

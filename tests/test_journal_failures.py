@@ -306,3 +306,70 @@ def test_gathering_again_on_the_same_journal_object_keeps_the_slots_a_rerun_walk
     assert program(rerun) == ["c0", "c1", "c2", "next"]
     assert ran == []  # everything replays
     rerun.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_no_call_begins_once_the_run_was_taken_over_while_this_runner_stood_still(
+    tmp_path: Path, kind: str
+) -> None:
+    # A runner frozen past its lease (SIGSTOP, a paused VM) whose run another
+    # runner took over. Before: once it ran again, a worker that finished a
+    # call began the next queued one before any write could find the lease
+    # gone, and that call ran next to the new owner's run of it. Now a call
+    # about to begin while the lease is overdue proves it first.
+    from taut.journal import lease as leases
+
+    path = tmp_path / "j.db"
+    run_lost = threading.Event()
+    tried_next = threading.Event()
+    ran: list[int] = []
+    base: Any = taut.SqliteJournal if kind == "sqlite" else taut.InMemoryJournal
+
+    class Watched(base):  # type: ignore[misc, valid-type]
+        def complete(self, position: int, call_id: str, *args: Any) -> None:
+            if call_id == "c0":  # the worker, free again, has tried to begin c1
+                assert tried_next.wait(LONG)
+            super().complete(position, call_id, *args)
+
+        def _prove_lease_before_start(self) -> None:
+            try:
+                super()._prove_lease_before_start()
+            finally:
+                if run_lost.is_set():  # not c0's own start
+                    tried_next.set()
+
+    journal = Watched(path, run="r", lease=30.0) if kind == "sqlite" else Watched(lease=30.0)
+
+    def stand_still_and_lose_the_run() -> None:
+        # As if 60 s went by without a renewal (the lease is 30 s) ...
+        leases.stop_renewing(journal)
+        journal._lease.renewed -= 60
+        # ... and another runner took the run over meanwhile.
+        if kind == "sqlite":
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute(
+                "UPDATE taut_runs SET owner = 'elsewhere:1:x', token = token + 1, "
+                "expires_at = ? WHERE run = 'r'",
+                (time.time() + 30,),
+            )
+            other.close()
+        else:
+            journal._run.token += 1
+            journal._run.owner = "elsewhere:1:x"
+            journal._run.expires = time.monotonic() + 30
+        run_lost.set()
+
+    def call(i: int) -> int:
+        ran.append(i)
+        if i == 0:
+            stand_still_and_lose_the_run()
+        else:
+            tried_next.set()  # began: the fix is missing
+        return i
+
+    handles = [taut.call(call, i, call_id=f"c{i}") for i in range(4)]
+    with taut.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(JournalError, match="taken over"):
+            taut.gather(handles, executor=pool, journal=journal)
+    assert ran == [0]
+    assert not any(h.done() for h in handles[1:])

@@ -325,6 +325,9 @@ class Run:
                 e.call_id, "error", None, exc, task.started_at is not None, task.elapsed()
             )
         if isinstance(captured, Fenced):
+            refused = self.batch.start_refused
+            if refused is not None:
+                self.halt(refused)  # raised once the calls running are settled
             return Outcome(e.call_id, "not_started")
         if isinstance(captured, Returned):
             return Outcome(e.call_id, "ok", captured.value, None, True, task.elapsed())

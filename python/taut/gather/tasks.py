@@ -130,6 +130,7 @@ class Batch:
         "journal",
         "limiter",
         "local",
+        "start_refused",
     )
 
     def __init__(self, executor: Any, journal: Any, handles: list[Call[Any]]) -> None:
@@ -151,6 +152,27 @@ class Batch:
         # The batch's limiter, if any: a batch nested in one of its calls runs
         # under the slot that call holds (taut.gather.drive).
         self.limiter: Any = None
+        # Why a call of this batch was refused its start by the journal (the
+        # run was taken over while this runner stood still): the batch halts
+        # with it (Run.outcome_from).
+        self.start_refused: Exception | None = None
+
+    def prove_lease(self) -> bool:
+        """Whether the batch's journal still lets a call begin: a taut
+        journal whose lease is overdue proves it first (one renewal). A
+        refusal fences the batch; the error is kept for the gather to raise."""
+        prove = getattr(self.journal, "_prove_lease_before_start", None)
+        if prove is None:
+            return True  # no journal, or one that is not taut's
+        try:
+            prove()
+        except Exception as exc:
+            with self.fence:
+                if self.start_refused is None:
+                    self.start_refused = exc
+                self.fenced = True
+            return False
+        return True
 
     def raise_fence(self) -> None:
         with self.fence:
@@ -244,7 +266,10 @@ class Task:
 
     def begin(self) -> bool:
         """Pass the fence and mark the start, atomically; False if fenced or
-        the batch deadline has passed (which raises the fence for the rest)."""
+        the batch deadline has passed (which raises the fence for the rest),
+        or if the journal's lease is gone (:meth:`Batch.prove_lease`)."""
+        if not self.batch.fenced and not self.batch.prove_lease():
+            return False
         with self.batch.fence:
             if self.batch.fenced or self.withdrawn:
                 return False

@@ -87,11 +87,12 @@ def _owner_id() -> str:
 class Lease:
     """The lease state of one journal object."""
 
-    __slots__ = ("lost", "owner", "pid", "renewed", "seconds", "token")
+    __slots__ = ("lost", "owner", "pid", "renewed", "renewed_wall", "seconds", "token")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.renewed = 0.0  # time.monotonic() of the last write or renewal that held it
+        self.renewed_wall = 0.0  # time.time() of the same
         self.owner = _owner_id()
         self.token: int | None = None  # None until the first write takes the lease
         self.pid = os.getpid()  # only the process that took the lease releases it
@@ -109,6 +110,18 @@ class Lease:
     def held(self) -> None:
         """A write or renewal just proved (and extended) the lease."""
         self.renewed = time.monotonic()
+        self.renewed_wall = time.time()
+
+    def overdue(self) -> bool:
+        """Whether two renewals have been missed since the lease was last
+        proven: the runner stood still (SIGSTOP, a paused VM) or could not
+        reach the database, and another runner may soon take, or have taken,
+        the run over. Both clocks: the monotonic one stops while a VM is
+        suspended, the wall clock is what SQLite's expiry is read from."""
+        limit = self.seconds * 2 / 3
+        return (
+            time.monotonic() - self.renewed > limit or time.time() - self.renewed_wall > limit
+        )
 
     def due(self) -> float:
         # A third of the lease after it was last extended: two renewals may fail

@@ -98,6 +98,17 @@ class InMemoryJournal:
                 self._run.expires = time.monotonic() + self._lease.seconds
                 self._lease.held()
 
+    def _prove_lease_before_start(self) -> None:
+        """As :meth:`SqlJournal._prove_lease_before_start`: raise JournalError
+        if this runner's run was taken over while its lease was overdue."""
+        lease = self._lease
+        if lease.lost is not None:
+            raise JournalError(lease.lost)
+        if lease.token is None or self._closed or not lease.overdue():
+            return
+        with self._run.lock:
+            self._fence()
+
     def _release_lease(self) -> None:
         with self._run.lock:
             if self._lease.token is not None and self._run.token == self._lease.token:

@@ -273,6 +273,22 @@ class SqlJournal:
                 return
             self._transaction("renew the lease", lambda conn: None)  # _fence renews
 
+    def _prove_lease_before_start(self) -> None:
+        """Called by a batch before each of its calls begins: raise
+        JournalError if this runner may no longer hold the run. Free while
+        the lease is renewed on time; once it is overdue (see
+        :meth:`Lease.overdue`), one renewal proves it, or finds it taken over,
+        before a call that would then run next to the new owner's begins."""
+        lease = self._lease
+        if lease.lost is not None:
+            raise JournalError(lease.lost)
+        if lease.token is None or not lease.overdue():
+            return
+        with self._lock:
+            if self._closed or lease.pid != os.getpid():
+                return  # its writes say so; a forked child writes as the parent's runner
+            self._transaction("renew the lease before a call begins", lambda conn: None)
+
     def _release_lease(self) -> None:
         _leases.stop_renewing(self)
         lease = self._lease

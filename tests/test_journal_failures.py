@@ -373,3 +373,21 @@ def test_no_call_begins_once_the_run_was_taken_over_while_this_runner_stood_stil
             taut.gather(handles, executor=pool, journal=journal)
     assert ran == [0]
     assert not any(h.done() for h in handles[1:])
+
+
+def test_an_outcome_too_big_for_the_file_is_refused_naming_the_call_and_its_size(
+    tmp_path: Path,
+) -> None:
+    # SQLite refuses a value past its length limit (10**9 bytes by default;
+    # lowered here so the test stays small). Before: "cannot record an
+    # outcome in journal '...': string or blob too big", naming neither the
+    # call nor the size, in a batch of thousands.
+    journal = taut.SqliteJournal(tmp_path / "j.db", run="r")
+    assert journal._conn is not None
+    journal._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)
+    journal.reserve(["small", "big"])
+    journal.complete(0, "small", "ok", "fits", None)
+    with pytest.raises(JournalError, match=r"call 'big' at position 1 \(\d{5} bytes\).*too big"):
+        journal.complete(1, "big", "ok", b"x" * 20_000, None)
+    assert journal.records() == [(0, "small", "ok"), (1, "big", "pending")]
+    journal.close()

@@ -277,7 +277,9 @@ class PostgresJournal(SqlJournal):
                     self._conn = None
                     self._retrying = True
                     return False
-                raise JournalError(f"cannot record an outcome in {self._where}: {exc}") from exc
+                raise JournalError(
+                    f"cannot {self._what_is_recorded(outcome)} in {self._where}: {exc}"
+                ) from exc
             if cur.rowcount == 1:
                 self._lease.held()
                 return True

@@ -402,7 +402,18 @@ class SqlJournal:
         with self._lock:  # a retry after a broken connection spans both steps
             if self._write_at_once(outcome):
                 return
-            self._transaction("record an outcome", self._outcome_body(outcome))
+            self._transaction(self._what_is_recorded(outcome), self._outcome_body(outcome))
+
+    @staticmethod
+    def _what_is_recorded(outcome: dict[str, Any]) -> str:
+        """The action an error names: which call, and how big its stored
+        outcome is (a value past the database's size limit is refused with
+        only "string or blob too big")."""
+        size = sum(len(outcome[k]) for k in ("value", "error") if outcome[k] is not None)
+        return (
+            f"record the outcome of call {outcome['call_id']!r} at position "
+            f"{outcome['position']} ({size} bytes)"
+        )
 
     def _outcome_body(self, outcome: dict[str, Any]) -> Callable[[Any], None]:
         run, position, call_id, status = (

@@ -391,3 +391,24 @@ def test_an_outcome_too_big_for_the_file_is_refused_naming_the_call_and_its_size
         journal.complete(1, "big", "ok", b"x" * 20_000, None)
     assert journal.records() == [(0, "small", "ok"), (1, "big", "pending")]
     journal.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_handles_gathered_again_after_clear_get_new_slots(tmp_path: Path, kind: str) -> None:
+    # clear() deletes every slot; the slots the handles remember are gone,
+    # and positions from 0 on belong to whatever was reserved since.
+    journal: Any = taut.InMemoryJournal()
+    if kind == "sqlite":
+        journal = taut.SqliteJournal(tmp_path / "j.db", run="r")
+    handles = [taut.call(str, i, call_id=f"h{i}") for i in range(2)]
+    taut.gather(handles, journal=journal)
+    journal.clear()
+    taut.gather([taut.call(str, i, call_id=f"o{i}") for i in range(3)], journal=journal)
+    taut.gather(handles, journal=journal)
+    assert journal.records() == [
+        (0, "o0", "ok"),
+        (1, "o1", "ok"),
+        (2, "o2", "ok"),
+        (3, "h0", "ok"),
+        (4, "h1", "ok"),
+    ]

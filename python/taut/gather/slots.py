@@ -80,6 +80,7 @@ class HeldSlot(NamedTuple):
     which position, and whether its outcome is in the journal yet."""
 
     journal: weakref.ref[Any]
+    clears: int  # the journal's clear() count then: a clear deletes the slot
     position: int
     recorded: bool
 
@@ -91,22 +92,29 @@ def hold(handle: Any, journal: Journal, position: int, recorded: bool) -> None:
         ref = weakref.ref(journal)
     except TypeError:
         return
-    handle._slot = HeldSlot(ref, position, recorded)
+    handle._slot = HeldSlot(ref, _clears(journal), position, recorded)
+
+
+def _clears(journal: Any) -> int:
+    count = getattr(journal, "_clears", 0)
+    return count if isinstance(count, int) else 0
 
 
 def held_slots(journal: Journal, handles: Sequence[Any]) -> list[HeldSlot] | None:
     """The slots ``journal`` already reserved for exactly these handles, one
     after another in this order, or None (then the batch reserves new ones)."""
     held: list[HeldSlot] = []
+    clears = _clears(journal)
     for i, handle in enumerate(handles):
         slot = handle._slot
         if not isinstance(slot, HeldSlot) or slot.journal() is not journal:
             return None
+        if slot.clears != clears:
+            return None
         if i and slot.position != held[0].position + i:
             return None
         held.append(slot)
-    # Reserved by this object's cursor, and not cleared since (clear() puts
-    # the cursor back to 0 and deletes them).
+    # Reserved by this object's cursor (not a cursor that a clear() put back).
     if not held or held[0].position + len(held) > _journal_cursor(journal):
         return None
     return held

@@ -57,6 +57,7 @@ class InMemoryJournal:
         self._run = _MemoryRun()
         self._lease = Lease(check_lease_seconds(lease))
         self._cursor = 0
+        self._clears = 0  # how often clear() emptied the run
         self._closed = False
 
     @property
@@ -172,3 +173,4 @@ class InMemoryJournal:
             self._fence()
             self._run.slots.clear()
             self._cursor = 0
+            self._clears += 1  # slots handles remember are gone (taut.gather.slots)

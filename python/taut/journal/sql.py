@@ -110,6 +110,7 @@ class SqlJournal:
         self._lease = Lease(check_lease_seconds(lease))
         self._codec = Codec(check_codec(codec))
         self._cursor = 0
+        self._clears = 0  # how often clear() emptied the run
         # Re-entrant so reserve() can hold it across the transaction and the cursor
         # update: two threads reserving at once must get different positions.
         self._lock = self._make_lock()
@@ -457,6 +458,7 @@ class SqlJournal:
         with self._lock:
             self._transaction("clear", lambda conn: conn.execute(self._DELETE_RUN, (self._run,)))
             self._cursor = 0
+            self._clears += 1  # slots handles remember are gone (taut.gather.slots)
 
 
 def _after_fork_in_child() -> None:

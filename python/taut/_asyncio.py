@@ -190,7 +190,10 @@ async def run_in(
     if link is None:  # no channel: a plain submit, waiting for room in line
         submit = functools.partial(executor.submit, fn, *args, **kwargs)
         future = await submit_when_room(executor, submit, loop)
-        return await asyncio.wrap_future(future, loop=loop)
+        try:
+            return await asyncio.wrap_future(future, loop=loop)
+        finally:
+            del future  # the cycle through the exception (see below)
     if executor._propagate_context and not in_context:
         args = (fn, *args)
         fn = contextvars.copy_context().run
@@ -241,6 +244,12 @@ async def run_in(
     except asyncio.CancelledError:
         _withdraw(core, seq)
         raise
+    finally:
+        # A call's exception raised here has this frame in its traceback:
+        # keeping the future that holds it would make a cycle, and the call's
+        # frames (their locals) would live until the collector runs, where
+        # asyncio.to_thread frees them at once.
+        del waiter
 
 
 def _after_queueing(
@@ -641,4 +650,6 @@ async def to_thread(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T
             except asyncio.CancelledError:
                 _withdraw(core, seq)
                 raise
+            finally:
+                del waiter  # the cycle through the call's exception (see run_in)
     return await run_in(executor, run, (func, *args), kwargs, in_context=True, loop=loop)

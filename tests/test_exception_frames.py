@@ -1,0 +1,90 @@
+"""A call's exception must not keep the call's frames alive through taut.
+
+The exception's traceback holds the frames it passed through, and so their
+locals (a gateway's request data). If one of taut's own frames on that path
+also holds what holds the exception (a future, a task), the two make a
+reference cycle: the frames then live until the cyclic collector runs, which
+in a long-running process can be much later. The standard library frees them
+at once (``submit(fn).result()``, ``asyncio.to_thread``), and so must taut.
+
+Each test runs the shape many times with the collector disabled and counts
+the locals still alive once the exception is dropped: none may be (a
+lopsided allowance of a few absorbs anything a busy machine could leave).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import taut
+
+RUNS = 200
+ALLOWED = 5  # of RUNS: a leak keeps every one of them
+
+
+class _Payload:
+    """A local of the failing call: alive while its frame is."""
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.refs: list[weakref.ref[_Payload]] = []
+
+    def make(self) -> _Payload:
+        payload = _Payload()
+        self.refs.append(weakref.ref(payload))
+        return payload
+
+    def alive(self) -> int:
+        return sum(ref() is not None for ref in self.refs)
+
+
+@pytest.fixture
+def tracker() -> Iterator[_Tracker]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield _Tracker()
+    finally:
+        gc.enable()
+
+
+def _fails(make: Callable[[], _Payload]) -> None:
+    payload = make()  # noqa: F841 - kept alive by this frame only
+    raise ValueError("the call failed")
+
+
+@pytest.mark.parametrize("path", ["run", "to_thread", "run_in_executor"])
+def test_the_asyncio_path_frees_the_failed_calls_frames(tracker: _Tracker, path: str) -> None:
+    async def main(executor: taut.ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(executor)
+        for _ in range(RUNS):
+            with pytest.raises(ValueError):
+                if path == "run":
+                    await executor.run(_fails, tracker.make)
+                elif path == "to_thread":
+                    await taut.to_thread(_fails, tracker.make)
+                else:
+                    await loop.run_in_executor(executor, _fails, tracker.make)
+
+    with taut.ThreadPoolExecutor(2) as executor:
+        asyncio.run(main(executor))
+    assert tracker.alive() <= ALLOWED
+
+
+def test_the_standard_library_frees_them_too(tracker: _Tracker) -> None:
+    """The yardstick: asyncio.to_thread on the standard library's pool."""
+
+    async def main() -> None:
+        for _ in range(RUNS):
+            with pytest.raises(ValueError):
+                await asyncio.to_thread(_fails, tracker.make)
+
+    asyncio.run(main())
+    assert tracker.alive() <= ALLOWED

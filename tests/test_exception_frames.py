@@ -15,6 +15,7 @@ lopsided allowance of a few absorbs anything a busy machine could leave).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import weakref
 from collections.abc import Callable, Iterator
@@ -57,6 +58,55 @@ def tracker() -> Iterator[_Tracker]:
 def _fails(make: Callable[[], _Payload]) -> None:
     payload = make()  # noqa: F841 - kept alive by this frame only
     raise ValueError("the call failed")
+
+
+async def _afails(make: Callable[[], _Payload]) -> None:
+    payload = make()  # noqa: F841 - kept alive by this frame only
+    await asyncio.sleep(0)
+    raise ValueError("the call failed")
+
+
+def test_run_bounded_sync_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
+    for _ in range(RUNS):
+        with pytest.raises(ValueError):
+            taut.run_bounded_sync(lambda: _fails(tracker.make), 30)
+    assert tracker.alive() <= ALLOWED
+
+
+def test_run_bounded_sync_of_a_future_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for _ in range(RUNS):
+            with pytest.raises(ValueError):
+                taut.run_bounded_sync(pool.submit(_fails, tracker.make), 30)
+    assert tracker.alive() <= ALLOWED
+
+
+@pytest.mark.parametrize("timeout", [30, None])
+def test_run_bounded_async_frees_the_failed_calls_frames(
+    tracker: _Tracker, timeout: float | None
+) -> None:
+    async def main() -> None:
+        for _ in range(RUNS):
+            with pytest.raises(ValueError):
+                await taut.run_bounded_async(_afails(tracker.make), timeout)
+
+    asyncio.run(main())
+    assert tracker.alive() <= ALLOWED
+
+
+@pytest.mark.parametrize("timeout", [30, None])
+def test_run_bounded_async_of_a_task_frees_the_failed_calls_frames(
+    tracker: _Tracker, timeout: float | None
+) -> None:
+    async def main() -> None:
+        for _ in range(RUNS):
+            task = asyncio.ensure_future(_afails(tracker.make))
+            with pytest.raises(ValueError):
+                await taut.run_bounded_async(task, timeout)
+            del task
+
+    asyncio.run(main())
+    assert tracker.alive() <= ALLOWED
 
 
 @pytest.mark.parametrize("path", ["run", "to_thread", "run_in_executor"])

@@ -208,7 +208,16 @@ def run_bounded_sync(
             spin(budget)
     if future.done():
         # Completion wins a tie with the deadline.
-        return _result(started, budget, label, value=_not_a_coroutine(future.result()))
+        try:
+            value = future.result()
+        except BaseException:
+            # The exception's traceback holds this frame, and the future holds
+            # the exception: that cycle would keep fn's frames (their locals,
+            # a request's data) alive until the collector runs. The standard
+            # library's `submit(fn).result()` frees them at once.
+            del future, fn
+            raise
+        return _result(started, budget, label, value=_not_a_coroutine(value))
 
     deadline = Deadline(started + budget)
     # A bare lock as a one-shot latch (a threading.Event costs several times
@@ -243,7 +252,12 @@ def run_bounded_sync(
     if future.done():
         # Completion wins a tie with the deadline.
         deadline.cancel()
-        return _result(started, budget, label, value=_not_a_coroutine(future.result()))
+        try:
+            value = future.result()
+        except BaseException:
+            del future, fn, wake  # the cycle through the exception (see above)
+            raise
+        return _result(started, budget, label, value=_not_a_coroutine(value))
     if pool is None:
         future.cancel()
     else:
@@ -453,7 +467,12 @@ async def run_bounded_async(
     counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
-        return _result(started, None, label, value=await awaitable)
+        try:
+            value = await awaitable
+        except BaseException:
+            del awaitable  # a future holds its exception: the cycle above
+            raise
+        return _result(started, None, label, value=value)
     loop = asyncio.get_running_loop()
     if budget <= 0:
         if isinstance(awaitable, asyncio.Future) and awaitable.done():
@@ -505,7 +524,14 @@ async def run_bounded_async(
             counters.add("timeouts")
             return _result(started, budget, label, timed_out=True)
         # Completion wins a tie with the deadline.
-        return _result(started, budget, label, value=task.result())
+        try:
+            value = task.result()
+        except BaseException:
+            # The cycle through the exception (see run_bounded_sync): the
+            # task, and the awaitable when it is that task, hold it.
+            del task, awaitable
+            raise
+        return _result(started, budget, label, value=value)
 
     task.remove_done_callback(call.on_done)
     task.cancel()

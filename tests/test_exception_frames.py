@@ -138,3 +138,83 @@ def test_the_standard_library_frees_them_too(tracker: _Tracker) -> None:
 
     asyncio.run(main())
     assert tracker.alive() <= ALLOWED
+
+
+# -- gathers, handles and tool batches --------------------------------------
+# A gather keeps a failed call's exception as its outcome, on purpose; once
+# the caller drops the outcomes and handles, the batch must go at once,
+# with the frames of its failed calls and the values of the others.
+
+
+def _returns(make: Callable[[], _Payload]) -> _Payload:
+    return make()
+
+
+def test_gather_frees_a_finished_batch_at_once(tracker: _Tracker) -> None:
+    for _ in range(RUNS // 2):
+        taut.gather(
+            [taut.call(_fails, tracker.make), taut.call(_returns, tracker.make)], timeout=30
+        )
+    assert tracker.alive() <= ALLOWED
+
+
+def test_gather_without_a_timeout_frees_a_finished_batch_at_once(tracker: _Tracker) -> None:
+    for _ in range(RUNS):
+        taut.gather([taut.call(_fails, tracker.make)])
+    assert tracker.alive() <= ALLOWED
+
+
+@pytest.mark.parametrize("kind", ["sync", "coroutine"])
+def test_agather_frees_a_finished_batch_at_once(tracker: _Tracker, kind: str) -> None:
+    fn = _fails if kind == "sync" else _afails
+
+    async def main() -> None:
+        for _ in range(RUNS):
+            await taut.agather([taut.call(fn, tracker.make)], timeout=30)
+
+    asyncio.run(main())
+    assert tracker.alive() <= ALLOWED
+
+
+def test_a_handles_result_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
+    for _ in range(RUNS):
+        with pytest.raises(ValueError):
+            taut.call(_fails, tracker.make).result()
+    assert tracker.alive() <= ALLOWED
+
+
+@pytest.mark.parametrize("kind", ["sync", "coroutine"])
+def test_awaiting_a_handle_frees_the_failed_calls_frames(tracker: _Tracker, kind: str) -> None:
+    fn = _fails if kind == "sync" else _afails
+
+    async def main() -> None:
+        for _ in range(RUNS):
+            with pytest.raises(ValueError):
+                await taut.call(fn, tracker.make)
+
+    asyncio.run(main())
+    assert tracker.alive() <= ALLOWED
+
+
+def test_an_outcomes_unwrap_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
+    handles = [taut.call(_fails, tracker.make) for _ in range(RUNS)]
+    outcomes = taut.gather(handles, timeout=30)
+    del handles
+    for outcome in outcomes:
+        with pytest.raises(ValueError):
+            outcome.unwrap()
+    del outcomes, outcome
+    assert tracker.alive() <= ALLOWED
+
+
+def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
+    with taut.ToolRunner(tool_workers=2) as runner:
+        for _ in range(RUNS // 2):
+            batch = [
+                taut.ToolCall("fails", _fails, {"make": tracker.make}, read_only=True),
+                taut.ToolCall("fails_alone", _fails, {"make": tracker.make}),
+            ]
+            results = runner.run(batch, timeout=30)
+            assert [r.status for r in results] == ["error", "error"]
+            del results
+    assert tracker.alive() <= ALLOWED

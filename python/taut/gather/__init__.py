@@ -335,7 +335,9 @@ class Scheduler:
                 return e.outcome
             return run
 
-    def _await_sync(self, handle: Call[Any]) -> Any:
+    def _await_sync(self, handle: Call[Any]) -> Outcome:
+        # The outcome, not its value: the handle unwraps it, so that no frame
+        # here holds it while its error passes through (see Outcome.unwrap).
         while True:
             try:
                 got = self._single(handle)
@@ -343,7 +345,7 @@ class Scheduler:
                 _wait_released(handle, busy.event)
                 continue
             if isinstance(got, Outcome):
-                return got.unwrap()
+                return got
             e = got.entries[0]
             task = got.new_task(e)
             if handle._is_coroutine:
@@ -368,9 +370,16 @@ class Scheduler:
                 raise
             got.finish(e, outcome)
             got.raise_if_halted()
-            return outcome.unwrap()
+            # A call run inline (task.run() above) has this frame as its
+            # caller, which a failed call's traceback keeps: the frame must not
+            # hold what holds the error then (see Outcome.unwrap).
+            del handle, got, e, task, captured
+            try:
+                return outcome
+            finally:
+                del outcome
 
-    async def _await_async(self, handle: Call[Any]) -> Any:
+    async def _await_async(self, handle: Call[Any]) -> Outcome:
         while True:
             try:
                 got = self._single(handle)
@@ -381,7 +390,7 @@ class Scheduler:
                 await _released(handle, busy.event)
                 continue
             if isinstance(got, Outcome):
-                return got.unwrap()
+                return got
             e = got.entries[0]
             task = got.new_task(e)
             captured: Captured | None = None
@@ -411,7 +420,11 @@ class Scheduler:
                 raise
             got.finish(e, outcome)
             got.raise_if_halted()
-            return outcome.unwrap()
+            del handle, got, e, task, captured, running  # as in _await_sync
+            try:
+                return outcome
+            finally:
+                del outcome
 
 
 def _keep_or_release(run: Run, e: Entry, captured: Captured | None) -> None:

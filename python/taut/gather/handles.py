@@ -8,7 +8,7 @@ import concurrent.futures as cf
 import functools
 import os
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, cast
 
@@ -97,7 +97,14 @@ class Outcome:
         if self.status == "ok":
             return self.value
         if self.error is not None:
-            raise self.error
+            try:
+                raise self.error
+            finally:
+                # The error's traceback holds this frame, which holds the
+                # outcome holding the error: without this the cycle kept the
+                # failed call's frames (their locals) alive until the
+                # collector ran, as Future.result() does.
+                del self
         if self.status == "error":
             # Made by hand without its error: a failure all the same, never
             # to be taken for a cancellation.
@@ -238,10 +245,15 @@ class Call(Generic[T]):
         ``await handle`` inside an event loop. If another thread is running the
         handle, this waits for it.
         """
-        return cast(T, self._scheduler._await_sync(self))
+        outcome = self._scheduler._await_sync(self)
+        del self  # it holds the outcome: no cycle through its error (see Outcome.unwrap)
+        try:
+            return cast(T, outcome.unwrap())
+        finally:
+            del outcome
 
     def __await__(self) -> Generator[Any, None, T]:
-        return self._scheduler._await_async(self).__await__()
+        return _unwrapped(self._scheduler._await_async(self)).__await__()
 
     @property
     def scheduler(self) -> Scheduler:
@@ -308,3 +320,14 @@ class Call(Generic[T]):
         with STATE_LOCK:
             if self._event_hooks is not None and hook in self._event_hooks:
                 self._event_hooks.remove(hook)
+
+
+async def _unwrapped(awaiting: Awaitable[Outcome]) -> Any:
+    """The value of the outcome ``awaiting`` gives, or its error raised,
+    without this frame holding the outcome meanwhile (see Call.result)."""
+    outcome = await awaiting
+    del awaiting
+    try:
+        return outcome.unwrap()
+    finally:
+        del outcome

@@ -223,9 +223,10 @@ class Task:
     __slots__ = (
         "_on_start",
         "batch",
-        "entry",
+        "call_id",
         "finished_at",
         "handle",
+        "index",
         "payload",
         "remote_start",
         "started_at",
@@ -236,7 +237,11 @@ class Task:
     def __init__(self, batch: Batch, handle: Call[Any], entry: Entry) -> None:
         self.batch = batch
         self.handle = handle
-        self.entry = entry
+        # The entry's two fields it needs, not the entry: the entry holds the
+        # task, and that cycle kept a finished batch (its outcomes, a failed
+        # call's frames through its traceback) alive until the collector ran.
+        self.index = entry.index
+        self.call_id = entry.call_id
         self.token = f"taut-call-{os.getpid()}-{next(_task_counter)}"
         self.started_at: float | None = None
         self.finished_at: float | None = None
@@ -247,14 +252,6 @@ class Task:
         self.withdrawn = False  # see withdraw()
 
     # -- the Submission view ------------------------------------------------
-
-    @property
-    def index(self) -> int:
-        return self.entry.index
-
-    @property
-    def call_id(self) -> str:
-        return self.entry.call_id
 
     def runnable(self) -> TaskRef:
         return self.ref()
@@ -306,7 +303,7 @@ class Task:
             # gathers nested in it end by it. A scope that never raises: the
             # batch decides what a call that outlives it counts as. Relative,
             # so that a scope clock (taut.testing) measures it as it does.
-            with move_on_after(deadline - time.monotonic(), self.entry.call_id):
+            with move_on_after(deadline - time.monotonic(), self.call_id):
                 captured = self._call()
             return captured
         except Exception as exc:
@@ -316,6 +313,11 @@ class Task:
         finally:
             self.finished_at = time.monotonic()
             _frames.reset(token)
+            # A failed call's exception, kept as its outcome, has this frame in
+            # its traceback, and `self` reaches that outcome: a cycle that kept
+            # the call's frames (their locals) alive until the collector ran.
+            # The standard library's worker drops its work item the same way.
+            del self
 
     def _frame(self, thread: int | None) -> Frame:
         limiter = self.batch.limiter
@@ -324,11 +326,13 @@ class Task:
 
     def _call(self) -> Captured:
         h = self.handle
-        if h._is_coroutine:
+        fn, args, kwargs, is_coroutine = h._fn, h._args, h._kwargs, h._is_coroutine
+        del self, h  # they reach the outcome: no cycle through its traceback (see run)
+        if is_coroutine:
             # A coroutine gathered by the sync gather runs on its own loop on
             # the worker thread.
-            return Returned(asyncio.run(h._fn(*h._args, **h._kwargs)))
-        return Returned(h._fn(*h._args, **h._kwargs))
+            return Returned(asyncio.run(fn(*args, **kwargs)))
+        return Returned(fn(*args, **kwargs))
 
     async def arun(self) -> Captured:
         if not self.begin():
@@ -336,7 +340,9 @@ class Task:
         token = _frames.set((*_frames.get(), self._frame(None)))
         try:
             h = self.handle
-            return Returned(await h._fn(*h._args, **h._kwargs))
+            fn, args, kwargs = h._fn, h._args, h._kwargs
+            del h  # no cycle through a failed call's traceback (see run)
+            return Returned(await fn(*args, **kwargs))
         except Exception as exc:
             return Raised(exc)
         except BaseException as exc:
@@ -344,6 +350,7 @@ class Task:
         finally:
             self.finished_at = time.monotonic()
             _frames.reset(token)
+            del self  # see run
 
     # -- the registry ---------------------------------------------------------
 
@@ -398,7 +405,7 @@ def _terms_for(task: Task) -> Terms | None:
         dask.fence if dask is not None else None,
         start,
         batch.interrupt,
-        f"call {task.entry.call_id!r} (gather deadline)",
+        f"call {task.call_id!r} (gather deadline)",
     )
 
 
@@ -424,12 +431,19 @@ class TaskRef:
         self._restored = restored
 
     def __call__(self) -> Captured:
-        if self.task is not None:
+        task = self.task
+        if task is not None:
             if self._restored:
                 # Came back through pickling and runs here (an in-process Dask
                 # cluster): this batch's starts are observable.
-                self.task.batch.local = True
-            return self.task.run()
+                task.batch.local = True
+            # This frame outlives the call in a failed call's traceback (as the
+            # caller of Task.run): it must not reach the outcome (see Task.run).
+            del self
+            try:
+                return task.run()
+            finally:
+                del task
         return cast(Captured, run_remote(self._payload, self._terms))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -447,7 +461,7 @@ class TaskRef:
     def __name__(self) -> str:
         # Dask names task keys after this.
         task = self.task
-        return "taut-call" if task is None else f"taut-call-{task.entry.call_id}"
+        return "taut-call" if task is None else f"taut-call-{task.call_id}"
 
     def __dask_tokenize__(self) -> str:
         # Dask deduplicates equal tasks by token; every call is distinct.

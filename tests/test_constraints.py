@@ -849,3 +849,55 @@ def test_names_that_would_break_the_guidance_sentence_are_refused(field: str, na
     # of its own into the prompt. Before, accepted.
     with pytest.raises(ValidationError, match=f"{field}.*control character"):
         PlanningConstraints(**{field: {name: 1.0}})  # type: ignore[arg-type]
+
+
+def test_entering_a_new_budget_per_request_does_not_grow_the_context() -> None:
+    """A gateway's worker thread starts a budget per request and enters it:
+    the thread's context must not keep something of every budget it entered
+    (before: each budget's own ContextVar stayed in the context for good,
+    1000 requests left 1000 variables behind)."""
+    import contextvars
+
+    plan = PlanningConstraints(time_budget=60)
+
+    def requests() -> int:
+        for _ in range(1000):
+            budget = plan.start()
+            with budget:
+                assert taut.remaining() is not None
+        return len(contextvars.copy_context())
+
+    assert contextvars.Context().run(requests) <= 5  # one variable or two, not 1000
+
+
+def test_entering_budgets_in_one_task_does_not_grow_its_context() -> None:
+    import contextvars
+
+    plan = PlanningConstraints(time_budget=60)
+
+    async def requests() -> int:
+        before = len(contextvars.copy_context())
+        for _ in range(1000):
+            async with plan.start():
+                pass
+        return len(contextvars.copy_context()) - before
+
+    assert asyncio.run(requests()) <= 5
+
+
+def test_nested_and_interleaved_budgets_still_exit_in_order() -> None:
+    outer, inner = (
+        PlanningConstraints(time_budget=60).start(),
+        PlanningConstraints(time_budget=30).start(),
+    )
+    with outer:
+        with inner:
+            left = taut.remaining()
+            assert left is not None and left <= 30
+        with outer:  # the same budget entered twice, nested
+            assert taut.remaining() is not None
+        left = taut.remaining()
+        assert left is not None and left > 30
+    assert taut.remaining() is None
+    with pytest.raises(RuntimeError, match="without a matching"):
+        inner.__exit__(None, None, None)

@@ -369,9 +369,6 @@ class Budget:
         self._paused_since: float | None = None
         self._pause_depth = 0
         self._spent: dict[str, float] = {}
-        self._scopes: contextvars.ContextVar[tuple[DeadlineScope, ...]] = contextvars.ContextVar(
-            "taut_budget_scopes", default=()
-        )
         self._label = "time budget"
         self._started = self._now()
 
@@ -568,20 +565,23 @@ class Budget:
     def __enter__(self) -> Budget:
         scope = self.scope()
         scope.__enter__()
-        self._scopes.set((*self._scopes.get(), scope))
+        _entered.set((*_entered.get(), (self, scope)))
         return self
 
     def _pop_scope(self) -> DeadlineScope:
-        stack = self._scopes.get()
-        if not stack:
-            # The scope stack lives in the context: an exit on another thread
-            # or task than the entry, or without one, finds nothing there.
-            raise RuntimeError(
-                "Budget exited without a matching 'with budget:' entered in this "
-                "thread or task"
-            )
-        self._scopes.set(stack[:-1])
-        return stack[-1]
+        stack = _entered.get()
+        # This budget's innermost entry (other budgets' scopes may have been
+        # entered after it: exiting out of order is for the scope to refuse).
+        for i in range(len(stack) - 1, -1, -1):
+            budget, scope = stack[i]
+            if budget is self:
+                _entered.set(stack[:i] + stack[i + 1 :])
+                return scope
+        # The scope stack lives in the context: an exit on another thread
+        # or task than the entry, or without one, finds nothing there.
+        raise RuntimeError(
+            "Budget exited without a matching 'with budget:' entered in this thread or task"
+        )
 
     def __exit__(self, *exc_info: Any) -> bool | None:
         return self._pop_scope().__exit__(*exc_info)
@@ -589,8 +589,18 @@ class Budget:
     async def __aenter__(self) -> Budget:
         scope = self.scope()
         await scope.__aenter__()
-        self._scopes.set((*self._scopes.get(), scope))
+        _entered.set((*_entered.get(), (self, scope)))
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._pop_scope().__aexit__(*exc_info)
+
+
+# The scopes of the budgets entered with `with budget:`, innermost last, in
+# the context of the thread or task that entered them. One variable for every
+# budget: a context never forgets a variable once set, and one made per budget
+# stayed in the context of every thread that entered a budget, so a worker
+# thread starting a budget per request grew by one for good each time.
+_entered: contextvars.ContextVar[tuple[tuple[Budget, DeadlineScope], ...]] = contextvars.ContextVar(
+    "taut_budget_scopes", default=()
+)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -217,4 +219,38 @@ def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
             results = runner.run(batch, timeout=30)
             assert [r.status for r in results] == ["error", "error"]
             del results
+    assert tracker.alive() <= ALLOWED
+
+
+# -- an abandoned worker ------------------------------------------------------
+
+
+def test_an_abandoned_call_that_fails_frees_its_frames_when_its_thread_ends(
+    tracker: _Tracker,
+) -> None:
+    """The worker of an abandoned call ends once the call returns; a call
+    that failed must not stay alive in a cycle with that thread's last frame
+    (before: every one did, until the collector ran)."""
+    threads: list[threading.Thread] = []
+
+    def fails_when_told(make: Callable[[], _Payload], go: threading.Event) -> None:
+        threads.append(threading.current_thread())
+        payload = make()  # noqa: F841 - kept alive by this frame only
+        go.wait(30)
+        raise ValueError("the call failed")
+
+    with taut.ThreadPoolExecutor(2) as executor:
+        for _ in range(RUNS // 4):
+            go = threading.Event()
+            future = executor.submit(fails_when_told, tracker.make, go)
+            while not future.running():
+                time.sleep(0.001)
+            executor.abandon(future)
+            go.set()
+            with pytest.raises(ValueError):
+                future.result(timeout=30)
+            del future
+        for thread in threads:
+            thread.join(30)
+            assert not thread.is_alive()
     assert tracker.alive() <= ALLOWED

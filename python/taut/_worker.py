@@ -130,14 +130,20 @@ def _work(slot: WorkerSlot) -> None:
                     _future = fn = args = kwargs = None
                     step = slot.park()
                 elif step is None:
-                    return
+                    break
                 else:
                     step = _slow_step(slot, step)
+            break  # step is None: this thread ends
         except BaseException as exc:
             # The running call raised. So does an interrupt aimed at it that
             # lands just before or after it in this loop: either way it is
             # that call's outcome (fail() re-raises if no call is running).
             step = slot.fail(exc)
+    # This thread ends (abandoned, retired, shut down). A call that failed
+    # last has this frame in its traceback (as its caller): still holding
+    # that call's future, which holds the exception, the frame would make a
+    # cycle that kept the call's frames (their locals) until the collector ran.
+    _future = fn = args = kwargs = None
 
 
 # The standard library's words for a broken pool.

@@ -1182,3 +1182,35 @@ def test_an_error_outcome_without_its_error_unwraps_to_an_error_not_a_cancellati
         Outcome("x", "error").unwrap()
     with pytest.raises(cf.CancelledError):
         Outcome("x", "cancelled").unwrap()
+
+
+class _SlottedJournal:
+    """A third-party journal that cannot be weakly referenced (``__slots__``
+    without ``__weakref__``) and returns plain lists: taut counts its slots
+    for it, by the object's id."""
+
+    __slots__ = ("positions",)
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+
+    def reserve(self, call_ids: Sequence[str]) -> list[Record | None]:
+        return [None] * len(call_ids)
+
+    def complete(
+        self, position: int, call_id: str, status: str, value: object, error: BaseException | None
+    ) -> None:
+        self.positions.append(position)
+
+
+def test_a_new_journal_that_cannot_be_weakly_referenced_starts_at_slot_0() -> None:
+    # A new journal object counts its slots from 0 (a rerun walks them from
+    # there). One that cannot be weakly referenced was counted by its id, and
+    # a new object given the id of one gone (CPython reuses addresses) went on
+    # from the old one's count: its slots were 2 and 3, and a rerun of the
+    # program found its outcomes nowhere.
+    for _ in range(50):
+        journal = _SlottedJournal()
+        taut.gather([taut.call(abs, -1), taut.call(abs, -2)], journal=journal)
+        assert sorted(journal.positions) == [0, 1]
+        del journal

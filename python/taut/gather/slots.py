@@ -24,7 +24,12 @@ from taut.journal import TERMINAL_STATUSES, Journal, JournalError, JournalRecord
 __all__ = ["HeldSlot", "held_slots", "hold", "reserve_slots"]
 
 _cursors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_cursors_by_id: dict[int, int] = {}
+# Journals that cannot be weakly referenced, by id, with the object itself:
+# kept alive, so that no new object is ever given the id, and the count, of
+# one gone (CPython reuses addresses: a new journal went on from an old
+# one's count, and a rerun found its outcomes nowhere). Only third-party
+# journals that also return plain lists are counted here.
+_cursors_by_id: dict[int, tuple[Any, int]] = {}
 
 
 def _journal_cursor(journal: Any) -> int:
@@ -35,14 +40,14 @@ def _journal_cursor(journal: Any) -> int:
     try:
         return _cursors.get(journal, 0)
     except TypeError:  # not weak-referenceable
-        return _cursors_by_id.get(id(journal), 0)
+        return _cursors_by_id.get(id(journal), (journal, 0))[1]
 
 
 def _advance_cursor(journal: Any, base: int, count: int) -> None:
     try:
         _cursors[journal] = base + count
     except TypeError:
-        _cursors_by_id[id(journal)] = base + count
+        _cursors_by_id[id(journal)] = (journal, base + count)
 
 
 def reserve_slots(journal: Journal, call_ids: list[str]) -> list[tuple[int, JournalRecord | None]]:

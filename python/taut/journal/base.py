@@ -81,7 +81,9 @@ class Journal(Protocol):
         truncates the journal from that position on and writes pending slots
         for the rest; no slot writes a pending slot and returns None. A plain
         list is accepted from third-party journals, but then two batches
-        reserving on one object at the same moment may mix up their slots."""
+        reserving on one object at the same moment may mix up their slots,
+        and taut counts the object's slots itself (one that cannot be weakly
+        referenced is then kept alive for good)."""
         ...
 
     def complete(

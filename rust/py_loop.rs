@@ -124,7 +124,10 @@ impl Drop for Shared {
 
 /// One event loop's channel. Python owns the reading end of the socket pair;
 /// the channel owns the writing end.
-#[pyclass(frozen, module = "taut._core")]
+/// Weakly referenceable: the fast lookup of the last loop used
+/// (`taut._loop_waker.last_seen`) must not keep a dropped loop's channel, and
+/// through what waits in it the loop, alive.
+#[pyclass(frozen, weakref, module = "taut._core")]
 pub struct LoopChannel {
     shared: Arc<Shared>,
 }
@@ -267,13 +270,15 @@ impl LoopChannel {
     /// Show the garbage collector what waits here. A finished call's future
     /// references its loop, whose reader callback references this channel:
     /// unseen, that cycle kept a loop dropped without `close()` alive for
-    /// good, with its descriptors. Skipped while a push holds the lock (the
-    /// timer thread pushes without the GIL): the collector then takes what
-    /// waits here for referenced from outside, and keeps it, this time.
+    /// good, with its descriptors. The lock is waited for, never skipped:
+    /// the collector traverses twice and must see the same references each
+    /// time (one seen in the first pass only would make what only the
+    /// channel holds look like garbage). No holder of the lock waits for the
+    /// GIL, which the collector holds: the timer thread pushes without it,
+    /// and workers push and the loop takes with it, never letting go of it
+    /// in between.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        let Ok(inbox) = self.shared.inbox.try_lock() else {
-            return Ok(());
-        };
+        let inbox = self.shared.lock();
         for (target, _, value) in inbox.0.iter() {
             visit.call(target)?;
             visit.call(value)?;

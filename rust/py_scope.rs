@@ -514,7 +514,13 @@ impl ScopeCore {
             .cast::<PyWeakrefReference>()
             .ok()
             .and_then(|r| r.upgrade());
-        let channel = last.get_item(3)?.cast_into::<LoopChannel>().ok();
+        // A weak reference too (see `_loop_waker.last_seen`), or None.
+        let channel = last
+            .get_item(3)?
+            .cast::<PyWeakrefReference>()
+            .ok()
+            .and_then(|r| r.upgrade())
+            .and_then(|c| c.cast_into::<LoopChannel>().ok());
         if let Some(remembered) = &remembered {
             if trust_thread_id && !s.cheap_running_loop && last.get_item(2)?.is_truthy()? {
                 let owner = remembered.getattr(s.names.thread_id.bind(py))?;

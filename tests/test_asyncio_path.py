@@ -666,6 +666,8 @@ def test_a_turn_told_to_a_loop_that_ended_unread_passes_on(ending: str) -> None:
             channels.append(taut._loop_waker.waker_for(loop).channel)
             first_waits.set()
             stop_it.wait(LONG)  # blocks the loop: the notice stays unread
+            async with taut.move_on_after(LONG):
+                pass  # taut's fast lookups name this loop last (held weakly)
             loop.stop()  # run no further pass (no select, no reading)
             await pending
 

@@ -781,3 +781,30 @@ def test_exit_without_entry_is_a_named_error(enter: Callable[[DeadlineScope], En
                 await asyncio.sleep(LONG)
 
     run(main)
+
+
+@pytest.mark.parametrize("factory", [move_on_after, fail_after])
+def test_a_cancel_from_elsewhere_landing_as_the_scope_expires_is_not_taken_for_its_own(
+    factory: Callable[[float], DeadlineScope],
+) -> None:
+    # The scope's expiry cancels its task from a loop callback of its own
+    # (after the timers due then); a task.cancel() from elsewhere landing
+    # in between is not the scope's: it must leave the scope as it came, not
+    # be swallowed (move_on_*) or turned into DeadlineExpired (fail_*).
+    # From 3.11 tasks count cancellations; before, the scope must not cancel
+    # once one from elsewhere is on its way (before the fix, on 3.9/3.10 it
+    # cancelled too and took both for its own).
+    reached_the_end = []
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with factory(30) as scope:
+            scope._fire()  # as the loop's waker does at expiry  # type: ignore[attr-defined]
+            task.cancel()  # from elsewhere, before the scope's callback runs
+            await asyncio.sleep(LONG)
+        reached_the_end.append(True)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert reached_the_end == []

@@ -146,12 +146,15 @@ class _LoopLink:
             raise
 
 
-# The last loop looked up and its link: most programs run one loop, and a
-# WeakKeyDictionary lookup makes a weak reference each time.
-_last: tuple[weakref.ReferenceType[asyncio.AbstractEventLoop] | None, _LoopLink | None] = (
-    None,
-    None,
-)
+# The last loop looked up and its link (None for a loop without one): most
+# programs run one loop, and a WeakKeyDictionary lookup makes a weak
+# reference each time. Weak references: held here, the link (its channel,
+# and what waits there) would keep a loop dropped without close() alive
+# (see _loop_waker.last_seen).
+_last: tuple[
+    weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
+    weakref.ReferenceType[_LoopLink] | None,
+] = (None, None)
 
 
 def _link(loop: asyncio.AbstractEventLoop) -> _LoopLink | None:
@@ -160,14 +163,20 @@ def _link(loop: asyncio.AbstractEventLoop) -> _LoopLink | None:
     it lives as long as the loop holds the waker, no longer: see
     ``taut._loop_waker.waker_for``."""
     global _last
-    last_loop, link = _last
+    last_loop, link_ref = _last
     if last_loop is not None and last_loop() is loop:
-        return link
+        if link_ref is None:
+            return None  # a loop without a channel
+        # The loop's reader callback holds its waker, which holds the link
+        # (gone only if someone removed that reader: a new waker below).
+        link = link_ref()
+        if link is not None:
+            return link
     waker = waker_for(loop)
     link = waker.link
     if link is None and waker.channel is not None:
         link = waker.link = _LoopLink(loop, waker)
-    _last = (weakref.ref(loop), link)
+    _last = (weakref.ref(loop), None if link is None else weakref.ref(link))
     return link
 
 

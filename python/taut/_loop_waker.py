@@ -317,12 +317,15 @@ _wakers_held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = 
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = fork_safe_lock()
-# The last loop looked up, its waker's ``arm``, whether that loop tells
-# which thread runs it, and its channel (None without one): read directly by
-# deadline scopes, which arm through it when their loop is that one (the
-# Rust fast path, rust/py_scope.rs, through the channel itself). Most
+# The last loop looked up, its waker, whether that loop tells which thread
+# runs it, and its channel (None without one): read directly by deadline
+# scopes, which arm through the waker's ``arm`` when their loop is that one
+# (the Rust fast path, rust/py_scope.rs, through the channel itself). Most
 # programs run one loop, and a WeakKeyDictionary lookup makes a weak
-# reference each time.
+# reference each time. All weak references: held here, the channel (and
+# what waits in it, each finished call's future referencing its loop) would
+# keep a loop dropped without close() alive until another loop came, and a
+# bounded queue's turn handed to one of its coroutines with it.
 #
 # Held as the one item of a list, which the Rust fast path reads cheaper
 # than a module global (a dict lookup).
@@ -337,9 +340,9 @@ _wakers_lock = fork_safe_lock()
 last_seen: list[
     tuple[
         weakref.ReferenceType[asyncio.AbstractEventLoop] | None,
-        Callable[[float, Owner], Deadline] | None,
+        weakref.ReferenceType[LoopWaker] | None,
         bool,
-        LoopChannel | None,
+        weakref.ReferenceType[LoopChannel] | None,
     ]
 ] = [(None, None, False, None)]
 
@@ -384,5 +387,11 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
                 _wakers[loop] = weakref.ref(waker)
                 if waker.channel is None:
                     _wakers_held[loop] = waker
-    last_seen[0] = (weakref.ref(loop), waker.arm, _runs_as_asyncio_does(loop), waker.channel)
+    channel = waker.channel
+    last_seen[0] = (
+        weakref.ref(loop),
+        weakref.ref(waker),
+        _runs_as_asyncio_does(loop),
+        None if channel is None else weakref.ref(channel),
+    )
     return waker

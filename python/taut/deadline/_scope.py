@@ -170,10 +170,13 @@ class DeadlineScope(_core.ScopeCore):
             else:
                 # One Rust call through the loop's wake-up channel: the loop is
                 # woken (and _fire called) only if the deadline expires.
-                ref, arm, _, _ = _loop_waker.last_seen[0]
-                if ref is None or ref() is not loop:
-                    arm = _loop_waker.waker_for(loop).arm
-                self._deadline = arm(real_at, self)  # type: ignore[misc]
+                ref, waker_ref, _, _ = _loop_waker.last_seen[0]
+                waker = None
+                if ref is not None and ref() is loop and waker_ref is not None:
+                    waker = waker_ref()
+                if waker is None:
+                    waker = _loop_waker.waker_for(loop)
+                self._deadline = waker.arm(real_at, self)
                 if at <= now:
                     # Already expired: cancel before the task's next step, as
                     # asyncio.timeout does, not whenever the timer's wake-up arrives.
@@ -434,9 +437,15 @@ class DeadlineScope(_core.ScopeCore):
         task.get_loop().call_soon(self._cancel_task)
 
     def _cancel_task(self) -> None:
-        """Cancel the scope's task, unless the scope has exited meanwhile."""
+        """Cancel the scope's task, unless the scope has exited meanwhile,
+        or (before 3.11) a cancellation from elsewhere is on its way to it."""
         task = self._task
         if task is None or self._closed or self._cancel_requested or task.done():
+            return
+        if not HAS_CANCELLING and _cancel_pending(task):
+            # Without Task.cancelling() the exit cannot tell two cancellations
+            # apart: cancelling too would make the other one this scope's own
+            # (swallowed by move_on_*). The other one wins, as from 3.11.
             return
         self._cancel_requested = True
         task.cancel()
@@ -472,6 +481,16 @@ class DeadlineScope(_core.ScopeCore):
             parts.append(f"timeout={format_seconds(self.timeout_s or 0.0)}s")
             parts.append("active expired" if self._past() else "active")
         return " ".join(parts) + ">"
+
+
+def _cancel_pending(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task.cancel()`` was called and has not reached the task yet
+    (before 3.11, where tasks do not count cancellations): the task's next
+    step raises it, or the future it waits on was cancelled for it."""
+    if getattr(task, "_must_cancel", False):
+        return True
+    waiter = getattr(task, "_fut_waiter", None)
+    return waiter is not None and waiter.cancelled()
 
 
 def _thread_name(ident: int) -> str:

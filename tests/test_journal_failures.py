@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -375,6 +376,10 @@ def test_no_call_begins_once_the_run_was_taken_over_while_this_runner_stood_stil
     assert not any(h.done() for h in handles[1:])
 
 
+@pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="lowering SQLite's length limit needs sqlite3.Connection.setlimit (3.11+)",
+)
 def test_an_outcome_too_big_for_the_file_is_refused_naming_the_call_and_its_size(
     tmp_path: Path,
 ) -> None:

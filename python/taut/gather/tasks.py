@@ -130,6 +130,7 @@ class Batch:
         "journal",
         "limiter",
         "local",
+        "prove_before_start",
         "start_refused",
     )
 
@@ -156,12 +157,17 @@ class Batch:
         # run was taken over while this runner stood still): the batch halts
         # with it (Run.outcome_from).
         self.start_refused: Exception | None = None
+        # The journal's check before a call begins (taut's journals only),
+        # looked up once here, not at every call's start.
+        self.prove_before_start: Callable[[], None] | None = getattr(
+            journal, "_prove_lease_before_start", None
+        )
 
     def prove_lease(self) -> bool:
         """Whether the batch's journal still lets a call begin: a taut
         journal whose lease is overdue proves it first (one renewal). A
         refusal fences the batch; the error is kept for the gather to raise."""
-        prove = getattr(self.journal, "_prove_lease_before_start", None)
+        prove = self.prove_before_start
         if prove is None:
             return True  # no journal, or one that is not taut's
         try:

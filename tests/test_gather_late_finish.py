@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import multiprocessing
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from _remote_calls import mark_then_sleep
 from _waiting import LONG
 
 import taut
@@ -116,3 +119,43 @@ def test_a_pool_call_that_finished_after_the_deadline_while_the_loop_was_blocked
 
     outs = asyncio.run(main())
     assert [o.status for o in outs] == ["timeout", "timeout"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_a_call_in_another_process_that_ended_after_the_deadline_is_a_timeout(
+    interrupt: bool, tmp_path: Path
+) -> None:
+    # Before: a call in another process kept whatever it reported when the
+    # batch saw it done before expiring it. One interrupted at the deadline
+    # came back as 'error' (its own DeadlineExpired, seen as the call's
+    # failure: the flaky Dask test); one that merely overran came back 'ok'.
+    # The other process judges by its own clock, which knows when the call
+    # ended: both are timeouts, as they are on a local pool.
+    timeout = 0.5  # ample for the call to begin; it then overruns it
+    seconds = 60.0 if interrupt else timeout + 0.1  # interrupted, or just late
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        executor = Recording(pool)
+
+        async def careless() -> None:
+            # Holds the loop until the remote call is done: the batch sees it
+            # only now, already finished, never as a call still running.
+            end = time.monotonic() + LONG
+            while not (executor.futures and executor.futures[0].done()):
+                assert time.monotonic() < end, "the remote call never finished"
+                time.sleep(0.005)
+
+        async def main() -> list[taut.Outcome]:
+            batch = [taut.call(mark_then_sleep, str(tmp_path), "late", seconds)]
+            gathering = asyncio.ensure_future(
+                taut.agather(batch, executor=executor, timeout=timeout, interrupt=interrupt)
+            )
+            await asyncio.sleep(0)  # the batch submits its call
+            await careless()
+            return await gathering
+
+        [out] = asyncio.run(main())
+    assert out.status == "timeout", out
+    assert isinstance(out.error, TimeoutError)
+    assert out.started and out.value is None
+    assert 0.0 <= out.elapsed_s <= timeout + 0.5  # run time up to the deadline, not beyond

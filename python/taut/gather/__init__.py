@@ -94,7 +94,8 @@ time left, and scopes and gathers nested in it end by it. With an executor
 whose workers live in other processes, a call carries the batch's remaining
 time (never a clock reading) and runs there inside a deadline scope
 (``taut.remaining()`` works, ``interrupt=True`` interrupts it); it never
-begins after its deadline. On Dask each call announces its start before it
+begins after its deadline, and one that ends at or after it is ``timeout``,
+told there by the clock its deadline is on. On Dask each call announces its start before it
 checks the batch's fence, so at the deadline a call is ``not_started`` only
 when it provably never began and never will; every other submitted, unfinished
 call is ``timeout`` (so a journaled call is not run twice) and its remote
@@ -156,7 +157,7 @@ from taut.gather.handles import (
 )
 from taut.gather.remote import arrived
 from taut.gather.run import Entry, Run, _silence
-from taut.gather.tasks import Captured, Raised, Returned, Submission, Task
+from taut.gather.tasks import ENDED, Captured, Submission, Task
 from taut.gather.validate import check_executor, check_journal
 from taut.journal import Journal
 
@@ -431,7 +432,7 @@ def _keep_or_release(run: Run, e: Entry, captured: Captured | None) -> None:
     """An await is leaving by an exception: a call that returned or raised
     keeps its outcome (cached, journaled: nobody runs it again, as a gather
     keeps its finished calls); any other goes cold."""
-    if isinstance(captured, (Returned, Raised)):
+    if isinstance(captured, ENDED):
         run.finish(e, run.outcome_from(e, captured, None))
     else:
         run.release_all()
@@ -452,7 +453,7 @@ async def _let_go(
     its only awaiter (its cleanup done before that awaiter leaves, as when
     it is awaited directly; a cancellation is never cached, so the handle
     goes cold), left to finish when other awaiters wait for it."""
-    if running is None or isinstance(captured, (Returned, Raised)):
+    if running is None or isinstance(captured, ENDED):
         _keep_or_release(run, e, captured)
     elif isinstance(running, asyncio.Task):
         _settle_when_done(run, e, running)

@@ -13,7 +13,9 @@ in the pool's queue, counts too, and the deadline is the caller's own. In
 the remote process the call runs inside a ``taut.fail_at`` scope:
 ``taut.remaining()`` works there, scopes nest under it, and with
 ``interrupt=True`` the call is interrupted at the deadline. A call that
-arrives after its deadline never begins.
+arrives after its deadline never begins; one that ends at or after it comes
+back as a timeout (:class:`~taut.gather.tasks.Overran`), whatever it returned
+or raised, however soon the caller sees it.
 
 **Honest starts on Dask.** A caller cannot see when a call begins in another
 process. On a Dask executor each call of a batch with a deadline announces
@@ -149,7 +151,7 @@ def _client_event(name: str, client: Any) -> Any:
 def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
     """Run a pickled call in the process it arrived in (see the module docs);
     ``payload`` is text (why) or None when the call could not be pickled."""
-    from taut.gather.tasks import FENCED, Raised, Returned
+    from taut.gather.tasks import FENCED, Overran, Raised, Returned
 
     if not isinstance(payload, bytes):
         why = f" ({payload})" if payload else ""
@@ -171,6 +173,7 @@ def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
                 announced.clear()
                 return FENCED
     fn, args, kwargs = pickle.loads(payload)
+    began = time.monotonic()
     try:
         if terms is not None and terms.deadline is not None:
             with fail_at(terms.deadline, terms.label, interrupt=terms.interrupt):
@@ -179,6 +182,10 @@ def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
             captured = Returned(_call(fn, args, kwargs))
     except Exception as exc:
         captured = Raised(exc)
+    if terms is not None and terms.deadline is not None and time.monotonic() >= terms.deadline:
+        # Ended at or past its deadline: a timeout (see Overran), told here by
+        # the clock that deadline is on, not by when the caller gets to look.
+        return Overran(max(0.0, terms.deadline - began))
     # Pickled outside the deadline scope: an interrupt landing in pickle.dumps
     # would be taken for a value that cannot be pickled.
     return _ship(captured)

@@ -39,10 +39,12 @@ from taut.gather.limits import Slots, check_limiter
 from taut.gather.remote import DaskStarts, arrived, dask_client
 from taut.gather.slots import held_slots, hold, reserve_slots
 from taut.gather.tasks import (
+    ENDED,
     Batch,
     Captured,
     Escaped,
     Fenced,
+    Overran,
     Raised,
     Returned,
     Task,
@@ -333,6 +335,9 @@ class Run:
             return Outcome(e.call_id, "ok", captured.value, None, True, task.elapsed())
         if isinstance(captured, Raised):
             return Outcome(e.call_id, "error", None, captured.error, True, task.elapsed())
+        if isinstance(captured, Overran):
+            error = timeout_error(e.call_id, self.timeout, captured.elapsed)
+            return Outcome(e.call_id, "timeout", None, error, True, captured.elapsed)
         raise cast(Escaped, captured).error
 
     def _cancelled(self, e: Entry) -> Outcome:
@@ -364,7 +369,7 @@ class Run:
         call done before the deadline keeps its outcome however late it is
         seen, and the rule is the one an inline call follows (run_inline).
         A call that ran in another process has no finishing time here (its
-        clock is not ours): it keeps its outcome, as before."""
+        clock is not ours): that process tells instead (``Overran``)."""
         task, deadline = e.task, self.deadline
         if deadline is None or task is None or task.started_at is None:
             return None
@@ -455,7 +460,7 @@ class Run:
         done: Any = f if f is not None else e.afuture
         if done is not None and done.done() and not done.cancelled() and done.exception() is None:
             captured = arrived(done.result())
-            if isinstance(captured, (Returned, Raised)):
+            if isinstance(captured, ENDED):
                 try:
                     self.finish(e, self.outcome_from(e, captured, None))
                 except BaseException:

@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from taut.gather.run import Entry
 
 __all__ = [
+    "ENDED",
     "FENCED",
     "Batch",
     "Captured",
     "Escaped",
     "Fenced",
+    "Overran",
     "Raised",
     "Returned",
     "Submission",
@@ -85,7 +87,24 @@ class Fenced:
 
 FENCED = Fenced()
 
-Captured = Union[Returned, Raised, Escaped, Fenced]
+
+@dataclass(frozen=True)
+class Overran:
+    """The call ran in another process and ended at or after its deadline
+    (raising that deadline's ``DeadlineExpired``, most often): a timeout,
+    whatever it returned or raised, as on a local pool (``Run._finished_late``).
+    That process judges it by its own clock, the one the call's deadline is
+    on; the caller may see this before its own deadline handling runs.
+    ``elapsed`` is how long the call ran until its deadline, by that clock."""
+
+    elapsed: float
+
+
+Captured = Union[Returned, Raised, Escaped, Fenced, Overran]
+
+# What a call that ran to its end reports: an outcome to keep (cached,
+# journaled), never a reason to run the call again.
+ENDED = (Returned, Raised, Overran)
 
 
 # --------------------------------------------------------------------------

@@ -159,3 +159,47 @@ def test_a_call_in_another_process_that_ended_after_the_deadline_is_a_timeout(
     assert isinstance(out.error, TimeoutError)
     assert out.started and out.value is None
     assert 0.0 <= out.elapsed_s <= timeout + 0.5  # run time up to the deadline, not beyond
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+def test_a_call_that_finished_late_is_a_timeout_when_the_gather_is_cancelled_before_it_looks(
+    pool: Any, journaled: bool
+) -> None:
+    # Before: an agather cancelled once the deadline had passed kept a call
+    # that finished after it as 'ok', on its handle and in its journal (a
+    # rerun replayed 'ok'), where the gather's own deadline handling, had it
+    # run first, made it a 'timeout'. Now the batch judges a call by when it
+    # finished, whoever gets there first.
+    timeout = 0.5  # ample for the call to begin; it then overruns it
+    began = time.monotonic()
+    executor = Recording(pool)
+    journal = taut.InMemoryJournal() if journaled else None
+
+    def slow() -> str:
+        _block_the_loop_until(began + timeout + 0.1)  # on a worker: past the deadline
+        return "late"
+
+    handle = taut.call(slow)
+
+    async def main() -> None:
+        gathering = asyncio.ensure_future(
+            taut.agather([handle], executor=executor, timeout=timeout, journal=journal)
+        )
+        await asyncio.sleep(0)  # the batch submits its call
+        # Hold the loop until the call is done: the batch has not looked yet
+        # when it is cancelled.
+        end = time.monotonic() + LONG
+        while not (executor.futures and executor.futures[0].done()):
+            assert time.monotonic() < end, "the pool call never finished"
+            time.sleep(0.005)
+        gathering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gathering
+
+    asyncio.run(main())
+    cached = taut.gather([handle])[0]  # the handle's cached outcome: it does not run again
+    assert (cached.status, cached.value) == ("timeout", None), cached
+    if journal is not None:
+        journal.close()
+        [replayed] = taut.gather([taut.call(slow)], journal=journal.reopen())
+        assert (replayed.status, replayed.replayed) == ("timeout", True), replayed

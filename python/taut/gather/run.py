@@ -352,12 +352,17 @@ class Run:
             return
         exc = future.exception()
         captured = None if exc is not None else arrived(future.result())
+        self.finish(e, self._ended(e, captured, exc))
+
+    def _ended(self, e: Entry, captured: Captured | None, exc: BaseException | None) -> Outcome:
+        """The outcome of a call whose future is done: :meth:`outcome_from`,
+        except that one which finished after the deadline is a timeout
+        (:meth:`_finished_late`), whichever path of the batch settles it."""
         if isinstance(captured, (Returned, Raised)):
             late = self._finished_late(e)
             if late is not None:
-                self.finish(e, late)
-                return
-        self.finish(e, self.outcome_from(e, captured, exc))
+                return late
+        return self.outcome_from(e, captured, exc)
 
     def _finished_late(self, e: Entry) -> Outcome | None:
         """The ``timeout`` of a call that finished after the batch deadline.
@@ -462,7 +467,10 @@ class Run:
             captured = arrived(done.result())
             if isinstance(captured, ENDED):
                 try:
-                    self.finish(e, self.outcome_from(e, captured, None))
+                    # Judged as settle() judges it: a call that finished
+                    # after the deadline is a timeout even when the batch
+                    # is aborted (cancelled) before its deadline handling ran.
+                    self.finish(e, self._ended(e, captured, None))
                 except BaseException:
                     pass  # the propagating exception matters more
                 return

@@ -103,8 +103,11 @@ future is cancelled. A scheduler that does not answer within a few seconds
 of the deadline is not waited for: its calls count as started. On a
 ``ProcessPoolExecutor`` a call the pool still gives back at the deadline is
 ``not_started``; other multi-process executors count every submitted,
-unfinished call as started. In-process executors (thread pools, an in-process
-Dask cluster) report starts exactly. See :mod:`taut.gather.remote`.
+unfinished call as started, except one not yet pickled (it can no longer
+begin anywhere). In-process executors (thread pools, an in-process Dask
+cluster, any executor that runs a call without pickling it, such as a
+wrapper around a thread pool) report starts exactly. See
+:mod:`taut.gather.remote`.
 
 ``limiter=`` puts a ceiling shared beyond one pool in front of the calls (a
 ``threading.BoundedSemaphore``, a fleet's ``distributed.Semaphore``): a call

@@ -29,7 +29,8 @@ within :attr:`DaskStarts.PATIENCE` (a frozen or cut-off scheduler must not hold
 the gather past its deadline). On other multi-process executors (no shared
 events) every submitted, unfinished call counts as started (``timeout``),
 except one that a ``ProcessPoolExecutor`` still gives back (cancels) at the
-deadline: it never reached a worker and is ``not_started``.
+deadline, or one not yet pickled then (it would arrive past its deadline):
+it never reached a worker and is ``not_started``.
 
 **The outcome travels back pickled by taut** (:class:`Shipped`). A return
 value or exception that cannot make the trip fails only its own call, with an

@@ -406,6 +406,7 @@ class Run:
             (e.afuture is not None and future is None)  # an asyncio task on this loop
             or isinstance(self.executor, cf.ThreadPoolExecutor)
             or self.batch.local
+            or task.starts_seen_here()  # any executor that kept the call in this process
         )
         if not started and not observable:
             if future is not None and take_back(self.executor, future):

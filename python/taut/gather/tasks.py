@@ -234,6 +234,19 @@ _task_counter = itertools.count()
 _TASKS: dict[str, Task] = {}
 _TASKS_LOCK = fork_safe_lock()
 
+# How often this process has forked: a forked child holds a copy of every
+# task, and may run one there without pickling it (Task.starts_seen_here).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_parent=_count_fork)
+
 
 class Task:
     """One call of one batch, as submitted to an executor.
@@ -250,10 +263,12 @@ class Task:
         "batch",
         "call_id",
         "finished_at",
+        "forks_at_creation",
         "handle",
         "index",
         "payload",
         "remote_start",
+        "sent_away",
         "started_at",
         "token",
         "withdrawn",
@@ -275,6 +290,19 @@ class Task:
         # The Dask event this call sets before it begins in another process.
         self.remote_start: str | None = None
         self.withdrawn = False  # see withdraw()
+        # Pickled at least once (TaskRef.__reduce__): it may run in another
+        # process, where its start is not seen here.
+        self.sent_away = False
+        self.forks_at_creation = _forks
+
+    def starts_seen_here(self) -> bool:
+        """Whether this call can begin only in this process, where
+        :meth:`begin` records its start: it was never pickled, and this
+        process has not forked since it was made (pickling and a fork are
+        the only ways to another process). Then, whatever the executor (a
+        wrapper around a thread pool, say), a call with no start recorded
+        has not begun, and once the fence is up it never will."""
+        return not self.sent_away and self.forks_at_creation == _forks
 
     # -- the Submission view ------------------------------------------------
 
@@ -474,6 +502,7 @@ class TaskRef:
     def __reduce__(self) -> tuple[Any, ...]:
         task = self.task
         if task is not None:
+            task.sent_away = True  # before the remaining time is measured (Terms)
             if not self._payload_done:
                 self._payload = _dumps_payload(task.handle)
                 self._payload_done = True

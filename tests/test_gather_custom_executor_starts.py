@@ -1,0 +1,64 @@
+"""At the deadline, a call that never began is ``not_started`` on any executor
+that runs calls in this process, not only on the pools a batch knows by type:
+a call that was never pickled can begin nowhere else, and its start is seen
+here. A journal keeps a ``timeout`` for good, so a false one is a call that
+never runs."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+from _waiting import LONG
+
+import taut
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Wrapping(cf.Executor):
+    """A plain wrapper around a pool, as an application writes one (to count
+    or log its calls, say): the batch cannot know it by its type."""
+
+    def __init__(self, pool: cf.Executor) -> None:
+        self.pool = pool
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        return self.pool.submit(fn, *args, **kwargs)
+
+
+@pytest.fixture(params=[taut.ThreadPoolExecutor, cf.ThreadPoolExecutor])
+def one_worker(request: Any) -> Iterator[cf.Executor]:
+    factory: Callable[[int], cf.Executor] = request.param
+    pool = factory(1)
+    yield pool
+    pool.shutdown(wait=False)
+
+
+def test_a_call_queued_behind_a_busy_worker_of_a_wrapped_pool_is_not_started_at_the_deadline(
+    one_worker: cf.Executor,
+) -> None:
+    # Before: 'timeout' (counted as started, as on an executor in another
+    # process), though it never began and never would: a journal kept it so
+    # and a rerun never ran it.
+    gate = threading.Event()
+    began: list[str] = []
+
+    def work(name: str) -> str:
+        began.append(name)
+        if name == "busy":
+            gate.wait(LONG)
+        return name
+
+    handles = [taut.call(work, "busy"), taut.call(work, "queued")]
+    try:
+        busy, queued = taut.gather(handles, executor=Wrapping(one_worker), timeout=0.5)
+    finally:
+        gate.set()
+    one_worker.shutdown(wait=True)  # the worker is free: a call left queued would begin now
+    assert busy.status == "timeout" and busy.started
+    assert (queued.status, queued.started) == ("not_started", False), queued
+    assert began == ["busy"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import multiprocessing
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +204,93 @@ def test_a_call_that_finished_late_is_a_timeout_when_the_gather_is_cancelled_bef
         journal.close()
         [replayed] = taut.gather([taut.call(slow)], journal=journal.reopen())
         assert (replayed.status, replayed.replayed) == ("timeout", True), replayed
+
+
+class HandsBackLate(cf.Executor):
+    """Runs a call at once but hands its result back only once told to (as
+    an executor whose results travel, an in-process Dask cluster's, does a
+    little later than the call ends)."""
+
+    def __init__(self, pool: cf.Executor) -> None:
+        self.pool = pool
+        self.hand_back = threading.Event()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        def run_then_hold() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.hand_back.wait(LONG)
+
+        return self.pool.submit(run_then_hold)
+
+
+def _refuse() -> None:
+    raise ValueError("refused on time")
+
+
+@pytest.mark.parametrize("gathering", ["gather", "agather"])
+@pytest.mark.parametrize(("fn", "status"), [(str.upper, "ok"), (_refuse, "error")])
+def test_a_call_done_before_the_deadline_whose_result_comes_back_after_it_keeps_its_outcome(
+    pool: Any, gathering: str, fn: Any, status: str
+) -> None:
+    # Before: 'timeout', the result not back from the executor when the
+    # deadline came, though the call had returned (or raised) in this
+    # process long before it; on an in-process Dask cluster a call that
+    # ended a few milliseconds before its deadline sometimes came back so.
+    executor = HandsBackLate(pool)
+    args = ("on time",) if fn is str.upper else ()
+    batch = [taut.call(fn, *args)]
+    try:
+        if gathering == "gather":
+            [out] = taut.gather(batch, executor=executor, timeout=0.5)
+        else:
+            [out] = asyncio.run(taut.agather(batch, executor=executor, timeout=0.5))
+    finally:
+        executor.hand_back.set()
+    assert out.status == status, out
+    if status == "ok":
+        assert out.value == "ON TIME"
+    else:
+        assert isinstance(out.error, ValueError)
+    assert out.started and 0.0 <= out.elapsed_s < 0.5
+
+
+def test_a_cancelled_gather_keeps_a_call_that_ended_before_its_result_came_back(
+    pool: Any,
+) -> None:
+    # Before: the handle went cold and nothing was journaled: gathering it
+    # again (or a rerun) ran the call a second time.
+    executor = HandsBackLate(pool)
+    journal = taut.InMemoryJournal()
+    ran: list[str] = []
+
+    def once() -> str:
+        ran.append("once")
+        return "done"
+
+    handle = taut.call(once)
+
+    async def main() -> None:
+        gathering = asyncio.ensure_future(
+            taut.agather([handle], executor=executor, timeout=LONG, journal=journal)
+        )
+        end = time.monotonic() + LONG
+        while not ran:  # the call has run; its result is held back
+            assert time.monotonic() < end, "the call never ran"
+            await asyncio.sleep(0.005)
+        gathering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gathering
+
+    try:
+        asyncio.run(main())
+    finally:
+        executor.hand_back.set()
+    [again] = taut.gather([handle])  # its cached outcome
+    assert (again.status, again.value) == ("ok", "done"), again
+    assert ran == ["once"]
+    journal.close()
+    [replayed] = taut.gather([taut.call(once)], journal=journal.reopen())
+    assert (replayed.status, replayed.value, replayed.replayed) == ("ok", "done", True)
+    assert ran == ["once"]

@@ -400,6 +400,12 @@ class Run:
         if self._done(e):
             self.settle(e)
             return
+        ended = task.ended_here()
+        if ended is not None:
+            # It returned or raised in this process; only its result has not
+            # come back through the executor yet. Judged by when it ended.
+            self.finish(e, self._ended(e, ended, None))
+            return
         future = e.future
         started = task.started_at is not None
         observable = (
@@ -464,17 +470,20 @@ class Run:
             return  # settled already (expire() raised partway): written once
         f = e.future
         done: Any = f if f is not None else e.afuture
+        captured: Captured | None = None
         if done is not None and done.done() and not done.cancelled() and done.exception() is None:
             captured = arrived(done.result())
-            if isinstance(captured, ENDED):
-                try:
-                    # Judged as settle() judges it: a call that finished
-                    # after the deadline is a timeout even when the batch
-                    # is aborted (cancelled) before its deadline handling ran.
-                    self.finish(e, self._ended(e, captured, None))
-                except BaseException:
-                    pass  # the propagating exception matters more
-                return
+        elif e.task is not None:
+            captured = e.task.ended_here()  # ended here, its result not back yet
+        if isinstance(captured, ENDED):
+            try:
+                # Judged as settle() judges it: a call that finished after
+                # the deadline is a timeout even when the batch is aborted
+                # (cancelled) before its deadline handling ran.
+                self.finish(e, self._ended(e, captured, None))
+            except BaseException:
+                pass  # the propagating exception matters more
+            return
         if f is not None:
             if e.task is not None and e.task.started_at is not None:
                 stop_started(self.executor, f, self.interrupt)

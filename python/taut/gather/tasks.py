@@ -262,6 +262,7 @@ class Task:
         "_on_start",
         "batch",
         "call_id",
+        "ended",
         "finished_at",
         "forks_at_creation",
         "handle",
@@ -285,6 +286,9 @@ class Task:
         self.token = f"taut-call-{os.getpid()}-{next(_task_counter)}"
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        # What the call returned or raised, when it ran in this process: set
+        # before finished_at (see ended_here).
+        self.ended: Returned | Raised | None = None
         self.payload: bytes | str | None = None
         self._on_start: Callable[[], None] | None = None
         # The Dask event this call sets before it begins in another process.
@@ -350,17 +354,20 @@ class Task:
         try:
             deadline = self.batch.deadline
             if deadline is None:
-                return self._call()
-            # As on a remote worker (taut.gather.remote): the call sees the
-            # batch's deadline through taut.remaining(), and scopes and
-            # gathers nested in it end by it. A scope that never raises: the
-            # batch decides what a call that outlives it counts as. Relative,
-            # so that a scope clock (taut.testing) measures it as it does.
-            with move_on_after(deadline - time.monotonic(), self.call_id):
-                captured = self._call()
-            return captured
+                returned = self._call()
+            else:
+                # As on a remote worker (taut.gather.remote): the call sees the
+                # batch's deadline through taut.remaining(), and scopes and
+                # gathers nested in it end by it. A scope that never raises: the
+                # batch decides what a call that outlives it counts as. Relative,
+                # so that a scope clock (taut.testing) measures it as it does.
+                with move_on_after(deadline - time.monotonic(), self.call_id):
+                    returned = self._call()
+            self.ended = returned
+            return returned
         except Exception as exc:
-            return Raised(exc)
+            self.ended = Raised(exc)
+            return self.ended
         except BaseException as exc:  # cancellation and the like: propagate via the gather
             return Escaped(exc)
         finally:
@@ -372,12 +379,21 @@ class Task:
             # The standard library's worker drops its work item the same way.
             del self
 
+    def ended_here(self) -> Returned | Raised | None:
+        """What the call returned or raised, once it has ended in this
+        process, even before its executor's future
+        says so: an executor may hand a result back well after the call
+        ended (an in-process Dask cluster, a wrapper that delivers later)."""
+        if self.finished_at is None:  # read first: ended is set before it
+            return None
+        return self.ended
+
     def _frame(self, thread: int | None) -> Frame:
         limiter = self.batch.limiter
         held = Slots(threading.BoundedSemaphore(1), None) if limiter is not None else None
         return Frame(self.batch, self.handle, thread, held)
 
-    def _call(self) -> Captured:
+    def _call(self) -> Returned:
         h = self.handle
         fn, args, kwargs, is_coroutine = h._fn, h._args, h._kwargs, h._is_coroutine
         del self, h  # they reach the outcome: no cycle through its traceback (see run)
@@ -415,6 +431,9 @@ class Task:
     def forget(self) -> None:
         with _TASKS_LOCK:
             _TASKS.pop(self.token, None)
+        # Settled (or gone cold): the outcome holds what it returned, and an
+        # executor that keeps its ref a while must not keep that alive too.
+        self.ended = None
 
     def elapsed(self, now: float | None = None) -> float:
         if self.started_at is None:

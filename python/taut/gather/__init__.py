@@ -90,7 +90,8 @@ uses index 0); pass ``call_id=`` for ids that must survive reordering.
 
 A call on a local executor (not a coroutine awaited by ``agather``) runs
 inside a scope ending at the batch's deadline: ``taut.remaining()`` tells its
-time left, and scopes and gathers nested in it end by it. With an executor
+time left, and scopes and gathers nested in it end by it (a gather in any
+deadline scope ends by the scope, whatever its own timeout). With an executor
 whose workers live in other processes, a call carries the batch's remaining
 time (never a clock reading) and runs there inside a deadline scope
 (``taut.remaining()`` works, ``interrupt=True`` interrupts it); it never

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from taut._checks import check_max_parallel, check_timeout, describe
+from taut._checks import check_max_parallel, check_timeout, describe, earliest
 from taut.deadline import DeadlineExpired
+from taut.deadline import remaining as scope_remaining
 from taut.gather.executors import (
     Submit,
     is_shut_down,
@@ -239,6 +240,11 @@ class Run:
         self.executor_was_open = not is_shut_down(self.executor)
         self.claim()
         self.reserve_or_release()
+        # A batch in a deadline scope ends by it, as a tool batch does (a
+        # gathered call runs in one ending at its batch's deadline): waiting
+        # past it would hold the call's worker, and report calls that ended
+        # after that deadline as done on time.
+        self.timeout = earliest(self.timeout, scope_remaining())
         if self.timeout is not None:
             self.deadline = time.monotonic() + self.timeout
             self.batch.deadline = self.deadline

@@ -121,14 +121,29 @@ def test_a_started_sync_call_whose_only_awaiter_is_cancelled_still_caches(pool: 
     asyncio.run(main())
 
 
-def test_an_awaiter_cancelled_before_its_call_started_leaves_the_handle_cold() -> None:
+class _Wrapping(cf.Executor):
+    """A plain wrapper around a pool: the batch cannot know it by its type."""
+
+    def __init__(self, pool: cf.Executor) -> None:
+        self.pool = pool
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        return self.pool.submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_an_awaiter_cancelled_before_its_call_started_leaves_the_handle_cold(
+    wrapped: bool,
+) -> None:
     # Guards the other branch: a call that provably never started may go cold
-    # (and never runs later from the queue).
+    # (and never runs later from the queue). Wrapped, before: the handle stayed
+    # "running" until the busy worker freed, though the call never began (its
+    # start is seen here: it was never pickled).
     blocker = threading.Event()
     ran: list[int] = []
     with cf.ThreadPoolExecutor(1) as one:
         one.submit(blocker.wait, LONG)
-        scheduler = Scheduler(executor=one)
+        scheduler = Scheduler(executor=_Wrapping(one) if wrapped else one)
 
         async def main() -> None:
             h = scheduler.call(ran.append, 1)

@@ -480,8 +480,13 @@ def _never_started(run: Run, e: Entry, future: cf.Future[Any]) -> bool:
     if take_back(run.executor, future):
         return True
     # Starts are observable in this process only; elsewhere it may be running.
-    local = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local
-    return local and e.task is not None and e.task.started_at is None
+    # A call never pickled (on any executor: a wrapper around a thread pool,
+    # say) can only begin here, as Run.expire judges it too.
+    task = e.task
+    if task is None or task.started_at is not None:
+        return False
+    seen_here = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local
+    return seen_here or task.starts_seen_here()
 
 
 def _settle_when_done(run: Run, e: Entry, running: asyncio.Task[Captured] | cf.Future[Any]) -> None:

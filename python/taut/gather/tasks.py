@@ -381,9 +381,9 @@ class Task:
 
     def ended_here(self) -> Returned | Raised | None:
         """What the call returned or raised, once it has ended in this
-        process, even before its executor's future
-        says so: an executor may hand a result back well after the call
-        ended (an in-process Dask cluster, a wrapper that delivers later)."""
+        process, even before its executor's future says so: an executor may
+        hand a result back well after the call ended (an in-process Dask
+        cluster, a wrapper that delivers later)."""
         if self.finished_at is None:  # read first: ended is set before it
             return None
         return self.ended

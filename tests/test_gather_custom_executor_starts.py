@@ -14,23 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from _gathering import Wrapping
 from _remote_calls import mark_then_sleep
 from _waiting import LONG, wait_until
 
 import taut
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Wrapping(cf.Executor):
-    """A plain wrapper around a pool, as an application writes one (to count
-    or log its calls, say): the batch cannot know it by its type."""
-
-    def __init__(self, pool: cf.Executor) -> None:
-        self.pool = pool
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
-        return self.pool.submit(fn, *args, **kwargs)
 
 
 @pytest.fixture(params=[taut.ThreadPoolExecutor, cf.ThreadPoolExecutor])

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _gathering import Wrapping
 
 import taut
 from taut.gather import GatherRejected, Scheduler
@@ -121,16 +122,6 @@ def test_a_started_sync_call_whose_only_awaiter_is_cancelled_still_caches(pool: 
     asyncio.run(main())
 
 
-class _Wrapping(cf.Executor):
-    """A plain wrapper around a pool: the batch cannot know it by its type."""
-
-    def __init__(self, pool: cf.Executor) -> None:
-        self.pool = pool
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
-        return self.pool.submit(fn, *args, **kwargs)
-
-
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_an_awaiter_cancelled_before_its_call_started_leaves_the_handle_cold(
     wrapped: bool,
@@ -143,7 +134,7 @@ def test_an_awaiter_cancelled_before_its_call_started_leaves_the_handle_cold(
     ran: list[int] = []
     with cf.ThreadPoolExecutor(1) as one:
         one.submit(blocker.wait, LONG)
-        scheduler = Scheduler(executor=_Wrapping(one) if wrapped else one)
+        scheduler = Scheduler(executor=Wrapping(one) if wrapped else one)
 
         async def main() -> None:
             h = scheduler.call(ran.append, 1)

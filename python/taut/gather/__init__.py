@@ -96,13 +96,13 @@ whose workers live in other processes, a call carries the batch's remaining
 time (never a clock reading) and runs there inside a deadline scope
 (``taut.remaining()`` works, ``interrupt=True`` interrupts it); it never
 begins after its deadline, and one that ends at or after it is ``timeout``,
-told there by the clock its deadline is on. On Dask each call announces its start before it
-checks the batch's fence, so at the deadline a call is ``not_started`` only
-when it provably never began and never will; every other submitted, unfinished
-call is ``timeout`` (so a journaled call is not run twice) and its remote
-future is cancelled. A scheduler that does not answer within a few seconds
-of the deadline is not waited for: its calls count as started. On a
-``ProcessPoolExecutor`` a call the pool still gives back at the deadline is
+told there by the clock its deadline is on. On Dask each call announces its
+start before it checks the batch's fence, so at the deadline a call is
+``not_started`` only when it provably never began and never will; every
+other submitted, unfinished call is ``timeout`` (so a journaled call is not
+run twice) and its remote future is cancelled. A scheduler that does not
+answer within a few seconds of the deadline is not waited for: its calls
+count as started. On a ``ProcessPoolExecutor`` a call the pool still gives back at the deadline is
 ``not_started``; other multi-process executors count every submitted,
 unfinished call as started, except one not yet pickled (it can no longer
 begin anywhere). In-process executors (thread pools, an in-process Dask
@@ -480,13 +480,8 @@ def _never_started(run: Run, e: Entry, future: cf.Future[Any]) -> bool:
     if take_back(run.executor, future):
         return True
     # Starts are observable in this process only; elsewhere it may be running.
-    # A call never pickled (on any executor: a wrapper around a thread pool,
-    # say) can only begin here, as Run.expire judges it too.
     task = e.task
-    if task is None or task.started_at is not None:
-        return False
-    seen_here = isinstance(run.executor, cf.ThreadPoolExecutor) or run.batch.local
-    return seen_here or task.starts_seen_here()
+    return task is not None and task.started_at is None and run.sees_start_of(task)
 
 
 def _settle_when_done(run: Run, e: Entry, running: asyncio.Task[Captured] | cf.Future[Any]) -> None:

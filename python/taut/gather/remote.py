@@ -174,19 +174,20 @@ def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
                 announced.clear()
                 return FENCED
     fn, args, kwargs = pickle.loads(payload)
+    deadline = terms.deadline if terms is not None else None
     began = time.monotonic()
     try:
-        if terms is not None and terms.deadline is not None:
-            with fail_at(terms.deadline, terms.label, interrupt=terms.interrupt):
+        if terms is not None and deadline is not None:
+            with fail_at(deadline, terms.label, interrupt=terms.interrupt):
                 captured: Returned | Raised = Returned(_call(fn, args, kwargs))
         else:
             captured = Returned(_call(fn, args, kwargs))
     except Exception as exc:
         captured = Raised(exc)
-    if terms is not None and terms.deadline is not None and time.monotonic() >= terms.deadline:
+    if deadline is not None and time.monotonic() >= deadline:
         # Ended at or past its deadline: a timeout (see Overran), told here by
         # the clock that deadline is on, not by when the caller gets to look.
-        return Overran(max(0.0, terms.deadline - began))
+        return Overran(max(0.0, deadline - began))
     # Pickled outside the deadline scope: an interrupt landing in pickle.dumps
     # would be taken for a value that cannot be pickled.
     return _ship(captured)

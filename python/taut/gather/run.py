@@ -415,11 +415,8 @@ class Run:
         future = e.future
         started = task.started_at is not None
         observable = (
-            (e.afuture is not None and future is None)  # an asyncio task on this loop
-            or isinstance(self.executor, cf.ThreadPoolExecutor)
-            or self.batch.local
-            or task.starts_seen_here()  # any executor that kept the call in this process
-        )
+            e.afuture is not None and future is None  # an asyncio task on this loop
+        ) or self.sees_start_of(task)
         if not started and not observable:
             if future is not None and take_back(self.executor, future):
                 # Still waiting in a process pool: taken back, it never begins
@@ -441,6 +438,15 @@ class Run:
             if e.afuture is not None:
                 e.afuture.cancel()
             self.finish(e, Outcome(e.call_id, "not_started"))
+
+    def sees_start_of(self, task: Task) -> bool:
+        """Whether ``task``'s call can begin only in this process, where its
+        start is recorded: on a thread pool, an in-process Dask cluster, or
+        any executor that never pickled it (a wrapper around a thread pool,
+        say). Then a call with no start recorded has not begun, and once the
+        fence is up it never will."""
+        local = isinstance(self.executor, cf.ThreadPoolExecutor) or self.batch.local
+        return local or task.starts_seen_here()
 
     def _started_elsewhere(self, task: Task) -> bool:
         """Whether a call in another process may have begun (taut.gather.remote)."""

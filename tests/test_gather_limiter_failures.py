@@ -157,7 +157,9 @@ def test_an_acquire_that_raises_settles_the_calls_already_running_then_raises(
     # Once the limiter works again, the same handles finish the batch.
     outs = gather_with(asynchronous, handles, executor=pool, limiter=limiter, journal=journal)
     assert [o.value for o in outs] == ["first", "second", "third"]
-    assert ran == ["first", "second", "third"]
+    # Each once; second and third run side by side on the pool (4 workers,
+    # 10 slots), in either order.
+    assert ran[0] == "first" and sorted(ran[1:]) == ["second", "third"], ran
 
 
 class AnswersNone:

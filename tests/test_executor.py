@@ -842,6 +842,46 @@ def test_workers_submitting_into_their_full_queue_wait_only_while_another_can_ma
         ex.shutdown()
 
 
+def test_a_worker_waiting_for_room_is_refused_once_the_pool_shrinks_to_it():
+    # Two workers, the queue full; one worker waits in submit() for room
+    # (the other could still make it). Then resize(1): the other worker,
+    # surplus now, retires after its call instead of taking the queued one,
+    # so the waiting worker is the last one and nothing will make room. It
+    # must be refused as the last worker is (QueueFull), not wait for good.
+    # (Before: it waited for good, and the queued call never ran.)
+    submitter_gate, other_gate = Gate(), Gate()
+    outcome: list[str] = []
+
+    def submits_into_its_own_pool() -> None:
+        submitter_gate()
+        try:
+            ex.submit(abs, -1)
+            outcome.append("submitted")
+        except QueueFull:
+            outcome.append("refused")
+        except RuntimeError:
+            outcome.append("waited until shutdown")
+
+    ex = taut.ThreadPoolExecutor(2, max_queue=1)
+    watchdog = threading.Timer(LONG, lambda: ex.shutdown(wait=False, cancel_futures=True))
+    watchdog.start()
+    try:
+        submitter = ex.submit(submits_into_its_own_pool)
+        ex.submit(other_gate)
+        wait_until(lambda: submitter_gate.started == 1 and other_gate.started == 1)
+        queued = ex.submit(abs, -2)  # fills the queue
+        submitter_gate.open.set()
+        wait_until(lambda: ex._workers_waiting_for_room == 1)
+        ex.resize(1)
+        other_gate.open.set()
+        submitter.result(2 * LONG)
+        assert outcome == ["refused"]
+        assert queued.result(LONG) == 2
+    finally:
+        watchdog.cancel()
+        ex.shutdown()
+
+
 def test_resize_wakes_a_submitter_blocked_on_a_full_queue():
     gate = Gate()
     with taut.ThreadPoolExecutor(1, max_queue=1) as ex:

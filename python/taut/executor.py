@@ -56,6 +56,13 @@ class QueueFull(queue.Full):
     """``try_submit`` found the bounded queue (``max_queue``) full."""
 
 
+# Seconds a worker waiting for room in its own pool's full queue waits
+# before it checks again whether another worker could still make room (see
+# _wait_for_room_on_a_worker). Only a worker that submits into its own full
+# queue ever waits this way.
+_WORKER_ROOM_RECHECK = 0.05
+
+
 # PoolStats once stats() has loaded it: a load through _lazy_import on every
 # call made stats() seven times slower (2.4 against 0.33 us, measured).
 _pool_stats_class: type[PoolStats] | None = None
@@ -318,64 +325,79 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         future: Future[Any] = Future()
         future._core = core = self._core
         waiting_at = None
-        while True:
-            try:
-                if tracker is None:
-                    spawn = core.submit(future, fn, args, kwargs)
-                else:
-                    spawn, waiting_at = core.submit_tracked(future, fn, args, kwargs, tracker)
-                break
-            except QueueFull:
-                # Only workers make room: start any an interrupted submit
-                # left unstarted (each accepted submission does, but a full
-                # queue accepts none).
-                self._spawn()
-                if not block:
+        # This worker counts as waiting for room in its own pool from its
+        # first wait until this submit ends (see _wait_for_room_on_a_worker).
+        waiting_on_worker = False
+        try:
+            while True:
+                try:
+                    if tracker is None:
+                        spawn = core.submit(future, fn, args, kwargs)
+                    else:
+                        spawn, waiting_at = core.submit_tracked(future, fn, args, kwargs, tracker)
+                    break
+                except QueueFull:
+                    # Only workers make room: start any an interrupted submit
+                    # left unstarted (each accepted submission does, but a full
+                    # queue accepts none).
+                    self._spawn()
+                    if not block:
+                        raise
+                    if _running_loop() is not None:
+                        # Waiting here would stall the event loop (and every
+                        # request it serves): refuse at once instead.
+                        raise QueueFull(
+                            f"the queue is full: max_queue={self._max_queue} calls waiting; "
+                            "submit() on an event loop's thread does not wait for room: "
+                            "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
+                        ) from None
+                except RuntimeError:
+                    self._check_open()
                     raise
-                if _running_loop() is not None:
-                    # Waiting here would stall the event loop (and every
-                    # request it serves): refuse at once instead.
-                    raise QueueFull(
-                        f"the queue is full: max_queue={self._max_queue} calls waiting; "
-                        "submit() on an event loop's thread does not wait for room: "
-                        "use `await executor.run(fn, ...)` or `taut.to_thread(fn, ...)`"
-                    ) from None
-            except RuntimeError:
-                self._check_open()
-                raise
-            # The queue is full: wait for room outside the `except`, so that
-            # a Ctrl-C (or our own QueueFull) meanwhile is not shown as
-            # raised while handling the core's QueueFull.
-            if core.in_worker():
-                self._wait_for_room_on_a_worker()
-            else:
-                core.wait_for_room()
+                # The queue is full: wait for room outside the `except`, so that
+                # a Ctrl-C (or our own QueueFull) meanwhile is not shown as
+                # raised while handling the core's QueueFull.
+                if core.in_worker():
+                    waiting_on_worker = self._wait_for_room_on_a_worker(waiting_on_worker)
+                else:
+                    core.wait_for_room()
+        finally:
+            if waiting_on_worker:
+                with self._room_lock:
+                    self._workers_waiting_for_room -= 1
         if spawn:
             self._spawn_for(future)
         if tracker is not None and waiting_at is not None:
             tracker.wait(waiting_at)
         return future
 
-    def _wait_for_room_on_a_worker(self) -> None:
+    def _wait_for_room_on_a_worker(self, counted: bool) -> bool:
         """``submit`` on one of this executor's own workers found the queue
         full. Only a worker makes room, by taking a call: if every other
         worker already waits for room here, this one must not wait too (the
-        pool would wait for itself for good), so it raises instead."""
+        pool would wait for itself for good), so it raises instead.
+
+        It waits one slice, then its caller tries again and asks again:
+        the answer holds only while the other workers stay, and one may
+        leave without making room (a surplus worker retiring after
+        ``resize`` shrank the pool), leaving this one the last. ``counted``:
+        an earlier slice of this submit counted this worker as waiting.
+        Returns True: it is counted now, and the caller uncounts it when
+        its submit ends."""
         with self._room_lock:
             workers = self._core.stats()[1]
-            if self._workers_waiting_for_room + 1 >= workers:
+            others_waiting = self._workers_waiting_for_room - int(counted)
+            if others_waiting + 1 >= workers:
                 raise QueueFull(
                     f"the queue is full: max_queue={self._max_queue} calls waiting, and "
                     f"the other {workers - 1} worker(s) of this executor already wait for "
                     "room: submit() on its own worker does not wait too, as nothing would "
                     "make room; run the call inline, or use a larger max_queue"
                 )
-            self._workers_waiting_for_room += 1
-        try:
-            self._core.wait_for_room()
-        finally:
-            with self._room_lock:
-                self._workers_waiting_for_room -= 1
+            if not counted:
+                self._workers_waiting_for_room += 1
+        self._core.wait_for_room(_WORKER_ROOM_RECHECK)
+        return True
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedule ``fn(*args, **kwargs)``; with a bounded queue, wait

@@ -150,3 +150,36 @@ def test_a_busy_state_lock_sends_the_worker_to_the_futures_own_methods(held_whil
             assert watched._state == held_state
         assert blocker.result(timeout=30) is True
         assert [f.result(timeout=30) for f in futures] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("condition", ["made", "not made"])
+def test_a_cancel_whose_done_callback_raises_keyboardinterrupt_still_wakes_and_dequeues(
+    condition: str,
+) -> None:
+    """cancel() runs the done callbacks, which may raise KeyboardInterrupt
+    (the standard library passes it on). Its waiters must be woken anyway,
+    as the standard library's are (notified before the callbacks run), and
+    the call must leave the queue. Before, with the Condition made (by a
+    wait()), the parked result() waiter slept on for good and the call
+    stayed queued."""
+    release = threading.Event()
+    with taut.ThreadPoolExecutor(1) as ex:
+        blocker = ex.submit(release.wait, 30)
+        future = ex.submit(_identity, 5)
+        if condition == "made":
+            assert future._condition is not None  # made, as wait() and as_completed() do
+        thread, outcome = _park_in("result", future)
+
+        def interrupting_callback(_: object) -> None:
+            raise KeyboardInterrupt
+
+        future.add_done_callback(interrupting_callback)
+        with pytest.raises(KeyboardInterrupt):
+            future.cancel()
+        thread.join(10)
+        assert not thread.is_alive(), "the result() waiter was never woken"
+        assert isinstance(outcome[0], cf.CancelledError)
+        assert ex.stats().queued == 0  # out of the queue, not waiting for a worker
+        assert future._state == "CANCELLED_AND_NOTIFIED"
+        release.set()
+        blocker.result(timeout=10)

@@ -264,11 +264,44 @@ class Future(_cf.Future["_T"]):
         if fast:
             if gates:
                 _release_all(gates)
-            self._invoke_callbacks()  # type: ignore[attr-defined]
-        elif super().cancel():
-            self._wake_waiting_results()
         else:
-            return False
+            cancelled = self._cancel_under_condition()
+            if cancelled is None:
+                return False
+            self._wake_waiting_results()
+            if not cancelled:
+                # Cancelled before, its callbacks ran then: only finish
+                # what an interrupt may have cut short of that cancel.
+                self._leave_queue()
+                return True
+        # Every waiter is woken before the callbacks run, and the call leaves
+        # the queue even if one raises (KeyboardInterrupt, SystemExit: the
+        # base class passes those on): it never runs, so nothing else would
+        # tell wait()/as_completed(), or give its room in a bounded queue.
+        try:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        finally:
+            self._leave_queue()
+        return True
+
+    def _cancel_under_condition(self) -> bool | None:
+        """The base class's ``cancel()`` without its callbacks, which
+        ``cancel`` runs once the waiters are woken: True if this cancelled
+        the future, False if it was cancelled already, None if it cannot
+        be (running or finished)."""
+        cond = self._condition
+        with cond:
+            state = self._state
+            if state in (_RUNNING, _FINISHED):
+                return None
+            if state in _CANCELLED_STATES:
+                return False
+            self._state = _CANCELLED
+            cond.notify_all()
+        return True
+
+    def _leave_queue(self) -> None:
+        """A cancelled future's call leaves its pool's queue, if still there."""
         core = self._core
         if core is not None and self._state == _CANCELLED:
             removed = core.remove(self._seq)
@@ -281,7 +314,6 @@ class Future(_cf.Future["_T"]):
         elif self._seq == -1 and self._state == _CANCELLED:
             # Taken out of the queue by hand (_work_queue.get()): likewise.
             self.set_running_or_notify_cancel()
-        return True
 
     def add_done_callback(self, fn: Callable[[_cf.Future[_T]], object]) -> None:
         # Without the Condition when nobody waits: asyncio.wrap_future (so

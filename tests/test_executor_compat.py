@@ -734,6 +734,35 @@ def test_a_call_settled_by_hand_while_running_counts_as_what_it_did(raises, capl
         ex.shutdown(wait=True)
 
 
+@pytest.mark.parametrize("error", [RuntimeError, KeyError])
+@pytest.mark.parametrize("cls", _BOTH)
+def test_map_over_an_input_that_fails_midway_runs_the_calls_it_submitted(cls, error):
+    # The stdlib's map submits a call per item read; an error of the input
+    # itself reaches the caller, and the calls submitted before it still
+    # run. taut's map took a RuntimeError of the input for its pool refusing
+    # a call and cancelled every call still queued (ran [0] of [0, 1, 2];
+    # KeyError was fine).
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def items():
+        yield from range(3)
+        raise error("the input broke")
+
+    def record(item: int) -> None:
+        assert gate.wait(LONG)
+        ran.append(item)
+
+    ex = cls(1)
+    try:
+        with pytest.raises(error, match="the input broke"):
+            ex.map(record, items())
+    finally:
+        gate.set()
+        ex.shutdown(wait=True)
+    assert ran == [0, 1, 2]
+
+
 @pytest.mark.parametrize("cls", _BOTH)
 def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
     ex = cls(1)

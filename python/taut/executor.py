@@ -545,21 +545,25 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         submit = core.submit
         futures: list[Future[Any]] = []
         append = futures.append
-        try:
-            for args in arg_tuples:
-                future: Future[Any] = Future()
-                future._core = core
+        # Reading the input is outside the `try`: its own error (a
+        # RuntimeError too) reaches the caller and leaves the calls submitted
+        # so far to run, as the stdlib's map does. Only the pool refusing a
+        # call cancels them.
+        for args in arg_tuples:
+            future: Future[Any] = Future()
+            future._core = core
+            try:
                 spawn = submit(future, fn, args)
                 # Listed before its worker starts: if no thread can start,
                 # it is cancelled (taken out of the queue) with the others.
                 append(future)
                 if spawn:
                     self._spawn()
-        except RuntimeError:
-            for queued in futures:
-                queued.cancel()
-            self._check_open()
-            raise
+            except RuntimeError:
+                for queued in futures:
+                    queued.cancel()
+                self._check_open()
+                raise
         return futures
 
     # -- workers --------------------------------------------------------

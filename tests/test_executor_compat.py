@@ -764,6 +764,35 @@ def test_map_over_an_input_that_fails_midway_runs_the_calls_it_submitted(cls, er
 
 
 @pytest.mark.parametrize("cls", _BOTH)
+def test_map_refused_midway_by_a_shutdown_runs_the_calls_it_submitted_before(cls):
+    # A shutdown (without cancel_futures) lets the calls already accepted
+    # run; one that lands in the middle of a map refuses the rest of it.
+    # The stdlib's map raises the refusal and the calls it submitted before
+    # run; taut's cancelled them (ran [] where the stdlib ran [0, 1]).
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def items():
+        yield 0
+        yield 1
+        ex.shutdown(wait=False)
+        yield 2
+
+    def record(item: int) -> None:
+        assert gate.wait(LONG)
+        ran.append(item)
+
+    ex = cls(1)
+    try:
+        with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+            ex.map(record, items())
+    finally:
+        gate.set()
+        ex.shutdown(wait=True)
+    assert ran == [0, 1]
+
+
+@pytest.mark.parametrize("cls", _BOTH)
 def test_map_on_a_shut_down_executor_fails_with_its_first_call_only(cls):
     ex = cls(1)
     ex.shutdown()

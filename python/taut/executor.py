@@ -545,25 +545,28 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         submit = core.submit
         futures: list[Future[Any]] = []
         append = futures.append
-        # Reading the input is outside the `try`: its own error (a
-        # RuntimeError too) reaches the caller and leaves the calls submitted
-        # so far to run, as the stdlib's map does. Only the pool refusing a
-        # call cancels them.
+        # As with the stdlib's map, an error of the input (a RuntimeError
+        # too) or a refusal of the pool (shut down or broken meanwhile)
+        # reaches the caller, and the calls submitted so far run. Only a
+        # worker thread that cannot start takes them back (see _spawn_for).
         for args in arg_tuples:
             future: Future[Any] = Future()
             future._core = core
             try:
                 spawn = submit(future, fn, args)
-                # Listed before its worker starts: if no thread can start,
-                # it is cancelled (taken out of the queue) with the others.
-                append(future)
-                if spawn:
-                    self._spawn()
             except RuntimeError:
-                for queued in futures:
-                    queued.cancel()
                 self._check_open()
                 raise
+            # Listed before its worker starts: if no thread can start, it
+            # is cancelled (taken out of the queue) with the others.
+            append(future)
+            if spawn:
+                try:
+                    self._spawn()
+                except RuntimeError:
+                    for queued in futures:
+                        queued.cancel()
+                    raise
         return futures
 
     # -- workers --------------------------------------------------------

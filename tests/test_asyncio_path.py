@@ -67,6 +67,45 @@ def test_stop_iteration_from_the_call_still_settles_the_await() -> None:
     asyncio.run(main())
 
 
+class _UnprintableStop(StopIteration):
+    """A StopIteration whose repr and str raise: as one carrying an object
+    that cannot be shown (a lazy proxy, a detached ORM row) does."""
+
+    def __repr__(self) -> str:
+        raise ValueError("no repr")
+
+    def __str__(self) -> str:
+        raise ValueError("no str")
+
+
+@pytest.mark.parametrize("path", ["run", "to_thread", "run_in_executor"])
+def test_an_unprintable_stop_iteration_from_the_call_still_settles_the_await(path: str) -> None:
+    # The StopIteration is wrapped in a RuntimeError whose message shows it.
+    # Before, building that message called its repr, which raised inside the
+    # loop's reader callback: the error went to the loop's exception handler
+    # and the completion was lost, the await never settled ('TimeoutError'
+    # from the wait_for below, for each of the three paths).
+    def stop() -> None:
+        raise _UnprintableStop("done")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with taut.ThreadPoolExecutor(1) as ex:
+            loop.set_default_executor(ex)
+            call = {
+                "run": lambda: ex.run(stop),
+                "to_thread": lambda: taut.to_thread(stop),
+                "run_in_executor": lambda: loop.run_in_executor(ex, stop),
+            }[path]
+            with pytest.raises(RuntimeError, match="_UnprintableStop") as caught:
+                await asyncio.wait_for(call(), 10)
+            assert isinstance(caught.value.__cause__, _UnprintableStop)
+            # The loop's channel still serves the next call.
+            assert await asyncio.wait_for(ex.run(abs, -3), LONG) == 3
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(
     "raised",
     [

@@ -42,6 +42,7 @@ import sys
 import weakref
 from typing import Any, Callable, Protocol
 
+from taut._checks import describe
 from taut._core import Deadline, LoopChannel
 from taut._fork_locks import fork_safe_lock
 
@@ -290,9 +291,11 @@ def awaitable_error(exc: BaseException) -> BaseException:
     original stays reachable as ``__cause__``). And asyncio futures refuse
     StopIteration (it would end the awaiting coroutine silently); the
     standard library then never settles the awaiting future. Wrap it so the
-    caller still gets an outcome."""
+    caller still gets an outcome. (Shown with ``describe``: this runs in the
+    loop's reader callback, where a repr that raises, as one of a
+    StopIteration carrying an unprintable value does, lost the outcome.)"""
     if isinstance(exc, StopIteration):
-        error = RuntimeError(f"the call raised {exc!r}")
+        error = RuntimeError(f"the call raised {describe(exc)}")
         error.__cause__ = exc
         return error
     converted = _ASYNCIO_ERRORS.get(type(exc))

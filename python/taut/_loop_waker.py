@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import socket
 import sys
 import weakref
@@ -348,6 +349,21 @@ last_seen: list[
         weakref.ReferenceType[LoopChannel] | None,
     ]
 ] = [(None, None, False, None)]
+
+
+def _forget_the_parents_loops() -> None:
+    """In a forked child: no loop of the parent runs here (asyncio refuses
+    them), yet the one seen last, if the fork came from inside it, still
+    carries the ``_thread_id`` of the thread that forked, which is the
+    child's only thread. Trusted as the running loop (see ``last_seen``), it
+    took the place of the child's own loop: a scope in a task of that loop
+    was armed on the parent's, which never runs, so its task was never
+    cancelled at the deadline. Forgotten, the child's loop is looked up."""
+    last_seen[0] = (None, None, False, None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_loops)
 
 
 def _let_closed_loops_go() -> None:

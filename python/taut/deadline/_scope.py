@@ -237,9 +237,11 @@ class DeadlineScope(_core.ScopeCore):
         if found is None:
             raise RuntimeError("`async with` a deadline scope must run inside an asyncio task")
         loop, task = found
-        # (Before 3.12, in a forked child still running its parent's loop, the
-        # Rust fast path trusts the loop's _thread_id and enters; asyncio,
-        # and so this path, refuses: that loop does not run in the child.)
+        # (In a forked child still running its parent's loop, asyncio, and so
+        # this path, refuses: that loop does not run in the child. So does
+        # the Rust fast path, which trusts the loop's _thread_id before 3.12:
+        # the child forgets the loop seen last, see
+        # _loop_waker._forget_the_parents_loops.)
         self._enter(loop, task)
         return self
 

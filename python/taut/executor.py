@@ -168,6 +168,30 @@ def _usable_cpu_count() -> int | None:
     return result
 
 
+def _submit_each(
+    executor: ThreadPoolExecutor, fn: Callable[..., _T], arg_tuples: Iterable[tuple[Any, ...]]
+) -> list[Future[_T]]:
+    """``executor.submit(fn, *args)`` for each of ``arg_tuples``, for ``map``.
+
+    A full bounded queue that refuses a submit (``QueueFull``: on an event
+    loop's thread ``submit`` does not wait for room) refuses the whole map:
+    the calls it queued before are cancelled (those already running finish).
+    That is load shedding: the caller gets none of their futures, and a
+    refused request must not spend the capacity that is short on part of
+    itself (retried, it would run them twice). Any other error midway (the
+    input raising, a shutdown meanwhile, a Ctrl-C) leaves the calls
+    submitted before it to run, as the standard library's ``map`` does."""
+    futures: list[Future[_T]] = []
+    try:
+        for args in arg_tuples:
+            futures.append(executor.submit(fn, *args))
+    except QueueFull:
+        for future in futures:
+            future.cancel()
+        raise
+    return futures
+
+
 def _buffered_results(
     executor: ThreadPoolExecutor,
     fn: Callable[..., _T],
@@ -178,7 +202,7 @@ def _buffered_results(
     """``map(..., buffersize=n)``'s iterator: ``n`` calls submitted at once,
     then one more each time a result is asked for, before waiting for it."""
     pending = collections.deque(
-        executor.submit(fn, *args) for args in itertools.islice(arg_tuples, buffersize)
+        _submit_each(executor, fn, itertools.islice(arg_tuples, buffersize))
     )
     # Weak: an iterator left lying around does not keep the executor alive
     # (nor, through it, its workers), as in the standard library.
@@ -519,7 +543,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # mock.patch.object does) sees every call, as with the stdlib's map.
             or getattr(self.submit, "__func__", None) is not ThreadPoolExecutor.submit
         ):
-            futures = [self.submit(fn, *args) for args in arg_tuples]
+            futures = _submit_each(self, fn, arg_tuples)
         else:
             futures = self._submit_all(fn, arg_tuples)
 

@@ -389,6 +389,30 @@ def test_abandon_replaces_the_worker_and_interrupt_raises_inside_the_call():
         assert not ex.interrupt(finished, TimeoutError)
 
 
+def test_an_abandoned_call_leaves_running_and_is_counted_as_it_ends():
+    # The accounting PoolStats documents: every call in exactly one of
+    # queued, running, completed, failed, cancelled, except an abandoned
+    # call while it still runs; it is counted as it ends, and abandoned
+    # counts it throughout.
+    release = threading.Event()
+    ex = taut.ThreadPoolExecutor(1)
+    try:
+        assert ex.submit(abs, -1).result(LONG) == 1
+        hung = ex.submit(release.wait, LONG)
+        wait_until(hung.running)
+        assert ex.abandon(hung)
+        stats = ex.stats()
+        assert (stats.running, stats.completed, stats.abandoned) == (0, 1, 1), stats
+        release.set()
+        assert hung.result(LONG) is True
+        wait_until(lambda: ex.stats().completed == 2)
+        stats = ex.stats()
+        assert (stats.running, stats.queued, stats.failed, stats.abandoned) == (0, 0, 0, 1)
+    finally:
+        release.set()
+        ex.shutdown()
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="max_workers must be greater than 0"):
         taut.ThreadPoolExecutor(0)
@@ -801,6 +825,9 @@ def test_the_only_worker_submitting_into_its_full_queue_is_refused_not_stuck():
         first.result(2 * LONG)
         assert len(outcome) == 1
         assert "max_queue=1" in outcome[0] and "run the call inline" in outcome[0]
+        # Said as it is (before: "the other 0 worker(s) of this executor
+        # already wait for room").
+        assert "this is the executor's only worker" in outcome[0]
     finally:
         watchdog.cancel()
         ex.shutdown()

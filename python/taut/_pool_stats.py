@@ -12,7 +12,16 @@ __all__ = ["PoolStats"]
 
 
 class PoolStats(NamedTuple):
-    """A snapshot of one executor's pool."""
+    """A snapshot of one executor's pool.
+
+    ``workers``, ``idle``, ``running`` and ``queued`` are now; ``completed``,
+    ``failed``, ``cancelled`` and ``abandoned`` count since the pool began.
+    Every call submitted is in exactly one of ``queued``, ``running``,
+    ``completed``, ``failed``, ``cancelled``, except a call whose worker was
+    abandoned (``abandon()``, or a bounded run giving up on it) while it
+    still runs: it has left ``running`` (its worker no longer counts against
+    ``max_workers``) and is counted in ``completed`` or ``failed`` when it
+    ends; ``abandoned`` counts such calls, ended or not."""
 
     max_workers: int
     workers: int

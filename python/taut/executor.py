@@ -412,10 +412,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             workers = self._core.stats()[1]
             others_waiting = self._workers_waiting_for_room - int(counted)
             if others_waiting + 1 >= workers:
+                others = (
+                    "this is the executor's only worker"
+                    if workers <= 1
+                    else f"the other {workers - 1} worker(s) of this executor already wait for room"
+                )
                 raise QueueFull(
                     f"the queue is full: max_queue={self._max_queue} calls waiting, and "
-                    f"the other {workers - 1} worker(s) of this executor already wait for "
-                    "room: submit() on its own worker does not wait too, as nothing would "
+                    f"{others}: submit() on its own worker does not wait, as nothing would "
                     "make room; run the call inline, or use a larger max_queue"
                 )
             if not counted:

@@ -1048,3 +1048,43 @@ def test_coroutine_tools_still_run(runners: list[ToolRunner]) -> None:
 
     (result,) = make(runners, 1).run([ToolCall("c", coro, {"q": "x"}, read_only=True)])
     assert (result.status, result.text) == ("ok", "coro x")
+
+
+# ------------------------------------------------- a pool shut down between groups
+
+
+def test_pool_shut_down_between_groups_keeps_the_results_of_the_calls_that_ran(
+    runners: list[ToolRunner],
+) -> None:
+    # A runner shut down while its batch runs (here by the batch's own first
+    # tool, deterministically; in an app, by another thread closing the
+    # agent) cancels the calls not yet started, as a gather does for the
+    # calls its pool refuses. Before, the next group's gather took the shut
+    # pool for the caller's mistake and raised RuntimeError, losing the
+    # result of the tool that had run, side effects and all.
+    runner = make(runners, 2)
+    ran: list[str] = []
+
+    def close_the_agent() -> str:
+        ran.append("close")
+        runner.shutdown(wait=False)
+        return "closed"
+
+    def save() -> str:
+        ran.append("save")
+        return "saved"
+
+    first, second = runner.run(
+        [ToolCall("close", close_the_agent, call_id="a"), ToolCall("save", save, call_id="b")]
+    )
+    assert ran == ["close"]
+    assert (first.call_id, first.status, first.text) == ("a", "ok", "closed")
+    assert (second.call_id, second.status, second.started) == ("b", "error", False)
+    assert second.text == "Error executing tool 'save': cancelled"
+
+
+def test_pool_shut_down_before_the_batch_still_refuses_it(runners: list[ToolRunner]) -> None:
+    runner = make(runners, 1)
+    runner.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        runner.run([ToolCall("save", lambda: "saved")])

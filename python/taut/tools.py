@@ -48,6 +48,7 @@ from taut._checks import check_count, check_timeout, describe, earliest
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, GatherRejected, Outcome, Scheduler, Submission
+from taut.gather.executors import is_shut_down
 from taut.gather.handles import nested_argument
 from taut.gather.limits import check_limiter
 
@@ -380,6 +381,10 @@ class ToolRunner:
         run_limit = check_timeout(timeout)
         parallel_timeout, alone_timeout = self.batch_timeout(), self.sequential_timeout()
         notify = on_notice if on_notice is not None else self._on_notice
+        # A pool shut down before the batch began refuses it (the first
+        # submit says so); one shut down while it runs cancels the calls not
+        # yet started, in this group and the groups after it (see _run_group).
+        pool_was_open = not is_shut_down(self._executor)
         ids = _result_ids(batch)
         results: list[ToolResult | None] = [None] * len(batch)
         for group in _groups(batch):
@@ -388,7 +393,8 @@ class ToolRunner:
             limit = _earliest(configured, left, scope_remaining())
             group_ids = [ids[i] for i in group]
             for index, result in zip(
-                group, self._run_group(batch, arguments, group, group_ids, limit, notify)
+                group,
+                self._run_group(batch, arguments, group, group_ids, limit, notify, pool_was_open),
             ):
                 results[index] = result
         return [r for r in results if r is not None]
@@ -401,6 +407,7 @@ class ToolRunner:
         ids: Sequence[str],
         timeout: float | None,
         notify: Callable[[QueueNotice], object] | None,
+        pool_was_open: bool,
     ) -> list[ToolResult]:
         # The arguments are bound here, not passed to Scheduler.call: its own
         # keywords (call_id) would take them, and the tool would never see them.
@@ -459,6 +466,19 @@ class ToolRunner:
                 limiter=self._limiter,
                 on_slot_wait=on_slot_wait if listening else None,
             )
+        except RuntimeError:
+            # Each group is a gather of its own, and a gather takes a pool shut
+            # down before it began for its caller's mistake: it raises at its
+            # first submit, before any call of the group has run. For the tool
+            # batch the pool was shut down while the batch ran (another thread
+            # closing the agent, a tool of an earlier group): its calls are
+            # cancelled, as a gather cancels the calls its pool refuses, and
+            # the results of the calls that ran still come back.
+            if not (pool_was_open and is_shut_down(self._executor)) or any(
+                h.outcome() is not None for h in handles
+            ):
+                raise
+            outcomes = [Outcome(call_id, "cancelled") for call_id in ids]
         finally:
             # A call that waited and never began (the deadline came first, a
             # pool shut down meanwhile refused it, or the batch was cancelled

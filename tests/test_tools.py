@@ -1088,3 +1088,23 @@ def test_pool_shut_down_before_the_batch_still_refuses_it(runners: list[ToolRunn
     runner.shutdown()
     with pytest.raises(RuntimeError, match="after shutdown"):
         runner.run([ToolCall("save", lambda: "saved")])
+
+
+def test_configured_sequential_call_applies_when_only_concurrent_batch_is_given(
+    runners: list[ToolRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "read from the config at each batch unless given to the constructor":
+    # a runner given only concurrent_batch_timeout still reads
+    # tools.sequential_call from the config (config check says it applies).
+    # Before, the constructor's concurrent value was taken instead (30.0).
+    monkeypatch.delenv("TAUT_CONFIG", raising=False)
+    config = {"timeouts": {"tools": {"sequential_call": 7}}}
+    r = make(runners, 1, concurrent_batch_timeout=30, config=config)
+    assert r.batch_timeout() == 30.0
+    assert r.sequential_timeout() == 7.0
+    # Not set in the config: the default is the concurrent value, the constructor's.
+    r2 = make(runners, 1, concurrent_batch_timeout=30, config={"timeouts": {}})
+    assert r2.sequential_timeout() == 30.0
+    # Given to the constructor: it wins over the config.
+    r3 = make(runners, 1, sequential_call_timeout=2, config=config)
+    assert r3.sequential_timeout() == 2.0

@@ -331,10 +331,18 @@ class ToolRunner:
         """The deadline of a call that runs alone, in seconds (``None`` = none)."""
         if not isinstance(self._sequential_timeout, _FromConfig):
             return self._sequential_timeout
-        if not isinstance(self._batch_timeout, _FromConfig):
-            return self._batch_timeout
-        value = _config_value(taut_config.sequential_call_timeout, self._config, FROM_CONFIG)
-        return self.batch_timeout() if value is FROM_CONFIG else check_timeout(value)
+        # tools.sequential_call of the config, else the concurrent deadline
+        # this runner applies (the constructor's when it was given one): a
+        # concurrent_batch_timeout given to the constructor overrides only
+        # tools.concurrent_batch, not a sequential_call the config sets.
+        concurrent = self.batch_timeout()
+
+        def sequential_call(config: Any) -> Any:
+            return taut_config.resolve_timeout(
+                taut_config.SEQUENTIAL_CALL_KEY, default=concurrent, config=config
+            )
+
+        return check_timeout(_config_value(sequential_call, self._config, concurrent))
 
     # -- running -------------------------------------------------------------
 

@@ -55,6 +55,12 @@ T = TypeVar("T")
 # MAX_TIMEOUT (136 years) exactly, beyond it to MAX_TIMEOUT, which timedelta holds.
 _MAX_BUDGET_S = MAX_TIMEOUT
 
+# The Unicode categories a name of a weight or cost budget must not hold:
+# control characters (a newline, an escape) and the line and paragraph
+# separators U+2028 and U+2029, which are no control characters but break a
+# line all the same (str.splitlines() splits at every character of these).
+_LINE_BREAKING = frozenset({"Cc", "Zl", "Zp"})
+
 # Years and months have no fixed length; a budget must mean one exact duration.
 _AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
 
@@ -229,13 +235,15 @@ class PlanningConstraints(BaseModel):
     def _no_bools(cls, value: object, info: Any) -> object:
         if isinstance(value, Mapping):
             for name, number in value.items():
-                if isinstance(name, str) and any(unicodedata.category(c) == "Cc" for c in name):
+                if isinstance(name, str) and any(
+                    unicodedata.category(c) in _LINE_BREAKING for c in name
+                ):
                     # The names go into the planning sentence given to a
                     # model: a newline there would write a line of its own.
                     raise ValueError(
                         f"{info.field_name} names must not contain a control character "
-                        "(a newline, say): they go into the planning sentence as they "
-                        f"are, got {describe(name, limit=60)}"
+                        "or a line break (a newline, U+2028, say): they go into the "
+                        f"planning sentence as they are, got {describe(name, limit=60)}"
                     )
                 if isinstance(number, bool):
                     raise ValueError(

@@ -111,7 +111,7 @@ def test_pool_stats_and_run_time_subscripts_are_what_typing_gave() -> None:
         "PoolStats(max_workers=0, workers=1, idle=2, running=3, queued=4, completed=5,"
         " failed=6, cancelled=7, abandoned=8)"
     )
-    assert taut.PoolStats.__doc__ == "A snapshot of one executor's pool."
+    assert (taut.PoolStats.__doc__ or "").startswith("A snapshot of one executor's pool.\n")
     assert taut.PoolStats.__module__ == "taut._pool_stats"
     again = pickle.loads(pickle.dumps(stats))
     assert type(again) is taut.PoolStats and again == stats

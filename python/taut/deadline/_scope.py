@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
 from taut._core import MAX_TIMEOUT, clamp_timeout
-from taut.deadline import _clock, _lost_interrupts
+from taut.deadline import _clock, _lost_interrupts, _thread_end
 from taut.deadline._context import bounding_scope, innermost, open_scope
 from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
 from taut.deadline._tasks import HAS_CANCELLING, exit_task, get_running_loop, running_task, task_of
@@ -209,6 +209,9 @@ class DeadlineScope(_core.ScopeCore):
                     self._interrupt_raised = False
                     _signal_interrupt.arm(self, self._deadline)
                 else:
+                    # Addressed by thread ident, which a later thread reuses:
+                    # withdrawn if this thread ends with the scope still open.
+                    _thread_end.watch(self._deadline)
                     self._deadline.interrupt_thread(
                         get_ident(), ScopeInterrupt, block=self._interrupt_block()
                     )
@@ -415,6 +418,8 @@ class DeadlineScope(_core.ScopeCore):
             self._closed = True
         if self._interrupt:
             self._frame = None  # the frame holds this scope: no cycle left behind
+            if self._deadline is not None:
+                _thread_end.forget(self._deadline)
             if self._signal_armed:
                 _signal_interrupt.disarm(self)  # (a second call does nothing)
                 self._signal_armed = False

@@ -185,25 +185,26 @@ class DeadlineScope(_core.ScopeCore):
 
     def _enter_slow(self) -> DeadlineScope:
         """``__enter__`` beyond the Rust fast path."""
-        running = running_task()
-        if running is not None and not self._interrupt:
-            self._enter(*running)
-            return self
-        # interrupt=True says the block is synchronous code (the gather runs a
-        # sync call inline this way, even on an event loop's thread): it is
-        # interrupted on its thread, even while it blocks the loop. In a task
-        # the block may await all the same: the thread then runs the loop or
-        # another task, where the interrupt must not land (it stopped the
-        # loop). So in a task the scope is also entered as a task's scope
-        # (the task is cancelled at expiry while the block is suspended), and
-        # the interrupt lands only while the block's frame runs
-        # (_interrupt_block).
-        in_task = running is not None
-        self._enter(*(running or (None, None)))
-        if self._interrupt and self._deadline is not None:
-            self._frame = _lost_interrupts.block_frame(sys._getframe(1), in_task=in_task)
-            _lost_interrupts.watch()
-            try:
+        fresh = not self._entered  # (a second entry is refused, changing nothing)
+        try:
+            running = running_task()
+            if running is not None and not self._interrupt:
+                self._enter(*running)
+                return self
+            # interrupt=True says the block is synchronous code (the gather runs a
+            # sync call inline this way, even on an event loop's thread): it is
+            # interrupted on its thread, even while it blocks the loop. In a task
+            # the block may await all the same: the thread then runs the loop or
+            # another task, where the interrupt must not land (it stopped the
+            # loop). So in a task the scope is also entered as a task's scope
+            # (the task is cancelled at expiry while the block is suspended), and
+            # the interrupt lands only while the block's frame runs
+            # (_interrupt_block).
+            in_task = running is not None
+            self._enter(*(running or (None, None)))
+            if self._interrupt and self._deadline is not None:
+                self._frame = _lost_interrupts.block_frame(sys._getframe(1), in_task=in_task)
+                _lost_interrupts.watch()
                 if _signal_interrupt.available():
                     self._signal_armed = True
                     self._interrupt_raised = False
@@ -215,17 +216,11 @@ class DeadlineScope(_core.ScopeCore):
                     self._deadline.interrupt_thread(
                         get_ident(), ScopeInterrupt, block=self._interrupt_block()
                     )
-            except BaseException:
-                # Arming failed (taut's callback thread could not start: no
-                # new threads in an atexit hook on CPython 3.12.0-3.12.1, or
-                # none left; or its callbacks stopped at exit): the `with`
-                # body never runs, so undo the entry, or the deadline would
-                # outlive the scope and interrupt whatever code runs at its
-                # expiry.
-                self._close()
-                self._restore()
-                raise
-        return self
+            return self
+        except BaseException:
+            if fresh:
+                self._abort_entry()
+            raise
 
     async def _aenter_slow(self) -> DeadlineScope:
         """``__aenter__`` beyond the Rust fast path."""
@@ -245,8 +240,43 @@ class DeadlineScope(_core.ScopeCore):
         # the Rust fast path, which trusts the loop's _thread_id before 3.12:
         # the child forgets the loop seen last, see
         # _loop_waker._forget_the_parents_loops.)
-        self._enter(loop, task)
-        return self
+        fresh = not self._entered
+        try:
+            self._enter(loop, task)
+            return self
+        except BaseException:
+            if fresh:
+                self._abort_entry()
+            raise
+
+    def _abort_entry(self) -> None:
+        """The entry raised after it had taken effect: the `with` statement
+        raises, its block never runs and the exit never comes. So undo the
+        entry, or the deadline outlives the scope (its interrupt, or the
+        task's cancellation, hits whatever code runs at its expiry) and the
+        context stays bounded by it (``remaining()`` 0 for good once past).
+        Usually arming failed (taut's callback thread could not start: no
+        new threads in an atexit hook on CPython 3.12.0-3.12.1, or none left;
+        or its callbacks stopped at exit); but an exception from another
+        signal handler (a Ctrl-C, a raising SIGALRM handler) can land at any
+        bytecode of the entry: taut's own signal waits for it to return,
+        theirs does not. Another such exception landing here is dropped (the
+        first is on its way out); a few tries, as ``_finish_exit`` makes."""
+        if not self._entered:
+            return  # it landed before anything changed
+        for _ in range(8):
+            try:
+                self._close()
+                if innermost.get() is self:
+                    if self._token is not None:
+                        self._restore()
+                    else:
+                        # It landed between the context's change and the
+                        # token's store.
+                        innermost.set(self._parent)
+                return
+            except BaseException:
+                continue
 
     # -- exit -----------------------------------------------------------------
 
@@ -519,6 +549,7 @@ _signal_interrupt.protect(
     DeadlineScope._exit_steps,
     DeadlineScope._finish_exit,
     DeadlineScope._aenter_slow,
+    DeadlineScope._abort_entry,
     DeadlineScope._aexit_slow,
 )
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dis
 import signal
 import sys
 import threading
@@ -27,6 +26,7 @@ from types import CodeType, FrameType
 from typing import Any, Callable
 
 import pytest
+from _ctrl_c_lines import ctrl_c_at, lines_of
 
 import taut
 from taut import _signal_interrupt
@@ -53,30 +53,11 @@ def _entry_functions() -> dict[str, CodeType]:
 
 
 def _entry_lines() -> list[tuple[str, int]]:
-    return [
-        (name, line)
-        for name, code in _entry_functions().items()
-        for line in sorted({line for _, line in dis.findlinestarts(code) if line is not None})
-    ]
+    return lines_of(_entry_functions())
 
 
 def _raising_at(code: CodeType, line: int, landed: list[bool]) -> Callable[..., Any]:
-    """A trace function that raises KeyboardInterrupt once, as ``line`` of
-    ``code`` is about to run."""
-
-    def tracer(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code is not code:
-            return None
-
-        def local(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" and frame.f_lineno == line and not landed:
-                landed.append(True)
-                raise KeyboardInterrupt("a Ctrl-C during the entry")
-            return local
-
-        return local
-
-    return tracer
+    return ctrl_c_at(code, line, landed, "entry")
 
 
 def _assert_nothing_left(scope: DeadlineScope) -> None:

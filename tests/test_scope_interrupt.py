@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dis
 import os
 import select
 import signal
@@ -23,6 +22,7 @@ from types import FrameType
 from typing import Any, Callable
 
 import pytest
+from _ctrl_c_lines import ctrl_c_at, lines_of
 
 import taut
 from taut import (
@@ -662,11 +662,7 @@ def _exit_functions() -> dict[str, Any]:
 
 def _exit_lines() -> list[tuple[str, int]]:
     """Every line of the code an interrupt scope's exit runs, by function."""
-    return [
-        (name, line)
-        for name, code in _exit_functions().items()
-        for line in sorted({line for _, line in dis.findlinestarts(code) if line is not None})
-    ]
+    return lines_of(_exit_functions())
 
 
 @pytest.mark.skipif(
@@ -689,19 +685,7 @@ def test_a_ctrl_c_inside_an_interrupt_scopes_exit_leaves_nothing_of_it_behind(
     previous = signal.signal(signal.SIGURG, program_handler)
     landed: list[bool] = []
 
-    code = _exit_functions()[function]
-
-    def tracer(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code is not code:
-            return None
-
-        def local(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" and frame.f_lineno == line and not landed:
-                landed.append(True)
-                raise KeyboardInterrupt("a Ctrl-C during the exit")
-            return local
-
-        return local
+    tracer = ctrl_c_at(_exit_functions()[function], line, landed, "exit")
 
     scope = move_on_after(0.05, label="short", interrupt=True)
     try:

@@ -252,12 +252,11 @@ class Future(_cf.Future["_T"]):
         with _state_lock:
             fast = self._cond is None
             if fast:
-                state = self._state
-                if state in (_RUNNING, _FINISHED):
+                cancelled = self._to_cancelled()
+                if cancelled is None:
                     return False
-                if state in _CANCELLED_STATES:
+                if not cancelled:
                     return True
-                self._state = _CANCELLED
                 gates = self._result_gates
                 if gates is not None:
                     self._result_gates = None
@@ -291,13 +290,22 @@ class Future(_cf.Future["_T"]):
         be (running or finished)."""
         cond = self._condition
         with cond:
-            state = self._state
-            if state in (_RUNNING, _FINISHED):
-                return None
-            if state in _CANCELLED_STATES:
-                return False
-            self._state = _CANCELLED
-            cond.notify_all()
+            cancelled = self._to_cancelled()
+            if cancelled:
+                cond.notify_all()
+        return cancelled
+
+    def _to_cancelled(self) -> bool | None:
+        """With the state's lock held (``_state_lock``, or the Condition
+        once made): move to CANCELLED. True if this cancelled the future,
+        False if it was cancelled already, None if it cannot be (running or
+        finished)."""
+        state = self._state
+        if state in (_RUNNING, _FINISHED):
+            return None
+        if state in _CANCELLED_STATES:
+            return False
+        self._state = _CANCELLED
         return True
 
     def _leave_queue(self) -> None:

@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
@@ -162,10 +162,15 @@ struct Shared {
     /// meant for them (see `submit_async`'s `line`). A waiter whose loop
     /// stopped before it could come back holds its turn until taut hears
     /// that the loop closed (its turn then passes on: `pass_room_on` from
-    /// `LoopWaker._loop_closed`), for good if it is never closed: newcomers
-    /// meanwhile go through the line (told at once when there is room: one
-    /// loop pass more), slower but never stuck.
+    /// `LoopWaker._loop_closed`), or until a coroutine waiting in line on a
+    /// running loop finds the turn stale (`tell_past_stale_turns`).
+    /// Newcomers meanwhile go through the line (told at once when there is
+    /// room: one loop pass more).
     room_turns: AtomicUsize,
+    /// When the last room waiter was told (`room_told_at_nanos` after
+    /// `room_clock`): how long the turns out have had to come back.
+    room_clock: Instant,
+    room_told_at_nanos: AtomicU64,
 }
 
 impl Shared {
@@ -190,6 +195,8 @@ impl Shared {
             };
             let Some(waiter) = waiter else { return };
             self.room_turns.fetch_add(1, Ordering::AcqRel);
+            self.room_told_at_nanos
+                .store(self.room_nanos_now(), Ordering::Release);
             let told = match &waiter.channel {
                 Some(channel) => channel.get().push(py, (waiter.callback, None, py.None())),
                 None => call_on_callback_thread(waiter.callback),
@@ -206,6 +213,12 @@ impl Shared {
                 return;
             }
         }
+    }
+
+    /// Nanoseconds since `room_clock`, saturating (u64 nanoseconds last
+    /// 584 years).
+    fn room_nanos_now(&self) -> u64 {
+        u64::try_from(self.room_clock.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// A told room waiter came back (or gave up): its turn is over.
@@ -772,6 +785,8 @@ impl PoolCore {
                 room_waiting: AtomicUsize::new(0),
                 next_room_waiter: AtomicU64::new(1),
                 room_turns: AtomicUsize::new(0),
+                room_clock: Instant::now(),
+                room_told_at_nanos: AtomicU64::new(0),
             }),
         })
     }
@@ -946,6 +961,28 @@ impl PoolCore {
         waiters.retain(|w| w.id != id);
         shared.room_waiting.store(waiters.len(), Ordering::Release);
         waiters.len() != before
+    }
+
+    /// Tell the first asyncio submitter in line to try again if there is
+    /// room and nobody was told for `age` seconds: the turns still out are
+    /// stale, held by coroutines of loops that stopped without closing (they
+    /// may never run again), and would keep the line waiting with the queue
+    /// empty. Called now and then by a loop with coroutines in line (so one
+    /// that runs). A stale turn's coroutine that does come back later and
+    /// is refused goes back to its place in line, as any refused one does.
+    /// True if someone was told.
+    fn tell_past_stale_turns(&self, py: Python<'_>, age: f64) -> bool {
+        let shared = &self.shared;
+        if shared.room_waiting.load(Ordering::Acquire) == 0 || shared.pool.is_full() {
+            return false;
+        }
+        let told_at = shared.room_told_at_nanos.load(Ordering::Acquire);
+        let since = Duration::from_nanos(shared.room_nanos_now().saturating_sub(told_at));
+        if since.as_secs_f64() < age {
+            return false;
+        }
+        shared.wake_room_waiters(py, false);
+        true
     }
 
     /// A room waiter that was told to try again will not (or came back

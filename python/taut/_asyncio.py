@@ -31,7 +31,9 @@ meanwhile) goes back to its place, ahead of those of its loop behind it even
 if they were told first (see ``_room``).
 (Its calls wake workers at once: an owed wake-up would count against the
 room.) The turn of a coroutine told there is room passes on if its loop
-closes before it comes back (see ``LoopWaker._loop_closed``).
+closes before it comes back (see ``LoopWaker._loop_closed``), or if it
+stays out long enough while coroutines of a running loop wait in line (its
+loop stopped without closing: see ``_StaleTurnWatch``).
 
 On a loop without ``add_reader`` (Windows' proactor loop) there is no
 channel: a call goes through a plain ``submit``, and waits for room in the
@@ -70,6 +72,12 @@ _OWED_BACKSTOP_S = 0.005
 
 
 _PLAIN_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
+
+# Seconds a turn (a coroutine told there is room) may stay out while others
+# wait in line before it counts as stale (see _StaleTurnWatch): many loop
+# passes even on a busy loop, so that a loop that runs keeps its turn, and
+# short against how long a caller would tolerate an idle pool.
+_STALE_TURN_S = 0.05
 
 
 class _LoopLink:
@@ -450,6 +458,61 @@ class _RoomNotice(Watch):
             self._core.pass_room_on()
 
 
+class _StaleTurnWatch:
+    """Passes on the stale turns keeping one loop's coroutines waiting for
+    room (one watch per loop; see ``_room``).
+
+    A coroutine told there is room holds its turn until it comes back, and
+    the others in line wait behind it. Its loop may have stopped without
+    closing (``run_until_complete`` returned, the loop is kept for later, or
+    forgotten): then nobody hears of it, the turn stays out, and with the
+    queue empty nothing else tells the line, which would wait for good.
+    So while this loop has coroutines in line (it runs: they wait on it), it
+    looks every ``_STALE_TURN_S`` at the executors they wait on, and tells
+    the next in line of any with room whose last turn is that old
+    (``PoolCore.tell_past_stale_turns``). One timer per loop, not one per
+    coroutine: thousands of a batch's calls may wait in line at once."""
+
+    __slots__ = ("_cores", "_timer", "_waker")
+
+    def __init__(self, waker: LoopWaker) -> None:
+        self._waker = waker
+        # The executors this loop's coroutines wait on (a dict: insertion
+        # ordered, no duplicates); left when they have no line any more.
+        self._cores: dict[PoolCore, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, core: PoolCore, loop: asyncio.AbstractEventLoop) -> None:
+        """A coroutine of ``loop`` waits in ``core``'s line."""
+        self._cores[core] = None
+        if self._timer is None:
+            self._timer = loop.call_later(_STALE_TURN_S, self._look, loop)
+
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if not self._waker.closing_owners:  # none of this loop's coroutines waits
+            self._cores.clear()
+            return
+        for core in tuple(self._cores):
+            if core.has_room_line():
+                core.tell_past_stale_turns(_STALE_TURN_S)
+            else:
+                del self._cores[core]
+        if self._cores:
+            self._timer = loop.call_later(_STALE_TURN_S, self._look, loop)
+
+
+def _watch_for_stale_turns(
+    waker: LoopWaker, core: PoolCore, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A coroutine of ``loop`` waits in ``core``'s line: the loop's watch
+    (made on first use) looks at it."""
+    watch = waker.room_watch
+    if watch is None:
+        watch = waker.room_watch = _StaleTurnWatch(waker)
+    watch.watch(core, loop)
+
+
 async def _room(
     core: PoolCore,
     waker: LoopWaker,
@@ -500,6 +563,7 @@ async def _room(
             # between (or the call raising) would pass on a turn never held
             # (_let_go below), and the next newcomer would jump the line.
             core.wait_for_room_async(waker.channel, notice, place, waker.closing_owners)
+            _watch_for_stale_turns(waker, core, loop)
             if unused is not None:
                 # Only once back in line: passed on before, it could tell
                 # the one behind us, not the one ahead (now first in line,

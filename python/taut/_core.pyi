@@ -577,6 +577,10 @@ class PoolCore:
     def pass_room_on(self) -> None:
         """A told room waiter will not come back (or came back through a
         plain ``submit``): its turn ends, the next one is told if there is room."""
+    def tell_past_stale_turns(self, age: float) -> bool:
+        """Tell the first room waiter to try again if there is room and
+        nobody was told for ``age`` seconds (the turns out are held by
+        loops that stopped without closing). True if someone was told."""
     def wait_for_room(self, timeout: float | None = None) -> None:
         """Wait (GIL released, Ctrl-C honoured) until the bounded queue may
         have room or the pool shut down."""

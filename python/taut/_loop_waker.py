@@ -98,6 +98,7 @@ class LoopWaker:
         "closing_owners",
         "link",
         "room_retries",
+        "room_watch",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -127,6 +128,9 @@ class LoopWaker:
         use (refused, or left to one of them): a coroutine of this loop told
         there is room leaves it to one of them ahead of it in line (see
         ``taut._asyncio._room``)."""
+        self.room_watch: Any = None
+        """The loop's ``taut._asyncio._StaleTurnWatch``, made when one of its
+        coroutines first waits for room."""
         self.link: Any = None
         """The loop's ``taut._asyncio`` link, made on its first call there:
         kept here, it lives as long as the waker (see ``waker_for``)."""

@@ -74,10 +74,12 @@ _OWED_BACKSTOP_S = 0.005
 _PLAIN_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
 
 # Seconds a turn (a coroutine told there is room) may stay out while others
-# wait in line before it counts as stale (see _StaleTurnWatch): many loop
-# passes even on a busy loop, so that a loop that runs keeps its turn, and
-# short against how long a caller would tolerate an idle pool.
-_STALE_TURN_S = 0.05
+# wait in line before it counts as stale (see _StaleTurnWatch). Longer than
+# any pass of a loop that still serves (asyncio's debug mode calls a 0.1 s
+# callback slow): a running loop keeps its turn and the line its FIFO
+# order. Only a loop stopped without closing holds a turn longer, a rare
+# case, so the line may take this long, twice at most, to get past it.
+_STALE_TURN_S = 0.25
 
 
 class _LoopLink:

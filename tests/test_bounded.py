@@ -659,6 +659,39 @@ def test_async_argument_errors(kwargs: dict[str, Any], error: type[Exception], m
     asyncio.run(main())
 
 
+def test_async_closes_a_coroutine_it_refuses() -> None:
+    # Refused for a bad argument, the coroutine never runs: left open, it
+    # warned "never awaited" at some later collection, far from the cause.
+    async def main() -> None:
+        coro = asyncio.sleep(0)
+        with pytest.raises(TypeError, match="timeout"):
+            await run_bounded_async(coro, "soon")
+        assert coro.cr_frame is None  # closed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        asyncio.run(main())
+
+
+@pytest.mark.parametrize("timeout", [None, 0, 5])
+def test_async_refuses_a_future_of_another_loop(timeout: float | None) -> None:
+    # Its done callbacks (ours among them) would run on the other loop's
+    # thread, and cancelling it at the deadline from here is not thread-safe.
+    other = asyncio.new_event_loop()
+    try:
+        foreign = other.create_future()
+
+        async def main() -> None:
+            with pytest.raises(ValueError, match="awaitable must belong to the running event loop"):
+                await run_bounded_async(foreign, timeout)
+
+        asyncio.run(main())
+        assert not foreign.cancelled()  # untouched
+        assert not foreign._callbacks  # nothing of ours on the other loop
+    finally:
+        other.close()
+
+
 def test_stats_snapshot() -> None:
     snapshot = taut.stats()
     assert isinstance(snapshot, taut.TautStats)

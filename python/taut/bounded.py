@@ -416,6 +416,22 @@ def _validate_grace(blocked_grace: object) -> float:
     return grace
 
 
+def _check_on_this_loop(awaitable: Awaitable[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Refuse a future of another event loop: its done callbacks (ours among
+    them) would run on that loop's thread, and cancelling it at the deadline
+    from this one is not thread-safe."""
+    if not asyncio.isfuture(awaitable):
+        return
+    get_loop = getattr(awaitable, "get_loop", None)
+    owner = get_loop() if get_loop is not None else getattr(awaitable, "_loop", loop)
+    if owner is not loop:
+        raise ValueError(
+            f"awaitable must belong to the running event loop, got {_describe(awaitable)} "
+            "of another loop; await it on its own loop (asyncio.run_coroutine_threadsafe "
+            "runs a coroutine there)"
+        )
+
+
 async def run_bounded_async(
     awaitable: Awaitable[T],
     timeout: Any,
@@ -445,6 +461,9 @@ async def run_bounded_async(
       (which stop the loop; ``asyncio.run`` then cancels the caller): the caller
       gets that exception, as from ``asyncio.TaskGroup``.
     * ``timeout=None`` just awaits; ``0`` or less times out without running it.
+    * A refused argument raises at once, naming the parameter; a coroutine
+      refused with it is closed (it never runs, nor warns "never awaited").
+      A future of another event loop is refused.
     * If the loop has not handled the expiry ``blocked_grace`` seconds later,
       the loop is blocked (by code that never yields): with
       ``dump_on_blocked_loop`` the stacks of all threads are logged once (logger
@@ -456,14 +475,23 @@ async def run_bounded_async(
       blocking C calls see it only when they return. It may land in whatever
       code the loop is running, which is why it is opt-in.
     """
-    budget = check_timeout(timeout)
-    label = _check_label(label)
-    _check_callback(on_abandon, "on_abandon")
-    dump = _check_flag(dump_on_blocked_loop, "dump_on_blocked_loop")
-    interrupt = _check_flag(interrupt_blocked_loop, "interrupt_blocked_loop")
-    grace = _validate_grace(blocked_grace)
-    if not inspect.isawaitable(awaitable):
-        raise TypeError(f"awaitable must be awaitable, got {_describe(awaitable)}")
+    try:
+        budget = check_timeout(timeout)
+        label = _check_label(label)
+        _check_callback(on_abandon, "on_abandon")
+        dump = _check_flag(dump_on_blocked_loop, "dump_on_blocked_loop")
+        interrupt = _check_flag(interrupt_blocked_loop, "interrupt_blocked_loop")
+        grace = _validate_grace(blocked_grace)
+        if not inspect.isawaitable(awaitable):
+            raise TypeError(f"awaitable must be awaitable, got {_describe(awaitable)}")
+        loop = asyncio.get_running_loop()
+        _check_on_this_loop(awaitable, loop)
+    except BaseException:
+        if inspect.iscoroutine(awaitable):
+            # Refused, it never runs: closed, it warns about nothing ("never
+            # awaited" at some later garbage collection, far from the cause).
+            awaitable.close()
+        raise
     counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
@@ -473,7 +501,6 @@ async def run_bounded_async(
             del awaitable  # a future holds its exception: the cycle above
             raise
         return _result(started, None, label, value=value)
-    loop = asyncio.get_running_loop()
     if budget <= 0:
         if isinstance(awaitable, asyncio.Future) and awaitable.done():
             return _result(started, budget, label, value=awaitable.result())

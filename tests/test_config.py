@@ -888,6 +888,25 @@ def test_invalid_duration_text_is_rejected_with_a_reason(
     assert problem.line == 3 and reason in problem.message
 
 
+@pytest.mark.parametrize(
+    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m"]
+)
+def test_a_duration_with_a_unit_repeated_or_out_of_order_is_refused(
+    text: str, rec: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the parser summed the parts (PT1H1H was two hours) in silence.
+    reason = "each unit at most once, in the order W, D, T, H, M, S"
+    assert resolve_timeout(KEY, default=7, config=nested(text)) == 7.0
+    assert len(rec.messages) == 1 and repr(text) in rec.messages[0], rec.messages
+    assert KEY in rec.messages[0] and reason in rec.messages[0]
+    f = write(tmp_path / "c.yaml", f"timeouts:\n  tools:\n    concurrent_batch: {text}\n")
+    [problem] = check_config_file(f)
+    assert problem.location == "timeouts." + KEY and problem.line == 3
+    assert repr(text) in problem.message and reason in problem.message
+    monkeypatch.setenv(ENV, text)
+    assert resolve_timeout(KEY, default=7, env_var=ENV) == 7.0
+
+
 def test_an_exponent_without_a_dot_is_a_number_in_yaml_too(tmp_path: Path) -> None:
     # YAML 1.1 (PyYAML) alone reads 1e3 as the text "1e3"; quoted, it stays text.
     f = write(

@@ -75,6 +75,18 @@ def test_time_budget_rejects_junk(raw: object, match: str) -> None:
         PlanningConstraints(time_budget=raw)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m"]
+)
+def test_time_budget_refuses_a_unit_repeated_or_out_of_order(text: str) -> None:
+    # Before: PT1H1H was a budget of two hours; the check is the config's own.
+    reason = r"each unit at most once, in the order W, D, T, H, M, S"
+    with pytest.raises(ValidationError, match=rf"time_budget '{text}': .*{reason}"):
+        PlanningConstraints(time_budget=text)
+    with pytest.raises(ValidationError, match=reason):
+        PlanningConstraints.from_json(json.dumps({"timeBudget": text}))
+
+
 @pytest.mark.parametrize("clock", [5, "monotonic", None])
 def test_start_refuses_a_clock_that_is_not_callable(clock: object) -> None:
     # Before: TypeError: 'int' object is not callable (no parameter named).

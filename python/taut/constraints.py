@@ -23,7 +23,6 @@ import contextvars
 import itertools
 import math
 import os
-import re
 import threading
 import time
 import unicodedata
@@ -44,6 +43,7 @@ from pydantic import (
 
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe, earliest
 from taut._guidance import planning_sentence
+from taut._iso_duration import ISO_DURATION, iso_duration_problem
 from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
 from taut.deadline import DeadlineScope, _clock, fail_after, move_on_after
 
@@ -60,9 +60,6 @@ _MAX_BUDGET_S = MAX_TIMEOUT
 # separators U+2028 and U+2029, which are no control characters but break a
 # line all the same (str.splitlines() splits at every character of these).
 _LINE_BREAKING = frozenset({"Cc", "Zl", "Zp"})
-
-# Years and months have no fixed length; a budget must mean one exact duration.
-_AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
 
 
 def _seconds_to_timedelta(seconds: float) -> timedelta:
@@ -99,11 +96,9 @@ def _coerce_budget(value: object) -> object:
             pass
         else:
             return _coerce_budget(number)
-        if _AMBIGUOUS_ISO.match(text):
-            raise ValueError(
-                f"time_budget {value!r}: years and months have no fixed length; "
-                "use days (P30D) or hours instead"
-            )
+        problem = iso_duration_problem(text) if ISO_DURATION.match(text) else None
+        if problem is not None:
+            raise ValueError(f"time_budget {value!r}: {problem}")
         if text.startswith("-"):
             raise ValueError(f"time_budget must not be negative, got {value!r}")
         return text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import functools
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -16,6 +15,12 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, fiel
 
 from taut import _lazy_import
 from taut._core import MAX_TIMEOUT, clamp_timeout
+from taut._iso_duration import (
+    AMBIGUOUS_REASON,
+    ISO_DURATION,
+    ISO_PARTS,
+    iso_duration_problem,
+)
 
 __all__ = [
     "CONCURRENT_BATCH_KEY",
@@ -61,26 +66,6 @@ def _describe(value: object) -> str:
 _RULE = "expected a non-negative number of seconds (0 disables)"
 _TEXT_RULE = f"{_RULE} or an ISO-8601 duration such as PT5M"
 
-# An ISO-8601 duration, as ``PlanningConstraints.time_budget`` takes it.
-_ISO_DURATION = re.compile(r"^[+-]?P", re.IGNORECASE)
-# Years and months have no fixed length; a timeout must mean one exact duration.
-_AMBIGUOUS_ISO = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
-# The shape of a duration the parser takes, years and months aside: weeks,
-# days, then T and hours, minutes, seconds. Text of this shape that it still
-# refuses holds a number too large for it.
-_NUMBER = r"\d+(?:[.,]\d+)?"
-_ISO_SHAPE = re.compile(
-    rf"^[+-]?P(?=\d|T\d)(?:{_NUMBER}W)?(?:{_NUMBER}D)?"
-    rf"(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?$",
-    re.IGNORECASE,
-)
-
-# The same shape, by part: what a duration the parser rounds to 0 is exactly.
-_ISO_PARTS = re.compile(
-    rf"^[+-]?P(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
-    rf"(?:T(?:(?P<H>{_NUMBER})H)?(?:(?P<M>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
-    re.IGNORECASE,
-)
 _ISO_FACTORS = {"W": 604800, "D": 86400, "H": 3600, "M": 60, "S": 1}
 
 
@@ -95,23 +80,21 @@ def _iso_seconds(text: str) -> tuple[bool, float | None, str]:
     """``(ok, seconds, reason)`` of an ISO-8601 duration such as ``PT5M``, read
     by the same parser as ``PlanningConstraints.time_budget``."""
     stripped = text.strip()
-    if _AMBIGUOUS_ISO.match(stripped):
-        return (
-            False,
-            None,
-            (f"{_TEXT_RULE}; years and months have no fixed length, use days (P30D) or hours"),
-        )
+    problem = iso_duration_problem(stripped)
+    if problem == AMBIGUOUS_REASON:
+        return False, None, f"{_TEXT_RULE}; {problem}"
+    if problem is not None:
+        return False, None, f"{_TEXT_RULE}, got text that is {problem}"
     try:
         value: timedelta = _timedelta_parser().validate_python(stripped)
     except Exception:
-        if _ISO_SHAPE.match(stripped):
-            return (
-                False,
-                None,
-                f"{_TEXT_RULE}, got a duration beyond 999,999,999 days "
-                "(a number of seconds that large is clamped instead)",
-            )
-        return False, None, f"{_TEXT_RULE}, got text that is not a valid ISO-8601 duration"
+        # The shape is right, so what the parser refuses is a number too large.
+        return (
+            False,
+            None,
+            f"{_TEXT_RULE}, got a duration beyond 999,999,999 days "
+            "(a number of seconds that large is clamped instead)",
+        )
     if value == timedelta(0):
         # The parser rounds to whole microseconds: PT0.0000001S would become
         # the 0 that disables a timeout. Read such a duration exactly instead.
@@ -126,8 +109,8 @@ def _iso_seconds(text: str) -> tuple[bool, float | None, str]:
 
 
 def _iso_exact_seconds(text: str) -> Decimal | None:
-    """The exact (unsigned) seconds of a duration of :data:`_ISO_PARTS`' shape."""
-    match = _ISO_PARTS.match(text)
+    """The exact (unsigned) seconds of a duration of :data:`taut._iso_duration.ISO_PARTS`' shape."""
+    match = ISO_PARTS.match(text)
     if match is None:
         return None
     total = Decimal(0)
@@ -158,7 +141,7 @@ def _check_number(value: object) -> tuple[bool, float | int | None, str]:
                 return False, None, f"{_RULE}, got a negative number"
             return True, value, ""
         if isinstance(value, str):
-            if _ISO_DURATION.match(value.strip()):
+            if ISO_DURATION.match(value.strip()):
                 return _iso_seconds(value)
             return False, None, f"{_TEXT_RULE}, got text"
         if isinstance(value, Mapping):
@@ -182,7 +165,7 @@ def _parse_env(text: str) -> tuple[bool, float | int | None, str]:
     """An environment value: a number of seconds, or an ISO-8601 duration
     (``PT5M``) as in config files."""
     stripped = text.strip()
-    if _ISO_DURATION.match(stripped):
+    if ISO_DURATION.match(stripped):
         return _iso_seconds(stripped)
     try:
         number: float | int = int(stripped)

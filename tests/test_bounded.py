@@ -357,6 +357,37 @@ def test_sync_refuses_a_returned_coroutine_and_closes_it(timeout: float | None) 
         gc.collect()
 
 
+def _generator_fn() -> Any:
+    yield 1
+
+
+async def _async_generator_fn() -> Any:
+    yield 1
+
+
+class _GeneratorCall:
+    def __call__(self) -> Any:
+        yield 1
+
+
+@pytest.mark.parametrize("timeout", [1, None, 0])
+@pytest.mark.parametrize(
+    ("fn", "kind"),
+    [
+        (_generator_fn, "a generator"),
+        (_async_generator_fn, "an async generator"),
+        (_GeneratorCall(), "a generator"),
+        (functools.partial(_generator_fn), "a generator"),
+    ],
+    ids=["generator", "async-generator", "generator-call", "partial"],
+)
+def test_sync_refuses_a_generator_function(fn: Any, kind: str, timeout: float | None) -> None:
+    # It returned BoundedResult(value=<generator object ...>) at once: the
+    # body ran later, outside the deadline, or never.
+    with pytest.raises(TypeError, match=rf"^fn must return its result, got {kind} function "):
+        run_bounded_sync(fn, timeout)
+
+
 # ---------------------------------------------------------------------------
 # run_bounded_async
 

@@ -40,7 +40,7 @@ from taut._blocked_loop import (
     install_wake_handler,
     interrupt_thread,
 )
-from taut._callables import is_coroutine_function
+from taut._callables import generator_kind, is_coroutine_function
 from taut._checks import check_duration, check_timeout
 from taut._core import Deadline, monotonic
 from taut._loop_waker import waker_for
@@ -159,6 +159,8 @@ def run_bounded_sync(
       expiry it is cancelled (which a running executor future ignores).
     * A coroutine function (or a callable that returns a coroutine) is refused
       with ``TypeError``: it would never run here; use ``run_bounded_async``.
+      So is a generator function (its body would run only as the result is
+      iterated, outside the deadline).
     """
     budget = check_timeout(timeout)
     label = _check_label(label)
@@ -174,6 +176,14 @@ def run_bounded_sync(
         raise TypeError(
             f"fn must be a sync callable, got the coroutine function {_describe(fn)}; "
             "await taut.run_bounded_async(fn(), timeout) instead"
+        )
+    kind = "" if is_future else generator_kind(fn)
+    if kind:
+        # Called here it would only make a generator at once: its body would
+        # run as it is iterated, after the call and outside the deadline.
+        raise TypeError(
+            f"fn must return its result, got {kind} function {_describe(fn)}; "
+            "collect the items inside it (return list(...))"
         )
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
         raise TypeError(

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import inspect
 import logging
 import threading
 import time
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
-from taut._callables import is_coroutine_function
+from taut._callables import generator_kind, is_coroutine_function
 from taut._checks import check_count, check_timeout, describe, earliest
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
@@ -112,7 +111,7 @@ class ToolCall:
             raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
             raise TypeError(f"fn must be callable, got {describe(self.fn)}")
-        kind = _generator_kind(self.fn)
+        kind = generator_kind(self.fn)
         if kind:
             # Called, it only makes a generator: the body would never run, and
             # the call would come back 'ok' with "<generator object ...>".
@@ -130,17 +129,6 @@ class ToolCall:
             raise TypeError(f"read_only must be a bool, got {describe(self.read_only)}")
         if self.call_id is not None and not isinstance(self.call_id, str):
             raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
-
-
-def _generator_kind(fn: Any) -> str:
-    """'a generator' or 'an async generator' if calling ``fn`` makes one
-    (inspect sees through functools.partial; an object's ``__call__`` too)."""
-    for f in (fn, getattr(fn, "__call__", None)):  # noqa: B004 - generator __call__ objects
-        if inspect.isasyncgenfunction(f):
-            return "an async generator"
-        if inspect.isgeneratorfunction(f):
-            return "a generator"
-    return ""
 
 
 ToolStatus = Literal["ok", "error", "timeout"]

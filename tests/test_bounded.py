@@ -388,6 +388,32 @@ def test_sync_refuses_a_generator_function(fn: Any, kind: str, timeout: float | 
         run_bounded_sync(fn, timeout)
 
 
+@pytest.mark.parametrize("timeout", [1, None, 0])
+@pytest.mark.parametrize("hook", [_coroutine_fn, _AsyncCall(), functools.partial(_coroutine_fn)])
+def test_sync_refuses_a_coroutine_function_as_on_timeout(hook: Any, timeout: float | None) -> None:
+    # Called at expiry it only made a coroutine: the hook never ran, and all
+    # that said so was a "coroutine ... was never awaited" warning.
+    ran: list[int] = []
+    with pytest.raises(TypeError, match=r"^on_timeout must be a sync callable or None, got "):
+        run_bounded_sync(lambda: ran.append(1), timeout, on_timeout=hook)
+    assert ran == []
+
+
+def test_sync_closes_a_coroutine_returned_by_on_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    made: list[Any] = []
+
+    def hook() -> Any:
+        made.append(_coroutine_fn())
+        return made[-1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine ... was never awaited"
+        result = run_bounded_sync(lambda: None, 0, on_timeout=hook)
+        assert result.timed_out and made[0].cr_frame is None
+        gc.collect()
+    assert "on_timeout hook of bounded call 'operation' returned a coroutine" in caplog.text
+
+
 # ---------------------------------------------------------------------------
 # run_bounded_async
 

@@ -84,9 +84,18 @@ def _run_hook(hook: Callable[[], object], name: str, label: str) -> None:
     """Run a user hook; its exceptions are logged and swallowed (the bounded call
     has already decided its outcome)."""
     try:
-        hook()
+        made = hook()
     except Exception:
         logger.exception("%s hook of bounded call %r failed", name, label)
+        return
+    if inspect.iscoroutine(made):
+        made.close()  # never runs here; closed, it warns about nothing
+        logger.error(
+            "%s hook of bounded call %r returned a coroutine, which never runs: "
+            "the hook must do its work when called",
+            name,
+            label,
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -160,11 +169,18 @@ def run_bounded_sync(
     * A coroutine function (or a callable that returns a coroutine) is refused
       with ``TypeError``: it would never run here; use ``run_bounded_async``.
       So is a generator function (its body would run only as the result is
-      iterated, outside the deadline).
+      iterated, outside the deadline), and a coroutine function as
+      ``on_timeout``.
     """
     budget = check_timeout(timeout)
     label = _check_label(label)
     _check_callback(on_timeout, "on_timeout")
+    if is_coroutine_function(on_timeout):
+        # Called at expiry it would only make a coroutine, never run it.
+        raise TypeError(
+            f"on_timeout must be a sync callable or None, got the coroutine function "
+            f"{_describe(on_timeout)}"
+        )
     interrupt = _check_flag(interrupt, "interrupt")
     is_future = isinstance(fn, concurrent.futures.Future)
     if not is_future and not callable(fn):

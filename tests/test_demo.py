@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,54 @@ def test_a_terminal_that_cannot_show_the_german_texts_still_gets_them() -> None:
     assert proc.returncode == 0, errors
     assert "Traceback" not in errors, errors
     assert "\\xfc" in out  # ü, escaped rather than a UnicodeEncodeError
+
+
+def _config_file(tmp_path: Path) -> str:
+    path = tmp_path / "taut.yaml"
+    path.write_text("timeouts:\n  tools:\n    concurrent_batch: 5\n", encoding="utf-8")
+    return str(path)
+
+
+def _run_taut(args: tuple[str, ...], stdout: int, shell_prefix: str = "") -> tuple[int, str]:
+    env = dict(os.environ)
+    env.pop("TAUT_CONFIG", None)
+    env.pop("PYTHONUNBUFFERED", None)  # buffered, as in a terminal session
+    command = [sys.executable, "-m", "taut", *args]
+    if shell_prefix:
+        command = ["/bin/sh", "-c", f'{shell_prefix} "$@"', "sh", *command]
+    proc = subprocess.run(
+        command, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=60
+    )
+    return proc.returncode, proc.stderr
+
+
+_CHEAP_COMMANDS = [("--help",), ("--version",), ("config", "schema"), ("config", "check", "FILE")]
+
+
+@pytest.mark.parametrize("args", _CHEAP_COMMANDS, ids=" ".join)
+def test_a_closed_stdout_is_said_in_one_line(args: tuple[str, ...], tmp_path: Path) -> None:
+    # `python -m taut config check FILE >&-`: before, an AttributeError
+    # traceback ('NoneType' object has no attribute 'write'), or the help
+    # on stderr and exit status 0.
+    args = tuple(_config_file(tmp_path) if a == "FILE" else a for a in args)
+    status, errors = _run_taut(args, subprocess.DEVNULL, shell_prefix="exec >&-;")
+    assert status == 1, errors
+    assert errors == "python -m taut: cannot write the output: stdout is closed\n", errors
+
+
+@pytest.mark.parametrize("args", _CHEAP_COMMANDS, ids=" ".join)
+def test_a_reader_gone_before_the_first_line_ends_the_command_quietly(
+    args: tuple[str, ...], tmp_path: Path
+) -> None:
+    # `python -m taut --help | true`: before, "Exception ignored ...
+    # BrokenPipeError" and exit status 120. As Python's note on SIGPIPE
+    # advises: nothing more to the closed pipe, and exit status 1.
+    args = tuple(_config_file(tmp_path) if a == "FILE" else a for a in args)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        status, errors = _run_taut(args, write_end)
+    finally:
+        os.close(write_end)
+    assert status == 1, errors
+    assert errors == "", errors

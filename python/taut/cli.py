@@ -340,18 +340,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.set_defaults(handler=_bench)
     _register_config(sub)
     _register_demo(sub)
-    args = parser.parse_args(argv)
+    if sys.stdout is None:  # started with its descriptor closed (`>&-`)
+        _tell("python -m taut: cannot write the output: stdout is closed")
+        return 1
     result: int = 1
-    with guarded_stdout(stop=args.command != "demo") as output:
-        result = args.handler(args)
+    parser_exit: SystemExit | None = None
+    with guarded_stdout(stop=True) as output:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:
+            # --help, --version: argparse ignores a failed write, the guard
+            # does not; the exit waits until the output is flushed.
+            parser_exit = exit_
+        else:
+            output.stop = args.command != "demo"
+            result = args.handler(args)
     failure = output.failure
     if failure is not None:
         # The reader leaving (`| head -1`) needs no word; anything else does.
         if not isinstance(failure, BrokenPipeError):
             reason = failure.strerror or str(failure)
-            print(f"python -m taut: cannot write the output: {reason}", file=sys.stderr)
+            _tell(f"python -m taut: cannot write the output: {reason}")
         return 1
+    if parser_exit is not None:
+        raise parser_exit
     return result
+
+
+def _tell(line: str) -> None:
+    """One line on stderr, if stderr takes it: there is nobody else to tell."""
+    if sys.stderr is None:
+        return
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

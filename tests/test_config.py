@@ -789,6 +789,49 @@ def test_deep_nesting_is_refused(
     assert_refused(write(tmp_path / name, text), "nested deeper than 100 levels", rec, monkeypatch)
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        (
+            "twice.yaml",
+            "timeouts:\n  tools:\n    concurrent_batch: 5\n    concurrent_batch: 9\n",
+            "at line 4 is given already at line 3",
+        ),
+        (
+            "flow.yaml",
+            "timeouts: {tools: {concurrent_batch: 5, concurrent_batch: 9}}\n",
+            "at line 1 is given already at line 1",
+        ),
+        (
+            "twice.json",
+            '{"timeouts": {"tools": {"concurrent_batch": 5, "concurrent_batch": 9}}}',
+            "is given twice in one object",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_the_key(
+    tmp_path: Path,
+    rec: Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    text: str,
+    where: str,
+) -> None:
+    # Before: the last value (9) applied in silence, and config check said OK.
+    # TOML refuses such a file already; YAML and JSON now do too.
+    assert_refused(
+        write(tmp_path / name, text), f"the key 'concurrent_batch' {where}", rec, monkeypatch
+    )
+
+
+def test_a_merge_key_is_no_key_given_twice(tmp_path: Path, rec: Recorder) -> None:
+    # `<<:` merges keys in that the mapping's own keys override, by design.
+    text = "timeouts:\n  <<: {tools: {concurrent_batch: 3}}\n  tools: {concurrent_batch: 4}\n"
+    f = write(tmp_path / "merge.yaml", text)
+    assert resolve_timeout(KEY, default=7, config=f) == 4.0
+    assert rec.messages == [] and check_config_file(f) == []
+
+
 @HOSTILE_BOUND
 def test_a_yaml_syntax_error_names_the_file(
     tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch

@@ -87,6 +87,14 @@ def test_time_budget_refuses_a_unit_repeated_or_out_of_order(text: str) -> None:
         PlanningConstraints.from_json(json.dumps({"timeBudget": text}))
 
 
+def test_a_budget_given_twice_is_refused() -> None:
+    # Before: the last one applied in silence.
+    with pytest.raises(ValueError, match=r"the key 'timeBudget' is given twice"):
+        PlanningConstraints.from_json('{"timeBudget": 30, "timeBudget": 3000}')
+    with pytest.raises(ValueError, match=r"the key 'timeBudget' at line 2 is given already"):
+        PlanningConstraints.from_yaml("timeBudget: 30\ntimeBudget: 3000\n")
+
+
 @pytest.mark.parametrize("clock", [5, "monotonic", None])
 def test_start_refuses_a_clock_that_is_not_callable(clock: object) -> None:
     # Before: TypeError: 'int' object is not callable (no parameter named).

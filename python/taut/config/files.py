@@ -14,6 +14,7 @@ may nest deeper than :data:`MAX_CONFIG_DEPTH` levels. What is refused raises
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -154,6 +155,43 @@ def _yaml_float(loader: Any, node: Any) -> float:
     return value
 
 
+# PyYAML and json keep the last of a key given twice in silence; TOML refuses it.
+_ONCE = "a mapping gives each key once, and taut will not guess which value is meant"
+_YAML_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _yaml_unique_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+    """PyYAML's mapping of ``node``, refused if it gives a key twice."""
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _YAML_MERGE:
+            continue  # `<<: {...}` merges keys in, which the mapping's own override
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            first = lines.get(key)
+        except TypeError:
+            continue  # an unhashable key: PyYAML's own error follows
+        if first is not None:
+            raise ConfigFileRefused(
+                f"the key {key!r} at line {line} is given already at line {first}: {_ONCE}"
+            )
+        lines[key] = line
+    return type(loader).construct_mapping(loader, node, deep=deep)
+
+
+def _json_unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if it gives a key twice."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ConfigFileRefused(f"the key {key!r} is given twice in one object: {_ONCE}")
+            seen.add(key)
+    return data
+
+
 class _NamedText(io.StringIO):
     """YAML text that carries its file name into the parser's error marks
     (which otherwise say ``<unicode string>``)."""
@@ -174,6 +212,7 @@ def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
     for first in "-+0123456789":
         resolvers.setdefault(first, []).append((_YAML_FLOAT, _EXPONENT_WITHOUT_DOT))
     loader.yaml_implicit_resolvers = resolvers
+    loader.construct_mapping = functools.partial(_yaml_unique_mapping, loader)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -228,9 +267,10 @@ def _check_depth(data: Any) -> None:
 def _json_loads(text: str | bytes, **options: Any) -> Any:
     """``json.loads``, with a document nested too deep for the parser's
     recursion (``"[" * 100000``) a ``json.JSONDecodeError`` like any other
-    malformed JSON, not a ``RecursionError``."""
+    malformed JSON, not a ``RecursionError``, and an object that gives a key
+    twice refused (:class:`ConfigFileRefused`)."""
     try:
-        return json.loads(text, **options)
+        return json.loads(text, object_pairs_hook=_json_unique_object, **options)
     except RecursionError:
         doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
         raise json.JSONDecodeError(
@@ -406,9 +446,7 @@ def _load_file(path: str, on_reload: Callable[[], None]) -> _FileState:
                 _warn(f"taut config file {path!r} ignored: {exc}")
                 state = _FileState(stamp, {}, TautConfig())
             except Exception as exc:  # unreadable or unparsable: never breaks the caller
-                _warn(
-                    f"taut config file {path!r} is broken, ignoring it: {_one_line(exc)}"
-                )
+                _warn(f"taut config file {path!r} is broken, ignoring it: {_one_line(exc)}")
                 state = _FileState(stamp, {}, TautConfig())
             else:
                 raw, cfg = _lenient(data, source)

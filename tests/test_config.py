@@ -832,6 +832,25 @@ def test_a_merge_key_is_no_key_given_twice(tmp_path: Path, rec: Recorder) -> Non
     assert rec.messages == [] and check_config_file(f) == []
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("bom.json", '{"timeouts": {"tools": {"concurrent_batch": 5}}}'),
+        ("bom.toml", "[timeouts.tools]\nconcurrent_batch = 5\n"),
+        ("bom.yaml", "timeouts:\n  tools:\n    concurrent_batch: 5\n"),
+    ],
+)
+def test_a_file_that_starts_with_a_utf8_bom_is_read(
+    tmp_path: Path, rec: Recorder, name: str, text: str
+) -> None:
+    # Windows editors write one; before, JSON and TOML said "cannot parse".
+    f = tmp_path / name
+    f.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert check_config_file(f, include_warnings=True) == []
+    assert resolve_timeout(KEY, default=7, config=f) == 5.0
+    assert rec.messages == []
+
+
 @HOSTILE_BOUND
 def test_a_yaml_syntax_error_names_the_file(
     tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch

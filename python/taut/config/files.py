@@ -86,7 +86,9 @@ def _kind(mode: int) -> str:
 
 def _read_text(path: str) -> str:
     """The text of config file ``path``: a regular file of at most
-    :data:`MAX_CONFIG_BYTES`, UTF-8. Never blocks on a FIFO or a device."""
+    :data:`MAX_CONFIG_BYTES`, UTF-8 (after a byte order mark, which Windows
+    editors write and JSON and TOML parsers refuse). Never blocks on a FIFO
+    or a device."""
     # O_NONBLOCK: opening a FIFO without a writer returns at once instead of
     # waiting for one; fstat then refuses it before anything is read.
     fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | _NOCTTY)
@@ -108,7 +110,7 @@ def _read_text(path: str) -> str:
         raise ConfigFileRefused(
             f"larger than {MAX_CONFIG_BYTES} bytes (1 MiB), the most a config file may have"
         )
-    return b"".join(chunks).decode("utf-8")
+    return b"".join(chunks).decode("utf-8-sig")
 
 
 def _yaml_loader() -> type[Any]:

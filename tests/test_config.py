@@ -851,6 +851,17 @@ def test_a_file_that_starts_with_a_utf8_bom_is_read(
     assert rec.messages == []
 
 
+def test_two_spellings_of_one_key_are_refused_naming_both(tmp_path: Path, rec: Recorder) -> None:
+    # Before: "capacity.tool-workers: unknown key; did you mean 'tool_workers'?",
+    # of a key taut reads, while the other spelling's value went unmentioned.
+    f = write(tmp_path / "both.yaml", "capacity:\n  tool-workers: 4\n  tool_workers: 8\n")
+    both = "'tool_workers' and 'tool-workers' are spellings of one key"
+    [problem] = check_config_file(f, include_warnings=True)
+    assert problem.location == "capacity" and both in problem.message
+    assert tool_workers(f) == cfgmod.TOOL_WORKERS_DEFAULT
+    assert len(rec.messages) == 1 and both in rec.messages[0] and str(f) in rec.messages[0]
+
+
 @HOSTILE_BOUND
 def test_a_yaml_syntax_error_names_the_file(
     tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch

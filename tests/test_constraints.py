@@ -95,6 +95,21 @@ def test_a_budget_given_twice_is_refused() -> None:
         PlanningConstraints.from_yaml("timeBudget: 30\ntimeBudget: 3000\n")
 
 
+@pytest.mark.parametrize(
+    ("data", "both"),
+    [
+        ({"time_budget": 30, "timeBudget": 3000}, "'time_budget' and 'timeBudget'"),
+        ({"maxAgents": 2, "resourceLimit": 9}, "'maxAgents' and 'resourceLimit'"),
+    ],
+)
+def test_two_spellings_of_one_field_are_refused_naming_both(
+    data: dict[str, Any], both: str
+) -> None:
+    # Before: the second spelling was an "extra input", as if taut did not read it.
+    with pytest.raises(ValidationError, match=f"{both} are spellings of one key"):
+        PlanningConstraints.model_validate(data)
+
+
 @pytest.mark.parametrize("clock", [5, "monotonic", None])
 def test_start_refuses_a_clock_that_is_not_callable(clock: object) -> None:
     # Before: TypeError: 'int' object is not callable (no parameter named).

@@ -39,12 +39,14 @@ from pydantic import (
     Field,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe, earliest
 from taut._guidance import planning_sentence
 from taut._iso_duration import ISO_DURATION, iso_duration_problem
 from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
+from taut.config.models import _one_spelling_each
 from taut.deadline import DeadlineScope, _clock, fail_after, move_on_after
 
 __all__ = ["Budget", "PlanningConstraints", "iso_duration"]
@@ -185,6 +187,12 @@ class PlanningConstraints(BaseModel):
             resource_limit: int | None = None,
             costBudgets: Mapping[str, float] = ...,
         ) -> None: ...
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: object) -> object:
+        _one_spelling_each(cls, data)
+        return data
 
     @field_validator("time_budget", mode="before")
     @classmethod

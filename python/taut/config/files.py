@@ -417,6 +417,8 @@ def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
             near = nearest_key(str(error["loc"][-1]), known)
             hint = f"; did you mean {near!r}?" if near else f" (known: {', '.join(known)})"
             out.append((loc, f"unknown key{hint}"))
+        elif error["type"] == "value_error" and not error["loc"]:
+            out.append((loc, str(error.get("ctx", {}).get("error", error["msg"]))))
         else:
             out.append((loc, f"{error['msg']}, got {_describe(error.get('input'))}"))
     return out

@@ -11,7 +11,15 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from taut import _lazy_import
 from taut._core import MAX_TIMEOUT, clamp_timeout
@@ -248,6 +256,22 @@ _TIMEOUT_TREE_SCHEMA: dict[str, Any] = {
 TOOL_WORKERS_DEFAULT = 32
 
 
+def _one_spelling_each(model: type[BaseModel], data: object) -> None:
+    """Refuse ``data`` that gives one field under two of its spellings
+    (``tool_workers`` and ``tool-workers``): pydantic would take one and call
+    the other an unknown key, which it is not."""
+    if not isinstance(data, Mapping):
+        return  # pydantic says what is wrong with it
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias
+        spellings = alias.choices if isinstance(alias, AliasChoices) else [name]
+        given = [s for s in spellings if isinstance(s, str) and s in data]
+        if len(given) > 1:
+            raise ValueError(
+                f"{' and '.join(map(repr, given))} are spellings of one key, {name!r}: give it once"
+            )
+
+
 class CapacityConfig(BaseModel):
     """Ceilings on how much runs at once."""
 
@@ -263,6 +287,12 @@ class CapacityConfig(BaseModel):
             "0 = no ceiling: every call of a batch runs at once."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: object) -> object:
+        _one_spelling_each(cls, data)
+        return data
 
 
 class TautConfig(BaseModel):

@@ -180,3 +180,25 @@ def test_json_model_that_cannot_dump_is_refused_naming_the_call(tmp_path: Path) 
     journal.reserve(["a"])
     with pytest.raises(JournalError, match=r"call 'a' .*model_dump"):
         journal.complete(0, "a", "ok", Unserializable(lock=object()), None)
+
+
+class _DoesNotUnpickle:
+    """Pickles fine, but its reducer's call fails when the value is loaded."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("not a number",))
+
+
+def test_pickle_refuses_at_record_time_a_value_that_does_not_unpickle(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db")
+    journal.reserve(["a", "b"])
+    with pytest.raises(
+        JournalError, match=r"call 'a' at position 0.*does not unpickle.*ValueError"
+    ):
+        journal.complete(0, "a", "ok", _DoesNotUnpickle(), None)
+    with pytest.raises(JournalError, match=r"call 'b' at position 1.*not picklable"):
+        journal.complete(1, "b", "ok", lambda: 1, None)
+    assert journal.records() == [(0, "a", "pending"), (1, "b", "pending")]
+    journal.close()
+    # Nothing was recorded that a rerun cannot replay: both calls run again.
+    assert SqliteJournal(tmp_path / "j.db").reserve(["a", "b"]) == [None, None]

@@ -12,9 +12,11 @@ and replays as :class:`~taut.journal.errors.JournaledError` (a
 :class:`~taut.journal.errors.JournaledTimeoutError`, also a ``TimeoutError``,
 when the original was a ``TimeoutError``).
 
-``pickle`` stores any picklable value and the exception itself. Replaying it
-*unpickles* what the storage holds: whoever can write the table can run code
-in every process that replays it. Use it only for storage as trusted as the
+``pickle`` stores any value that pickles and loads back (loaded once when
+it is written: one whose reducer fails on loading is refused then, naming
+the call, not kept as a success no replay can read) and the exception
+itself. Replaying it *unpickles* what the storage holds: whoever can write
+the table can run code in every process that replays it. Use it only for storage as trusted as the
 program's own files (a private SQLite file); never for a database shared
 with other hosts or users unless every writer is trusted.
 
@@ -117,12 +119,24 @@ class Codec:
     def dump_value(self, position: int, call_id: str, value: object) -> bytes:
         if self.name == "pickle":
             try:
-                return pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
+                data = pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
             except Exception as exc:
                 raise JournalError(
                     f"cannot journal the value of call {call_id!r} at position {position}: "
                     f"{type(value).__name__} is not picklable ({exc})"
                 ) from exc
+            # Loaded once now: a value that pickles but fails to load (a
+            # reducer that raises) would otherwise be kept as a success that
+            # every replay then fails on.
+            try:
+                pickle.loads(data)
+            except Exception as exc:
+                raise JournalError(
+                    f"cannot journal the value of call {call_id!r} at position {position}: "
+                    f"{type(value).__name__} pickles but does not unpickle, so a replay could "
+                    f"not rebuild it ({type(exc).__name__}: {exc})"
+                ) from exc
+            return data
         model = _pydantic_model_type(value)
         if model is not None:
             try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _journals import Store, store_fixture
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import taut
 from taut.journal import JournaledError, JournalError, PostgresJournal, SqliteJournal
@@ -202,3 +202,29 @@ def test_pickle_refuses_at_record_time_a_value_that_does_not_unpickle(tmp_path: 
     journal.close()
     # Nothing was recorded that a rerun cannot replay: both calls run again.
     assert SqliteJournal(tmp_path / "j.db").reserve(["a", "b"]) == [None, None]
+
+
+def _local_model() -> BaseModel:
+    class Local(BaseModel):
+        x: int
+
+    return Local(x=1)
+
+
+class WithExcludedField(BaseModel):
+    city: str
+    api_key: str = Field(exclude=True)  # required, yet left out of every dump
+
+
+def test_json_refuses_at_record_time_a_model_that_replay_cannot_rebuild(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db", codec="json")
+    journal.reserve(["local", "excluded"])
+    with pytest.raises(
+        JournalError, match=r"call 'local' at position 0.*_local_model.<locals>.Local.*import path"
+    ):
+        journal.complete(0, "local", "ok", _local_model(), None)
+    with pytest.raises(
+        JournalError, match=r"(?s)call 'excluded' at position 1.*WithExcludedField.*api_key"
+    ):
+        journal.complete(1, "excluded", "ok", WithExcludedField(city="Graz", api_key="k"), None)
+    assert journal.records() == [(0, "local", "pending"), (1, "excluded", "pending")]

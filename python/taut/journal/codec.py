@@ -7,8 +7,11 @@ pydantic model, stored in its JSON form with its class name; anything else
 outcome is written, naming the call, rather than coming back as something else
 on replay. A replayed model is rebuilt with ``model_validate`` only through a
 class the program has already imported (nothing is imported because a row
-names it). An exception is stored as its type name, message and traceback text
-and replays as :class:`~taut.journal.errors.JournaledError` (a
+names it); so a model is refused when written if its class cannot be found
+again by its import path (one defined inside a function) or its own
+``model_validate`` refuses its JSON form. An exception is stored as its
+type name, message and traceback text and replays as
+:class:`~taut.journal.errors.JournaledError` (a
 :class:`~taut.journal.errors.JournaledTimeoutError`, also a ``TimeoutError``,
 when the original was a ``TimeoutError``).
 
@@ -147,10 +150,7 @@ class Codec:
                     f"with the json codec: {model.__qualname__}.model_dump(mode='json') "
                     f"failed: {exc}"
                 ) from exc
-            doc: dict[str, Any] = {
-                "model": f"{model.__module__}:{model.__qualname__}",
-                "data": data,
-            }
+            doc: dict[str, Any] = {"model": _model_name(model), "data": data}
         else:
             problem = _json_problem(value, "the value")
             if problem is not None:
@@ -162,12 +162,15 @@ class Codec:
                 )
             doc = {"data": value}
         try:
-            return json.dumps(doc, separators=(",", ":")).encode()
+            encoded = json.dumps(doc, separators=(",", ":")).encode()
         except (TypeError, ValueError, RecursionError) as exc:
             raise JournalError(
                 f"cannot journal the value of call {call_id!r} at position {position} "
                 f"with the json codec: {exc}"
             ) from exc
+        if model is not None:
+            _check_model_replays(model, encoded, position, call_id)
+        return encoded
 
     def dump_error(self, error: BaseException | None) -> bytes | None:
         if error is None:
@@ -234,17 +237,51 @@ def _pickle_error(error: BaseException) -> bytes:
         return pickle.dumps(stand_in, protocol=_PICKLE_PROTOCOL)
 
 
+def _model_name(model: type[Any]) -> str:
+    return f"{model.__module__}:{model.__qualname__}"
+
+
+def _find_model(model_name: str) -> Any:
+    """What ``model_name`` (``module:qualname``) names, or None."""
+    module_name, _, qualname = model_name.partition(":")
+    # Only a class the program has imported itself: a row never causes an import.
+    target: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _check_model_replays(model: type[Any], encoded: bytes, position: int, call_id: str) -> None:
+    """Refuse, when the outcome is written, a model value that a replay
+    could not rebuild: one whose class cannot be found again by its import
+    path (defined inside a function, or replaced since), or whose JSON form
+    its own ``model_validate`` refuses (a required field left out of dumps)."""
+    where = (
+        f"cannot journal the value of call {call_id!r} at position {position} with the json codec"
+    )
+    name = _model_name(model)
+    if _find_model(name) is not model:
+        raise JournalError(
+            f"{where}: a replay could not find the pydantic model class {name} again by its "
+            f"import path (a class defined inside a function, or a generic or replaced "
+            f"one); define the model at module level, or open the journal with "
+            f"codec='pickle' (trusted storage only)"
+        )
+    try:
+        model.model_validate(json.loads(encoded)["data"])
+    except Exception as exc:
+        raise JournalError(
+            f"{where}: {model.__qualname__}.model_validate refuses its own "
+            f"model_dump(mode='json'), so a replay could not rebuild it: {exc}"
+        ) from exc
+
+
 def _load_json_value(data: bytes) -> object:
     doc = json.loads(data)
     model_name = doc.get("model")
     if model_name is None:
         return doc["data"]
-    module_name, _, qualname = str(model_name).partition(":")
-    # Only a class the program has imported itself: a row never causes an import.
-    target: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    validate = getattr(target, "model_validate", None)
+    validate = getattr(_find_model(str(model_name)), "model_validate", None)
     if validate is None:
         raise JournalError(
             f"cannot rebuild pydantic model {model_name}: the class is not imported in "

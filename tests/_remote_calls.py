@@ -8,6 +8,7 @@ import asyncio
 import os
 import threading
 import time
+from typing import Any
 
 import taut
 
@@ -65,3 +66,8 @@ def return_a_lock() -> object:
 async def add_one_later(x: int) -> tuple[int, float | None]:
     await asyncio.sleep(0)
     return x + 1, taut.remaining()
+
+
+def calls_add_one_later(x: int) -> Any:
+    """A plain function that only makes the coroutine (never awaited here)."""
+    return add_one_later(x)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import gc
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -466,6 +468,34 @@ def test_a_huge_timeout_is_fine(pool: Any) -> None:
     assert o.value == 5
     [o] = taut.gather([taut.call(int, "6")], timeout=float("inf"), executor=pool)
     assert o.value == 6
+
+
+async def _doubled(x: int) -> int:
+    return 2 * x
+
+
+def test_a_plain_function_that_returns_a_coroutine_is_an_error_not_ok(pool: Any) -> None:
+    # It came back 'ok' with a coroutine object as its value, whose body never
+    # ran (and Python warned "never awaited" whenever it was collected).
+    async def agathered() -> list[Outcome]:
+        return await taut.agather([taut.call(lambda: _doubled(1))], executor=pool)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unawaited coroutine's warning would fail
+        outcomes = [
+            *taut.gather([taut.call(lambda: _doubled(1))], executor=pool),
+            *asyncio.run(agathered()),
+        ]
+        gc.collect()
+    for o in outcomes:
+        assert o.status == "error" and o.value is None, o
+        assert isinstance(o.error, TypeError)
+        assert re.search(
+            r"<lambda> returned a coroutine \(from _doubled\).*pass the async function itself",
+            str(o.error),
+        ), o.error
+    # The async function itself runs, as ever.
+    assert [o.value for o in taut.gather([taut.call(_doubled, 1)], executor=pool)] == [2]
 
 
 # ------------------------------------------------------------- propagation

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from _remote_calls import (
     add_one_later,
+    calls_add_one_later,
     double,
     mark_then_sleep,
     raise_comes_back_broken,
@@ -156,3 +157,12 @@ def test_a_coroutine_function_runs_in_the_other_process(
         assert remaining is None
     else:
         assert remaining is not None and 0 < remaining <= timeout
+
+
+@pytest.mark.timeout(120)
+def test_a_plain_function_that_returns_a_coroutine_says_so(pool: cf.ProcessPoolExecutor) -> None:
+    # Before: "the return value <coroutine object ...> could not be pickled",
+    # and the worker warned the coroutine was never awaited.
+    [outcome] = taut.gather([taut.call(calls_add_one_later, 1)], executor=pool)
+    assert outcome.status == "error" and isinstance(outcome.error, TypeError), outcome
+    assert "calls_add_one_later returned a coroutine (from add_one_later)" in str(outcome.error)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -1040,6 +1042,26 @@ def test_generator_tools_are_refused_not_reported_ok_unrun(
         return
     with pytest.raises(TypeError, match=r"tool 'stream': fn is an? (async )?generator function"):
         ToolCall("stream", fn, {"q": "x"})
+
+
+async def _fetched(url: str) -> str:
+    return f"<html of {url}>"
+
+
+def test_a_tool_that_returns_a_coroutine_is_an_error_result(runners: list[ToolRunner]) -> None:
+    # It came back 'ok' with "<coroutine object ...>" as its text, never run.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unawaited coroutine's warning would fail
+        (result,) = make(runners, 1).run(
+            [ToolCall("fetch", lambda url: _fetched(url), {"url": "x"})]
+        )
+        gc.collect()
+    assert result.status == "error" and isinstance(result.error, TypeError)
+    assert re.match(
+        r"Error executing tool 'fetch': function \S*<lambda> "
+        r"returned a coroutine \(from _fetched\)",
+        result.text,
+    ), result.text
 
 
 def test_coroutine_tools_still_run(runners: list[ToolRunner]) -> None:

@@ -4,6 +4,12 @@ must tell (a handle, a tool, a bounded run)."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Coroutine
+from typing import Any, TypeVar, cast
+
+from taut._checks import describe
+
+T = TypeVar("T")
 
 
 def is_coroutine_function(fn: object) -> bool:
@@ -25,3 +31,23 @@ def generator_kind(fn: object) -> str:
         if inspect.isgeneratorfunction(f):
             return "a generator"
     return ""
+
+
+def not_a_coroutine(value: T, fn: object) -> T:
+    """``value``, what calling the plain function ``fn`` returned, unless it
+    is a coroutine: nothing would ever await it (its body never runs, and
+    Python warns "never awaited" later), so it is closed and refused."""
+    if isinstance(value, Coroutine):  # native, or compiled (Cython)
+        made = getattr(value, "__qualname__", type(value).__name__)
+        cast("Coroutine[Any, Any, Any]", value).close()
+        raise TypeError(
+            f"{_name(fn)} returned a coroutine (from {made}) instead of its result: nothing "
+            f"awaits it, so its body would never run; pass the async function itself "
+            f"(with its arguments), not a function that calls it"
+        )
+    return value
+
+
+def _name(fn: object) -> str:
+    name = getattr(fn, "__qualname__", None)
+    return f"function {name}" if isinstance(name, str) else describe(fn)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
-from taut._callables import generator_kind, is_coroutine_function
+from taut._callables import generator_kind, is_coroutine_function, not_a_coroutine
 from taut._checks import check_count, check_timeout, describe, earliest
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
@@ -612,7 +612,7 @@ def _tool_body(fn: Callable[..., Any], arguments: dict[str, Any]) -> Callable[[]
         return run_async
 
     def run() -> _Shown:
-        return _shown(call())
+        return _shown(not_a_coroutine(call(), fn))
 
     return run
 

@@ -52,7 +52,7 @@ import uuid
 from typing import Any, cast
 
 from taut import _lazy_import
-from taut._callables import is_coroutine_function
+from taut._callables import is_coroutine_function, not_a_coroutine
 from taut._checks import describe
 from taut.deadline import fail_at
 
@@ -198,7 +198,7 @@ def _call(fn: Any, args: Any, kwargs: Any) -> Any:
     # (taut.gather.tasks): its coroutine object cannot travel back unawaited.
     if is_coroutine_function(fn):
         return asyncio.run(fn(*args, **kwargs))
-    return fn(*args, **kwargs)
+    return not_a_coroutine(fn(*args, **kwargs), fn)
 
 
 class Shipped:

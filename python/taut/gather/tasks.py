@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
+from taut._callables import not_a_coroutine
 from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
@@ -401,7 +402,7 @@ class Task:
             # A coroutine gathered by the sync gather runs on its own loop on
             # the worker thread.
             return Returned(asyncio.run(fn(*args, **kwargs)))
-        return Returned(fn(*args, **kwargs))
+        return Returned(not_a_coroutine(fn(*args, **kwargs), fn))
 
     async def arun(self) -> Captured:
         if not self.begin():

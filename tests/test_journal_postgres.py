@@ -4,6 +4,7 @@ and two OS processes racing for one run's lease."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +35,28 @@ def test_unreachable_server_is_a_journal_error_without_the_password(tmp_path: ob
     assert "s3cret" not in str(info.value)
     with pytest.raises(TypeError, match="dsn must be a connection string"):
         PostgresJournal(b"host=x")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "match"),
+    [
+        ("not a dsn", r'missing "=" after "not"'),
+        ("postgresql://h/db?x=%zz", r'invalid percent-encoded token: "%zz"'),
+        # Before: libpq read up to the NUL and connected to /tmp's server.
+        ("host=/tmp\x00/elsewhere", r"without NUL .* at index 9"),
+        ("host=\ud800", r"lone surrogate at index 5"),
+        ("user=x password=s3cret what", r'missing "=" after "\.\.\."'),
+        ("postgresql://u:s3 cret@h/db", r'unexpected spaces found in "\.\.\."'),
+        ('password=s3"cret what', r"not shown: it may quote a password"),
+    ],
+)
+def test_a_malformed_dsn_is_refused_up_front_without_the_password(dsn: str, match: str) -> None:
+    # Before: psycopg's ProgrammingError from inside (quoting "s3 cret" back),
+    # or worse, for a NUL, a connection to another server than the one named.
+    with pytest.raises(ValueError, match=r"^dsn must be a PostgreSQL connection string") as info:
+        PostgresJournal(dsn)
+    assert re.search(match, str(info.value)), info.value
+    assert "s3" not in str(info.value) and info.value.__context__ is None
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Callable, TypeVar
 
 from taut import _lazy_import
@@ -61,6 +62,46 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
+# What may hold a secret in a DSN: a password (or passfile) setting, or a
+# URI's user:password@ part.
+_SECRET_IN_DSN = re.compile(r"pass|://[^/@]*:[^/]*@", re.IGNORECASE)
+
+
+def _check_dsn(psycopg: Any, dsn: str) -> str:
+    """``dsn`` if libpq can read it; a ValueError naming it otherwise, which
+    never shows a password the DSN holds."""
+    if "\x00" in dsn:
+        # libpq reads C strings: all after the NUL would be dropped without a
+        # word ("host=/a\x00b" connects to /a).
+        raise ValueError(
+            f"dsn must be a PostgreSQL connection string without NUL ('\\x00'), got one "
+            f"with NUL at index {dsn.index(chr(0))}"
+        )
+    surrogate = next((i for i, ch in enumerate(dsn) if "\ud800" <= ch <= "\udfff"), None)
+    if surrogate is not None:  # libpq gets UTF-8, which cannot hold it
+        raise ValueError(
+            f"dsn must be a PostgreSQL connection string of valid Unicode text, got one "
+            f"with a lone surrogate at index {surrogate}"
+        )
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+        return dsn
+    except psycopg.Error as exc:
+        reason = f"libpq cannot read it: {str(exc).strip()}"
+    # Raised here, not in the except block: psycopg's exception, which may
+    # quote the password, must not ride along as the context.
+    if _SECRET_IN_DSN.search(dsn):
+        # libpq quotes the part it could not read, which may be the password.
+        if '"' in dsn:  # the quotes cannot be told apart: say nothing of the part
+            reason = "libpq cannot read it (its message is not shown: it may quote a password)"
+        else:
+            reason = re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] == "=" else '"..."', reason)
+    raise ValueError(
+        f"dsn must be a PostgreSQL connection string ('host=... dbname=...' or "
+        f"'postgresql://...'), and {reason}"
+    )
+
+
 class PostgresJournal(SqlJournal):
     """A durable :class:`~taut.journal.Journal` in PostgreSQL, shared by many
     processes on many hosts (the tables ``taut_journal`` and ``taut_runs`` of
@@ -101,7 +142,7 @@ class PostgresJournal(SqlJournal):
         super().__init__(run=run, timeout=timeout, lease=lease, codec=codec)
         self._timeout = max(self._timeout, 0.001)
         self._psycopg = _import_psycopg()
-        self._dsn = dsn
+        self._dsn = _check_dsn(self._psycopg, dsn)
         self._where = f"the PostgreSQL journal (run {run!r})"
         with self._lock:
             self._connect()

@@ -35,11 +35,18 @@ from taut.journal import sql as sql_journal
 
 @pytest.mark.parametrize(
     ("path", "error", "shown"),
-    [(None, TypeError, "None (NoneType)"), (5, TypeError, "5 (int)"), ("", ValueError, "''")],
+    [
+        (None, TypeError, "None (NoneType)"),
+        (5, TypeError, "5 (int)"),
+        ("", ValueError, "''"),
+        ("j\x00.db", ValueError, "'j\\x00.db'"),
+        (b"j\x00.db", ValueError, "b'j\\x00.db'"),
+    ],
 )
 def test_sqlite_journal_path_is_checked_naming_it(path: Any, error: type, shown: str) -> None:
     # Before: os.fspath's "expected str, bytes or os.PathLike object, not int",
-    # and for "" a JournalError about WAL mode on SQLite's temporary database.
+    # for "" a JournalError about WAL mode on SQLite's temporary database, and
+    # for a NUL a bare "embedded null byte".
     with pytest.raises(error, match=r"^path must name a file .*got " + re.escape(shown)):
         taut.SqliteJournal(path)
 

@@ -101,6 +101,9 @@ class SqliteJournal(SqlJournal):
         if not fs_path:
             # SQLite would open a temporary database, which WAL mode refuses.
             raise ValueError(f"path must name a file (a str or os.PathLike), got {fs_path!r}")
+        if ("\x00" if isinstance(fs_path, str) else b"\x00") in fs_path:
+            # No file name holds one (the OS reads C strings).
+            raise ValueError(f"path must name a file without NUL ('\\x00'), got {fs_path!r}")
         if fs_path in (":memory:", b":memory:"):
             # Made absolute below, it would quietly become a file of that name;
             # and SQLite's own in-memory database could not do what this class

@@ -114,6 +114,30 @@ def test_complete_validation(store: Store) -> None:
 
 
 @pytest.mark.parametrize(
+    ("call_ids", "shown"),
+    [
+        # Before: a bare "'NoneType' object is not iterable" from inside.
+        (None, "got None (NoneType)"),
+        (7, "got 7 (int)"),
+        # Before: one slot per byte ("call_ids must be strings, got 97").
+        (b"ab", "a single one: b'ab' (bytes)"),
+        # Before: taken in the set's order, another one in every process.
+        ({"a", "b"}, "got a set, which has no order"),
+        ({"a": 1}.keys(), "got a set, which has no order"),
+    ],
+)
+def test_reserve_refuses_call_ids_that_are_not_a_sequence_naming_them(
+    store: Store, call_ids: Any, shown: str
+) -> None:
+    journal = store.open()
+    refused = r"^call_ids must be a sequence of strings.*" + re.escape(shown)
+    with pytest.raises(TypeError, match=refused):
+        journal.reserve(call_ids)
+    assert journal.records() == []
+    assert list(journal.reserve(("a", "b"))) == [None, None]  # a tuple is fine
+
+
+@pytest.mark.parametrize(
     ("position", "error", "shown"),
     [
         # Before: OverflowError from sqlite3 ("too large to convert to SQLite

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
 from taut._checks import describe
@@ -117,9 +118,25 @@ def check_storable(text: str, name: str) -> str:
 
 
 def check_ids(call_ids: Sequence[str]) -> list[str]:
-    if isinstance(call_ids, str):
-        raise TypeError("call_ids must be a sequence of strings, got a single str")
-    ids = list(call_ids)
+    """What every journal's :meth:`Journal.reserve` takes: the call ids, in order."""
+    if isinstance(call_ids, (str, bytes)):
+        raise TypeError(
+            f"call_ids must be a sequence of strings, got a single one: {describe(call_ids)}"
+        )
+    if isinstance(call_ids, AbstractSet):
+        # Slots follow the ids' order; a set of str has another order in
+        # every process (hash randomization), so a rerun would not replay.
+        raise TypeError(
+            f"call_ids must be a sequence of strings in call order, got a set, which has "
+            f"no order: {describe(call_ids)}"
+        )
+    try:
+        items = iter(call_ids)
+    except TypeError:
+        raise TypeError(
+            f"call_ids must be a sequence of strings, got {describe(call_ids)}"
+        ) from None
+    ids = list(items)
     for cid in ids:
         if not isinstance(cid, str):
             raise TypeError(f"call_ids must be strings, got {cid!r} ({type(cid).__name__})")

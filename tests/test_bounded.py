@@ -388,6 +388,15 @@ def test_sync_refuses_a_generator_function(fn: Any, kind: str, timeout: float | 
         run_bounded_sync(fn, timeout)
 
 
+@pytest.mark.parametrize("cls", [_GeneratorCall, _AsyncCall])
+def test_sync_takes_a_class_whose_instances_make_generators_or_coroutines(cls: type) -> None:
+    # Calling the class makes an instance, whatever the instances' __call__
+    # makes: the instance is the value, as from any plain function.
+    result = run_bounded_sync(cls, 5)
+    assert isinstance(result.value, cls)
+    assert run_bounded_sync(lambda: None, 5, on_timeout=cls).value is None
+
+
 @pytest.mark.parametrize("timeout", [1, None, 0])
 @pytest.mark.parametrize("hook", [_coroutine_fn, _AsyncCall(), functools.partial(_coroutine_fn)])
 def test_sync_refuses_a_coroutine_function_as_on_timeout(hook: Any, timeout: float | None) -> None:

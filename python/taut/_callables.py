@@ -12,12 +12,22 @@ from taut._checks import describe
 T = TypeVar("T")
 
 
+def _what_runs(fn: object) -> tuple[object, ...]:
+    """What calling ``fn`` runs: ``fn``, and an object's own ``__call__``.
+    Not a class's: calling a class makes an instance, whatever the
+    instances' ``__call__`` would make."""
+    if isinstance(fn, type):
+        return (fn,)
+    return (fn, getattr(fn, "__call__", None))  # noqa: B004 - callable objects
+
+
 def is_coroutine_function(fn: object) -> bool:
     """Whether calling ``fn`` makes a coroutine: inspect sees through
     ``functools.partial``; an object's ``async def __call__`` counts too."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async __call__ objects
-    )
+    for f in _what_runs(fn):
+        if inspect.iscoroutinefunction(f):
+            return True
+    return False
 
 
 def generator_kind(fn: object) -> str:
@@ -25,7 +35,7 @@ def generator_kind(fn: object) -> str:
     one, else ``""``: its body then runs only as it is iterated, later and
     elsewhere. inspect sees through ``functools.partial``; an object's
     ``__call__`` counts too."""
-    for f in (fn, getattr(fn, "__call__", None)):  # noqa: B004 - generator __call__ objects
+    for f in _what_runs(fn):
         if inspect.isasyncgenfunction(f):
             return "an async generator"
         if inspect.isgeneratorfunction(f):

@@ -962,7 +962,7 @@ def test_invalid_duration_text_is_rejected_with_a_reason(
 
 
 @pytest.mark.parametrize(
-    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m"]
+    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m", "PT\u0661S"]
 )
 def test_a_duration_with_a_unit_repeated_or_out_of_order_is_refused(
     text: str, rec: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

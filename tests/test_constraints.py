@@ -76,7 +76,7 @@ def test_time_budget_rejects_junk(raw: object, match: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m"]
+    "text", ["PT1H1H", "PT1S1H", "P1D1W", "P1DT1H1H", "P1DT", "PT1.5H30M", "pt5m", "PT\u0661S"]
 )
 def test_time_budget_refuses_a_unit_repeated_or_out_of_order(text: str) -> None:
     # Before: PT1H1H was a budget of two hours; the check is the config's own.

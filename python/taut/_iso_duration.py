@@ -16,15 +16,20 @@ _AMBIGUOUS = re.compile(r"^[+-]?P(?:[^T]*[YM])", re.IGNORECASE)
 _NUMBER = r"\d+(?:[.,]\d+)?"
 # The shape the parser reads exactly, years and months aside: weeks, days,
 # then T and hours, minutes, seconds; each at most once and in that order, at
-# least one, designators in capitals (the parser refuses "pt5m").
+# least one, designators in capitals (the parser refuses "pt5m"). A T with
+# nothing after it (P1DT) or a bare decimal point (PT1.S) the parser reads,
+# but ISO-8601 does not allow, and in a config they are likelier a part left
+# out than meant: refused too.
 ISO_SHAPE = re.compile(
     rf"^[+-]?P(?=\d|T\d)(?:{_NUMBER}W)?(?:{_NUMBER}D)?"
-    rf"(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?$"
+    rf"(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?$",
+    re.ASCII,  # digits 0-9 only: the parser reads no others
 )
 # The same shape, by part.
 ISO_PARTS = re.compile(
     rf"^[+-]?P(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
-    rf"(?:T(?:(?P<H>{_NUMBER})H)?(?:(?P<M>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$"
+    rf"(?:T(?:(?P<H>{_NUMBER})H)?(?:(?P<M>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
+    re.ASCII,
 )
 
 AMBIGUOUS_REASON = "years and months have no fixed length; use days (P30D) or hours"

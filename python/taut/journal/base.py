@@ -7,7 +7,7 @@ See :mod:`taut.journal` for the semantics every journal shares.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
@@ -123,9 +123,10 @@ def check_ids(call_ids: Sequence[str]) -> list[str]:
         raise TypeError(
             f"call_ids must be a sequence of strings, got a single one: {describe(call_ids)}"
         )
-    if isinstance(call_ids, AbstractSet):
+    if isinstance(call_ids, AbstractSet) and not isinstance(call_ids, KeysView):
         # Slots follow the ids' order; a set of str has another order in
-        # every process (hash randomization), so a rerun would not replay.
+        # every process (hash randomization), so a rerun would not replay. A
+        # dict's keys keep the order they were put in.
         raise TypeError(
             f"call_ids must be a sequence of strings in call order, got a set, which has "
             f"no order: {describe(call_ids)}"

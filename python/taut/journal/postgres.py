@@ -62,11 +62,6 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-# What may hold a secret in a DSN: a password (or passfile) setting, or a
-# URI's user:password@ part.
-_SECRET_IN_DSN = re.compile(r"pass|://[^/@]*:[^/]*@", re.IGNORECASE)
-
-
 def _check_dsn(psycopg: Any, dsn: str) -> str:
     """``dsn`` if libpq can read it; a ValueError naming it otherwise, which
     never shows a password the DSN holds."""
@@ -89,13 +84,13 @@ def _check_dsn(psycopg: Any, dsn: str) -> str:
     except psycopg.Error as exc:
         reason = f"libpq cannot read it: {str(exc).strip()}"
     # Raised here, not in the except block: psycopg's exception, which may
-    # quote the password, must not ride along as the context.
-    if _SECRET_IN_DSN.search(dsn):
-        # libpq quotes the part it could not read, which may be the password.
-        if '"' in dsn:  # the quotes cannot be told apart: say nothing of the part
-            reason = "libpq cannot read it (its message is not shown: it may quote a password)"
-        else:
-            reason = re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] == "=" else '"..."', reason)
+    # quote the password, must not ride along as the context. libpq quotes
+    # the part of the DSN it could not read, which may be a password, with
+    # or without "password=" before it ("host=h s3cret"): never shown.
+    if '"' in dsn:  # the quotes cannot be told apart: say nothing of the part
+        reason = "libpq cannot read it (its message is not shown: it may quote a password)"
+    else:
+        reason = re.sub(r'"([^"]*)"', lambda m: m[0] if m[1] == "=" else '"..."', reason)
     raise ValueError(
         f"dsn must be a PostgreSQL connection string ('host=... dbname=...' or "
         f"'postgresql://...'), and {reason}"

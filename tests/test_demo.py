@@ -227,6 +227,27 @@ def test_a_closed_stdout_is_said_in_one_line(args: tuple[str, ...], tmp_path: Pa
     assert errors == "python -m taut: cannot write the output: stdout is closed\n", errors
 
 
+@pytest.mark.parametrize("args", [("--bogus",), (), ("bench", "--area", "nope")], ids=repr)
+@pytest.mark.parametrize("stdout", ["closed", "a closed pipe"])
+def test_a_refused_command_line_keeps_its_usage_and_status_2(
+    args: tuple[str, ...], stdout: str
+) -> None:
+    # With stdout closed it exited 1 and added "stdout is closed" to
+    # argparse's own usage message, as if the command line were fine.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        if stdout == "closed":
+            status, errors = _run_taut(args, subprocess.DEVNULL, shell_prefix="exec >&-;")
+        else:
+            status, errors = _run_taut(args, write_end)
+    finally:
+        os.close(write_end)
+    assert status == 2, errors
+    assert errors.startswith("usage: python -m taut"), errors
+    assert "stdout is closed" not in errors, errors
+
+
 @pytest.mark.parametrize("args", _CHEAP_COMMANDS, ids=" ".join)
 def test_a_reader_gone_before_the_first_line_ends_the_command_quietly(
     args: tuple[str, ...], tmp_path: Path

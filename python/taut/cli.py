@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -341,8 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _register_config(sub)
     _register_demo(sub)
     if sys.stdout is None:  # started with its descriptor closed (`>&-`)
-        _tell("python -m taut: cannot write the output: stdout is closed")
-        return 1
+        return _without_stdout(parser, argv)
     result: int = 1
     parser_exit: SystemExit | None = None
     with guarded_stdout(stop=True) as output:
@@ -365,6 +365,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if parser_exit is not None:
         raise parser_exit
     return result
+
+
+def _without_stdout(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Started with stdout closed: a command line argparse refuses keeps its
+    usage message (on stderr) and status 2; any other command would write
+    to stdout, which one line on stderr says it cannot."""
+    sys.stdout = io.StringIO()  # what --help or --version print goes nowhere
+    try:
+        parser.parse_args(argv)
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            raise
+    finally:
+        sys.stdout = None  # as it was
+    _tell("python -m taut: cannot write the output: stdout is closed")
+    return 1
 
 
 def _tell(line: str) -> None:

@@ -200,6 +200,39 @@ def test_sigterm_is_delivered_and_handled(spawned: list[subprocess.Popen[bytes]]
     assert child.wait(timeout=10) == 3
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGSTOP])
+@pytest.mark.parametrize("own", [{"start_new_session": True}, {"process_group": 0}])
+def test_a_stop_signal_stops_the_whole_tree(
+    spawned: list[subprocess.Popen[bytes]],
+    strays: list[int],
+    sig: signal.Signals,
+    own: dict[str, object],
+) -> None:
+    # The tree is frozen while it is signalled, and the SIGCONT that follows a
+    # catchable signal would drop a stop signal still pending; in a session of
+    # its own (an orphaned group) the kernel drops SIGTSTP/SIGTTIN/SIGTTOU
+    # even from os.kill. Either way the tree must end up stopped.
+    root = sh(f"sleep {WORK} & sleep {WORK} & wait", **own)
+    spawned.append(root)
+    tree = [root.pid, *wait_descendants(root.pid, 2)]
+    strays.extend(tree)
+
+    def statuses() -> set[str]:
+        return {psutil.Process(p).status() for p in tree}
+
+    assert taut.kill_process_tree(root.pid, sig=sig) is True
+    until = time.monotonic() + 10
+    while statuses() != {psutil.STATUS_STOPPED} and time.monotonic() < until:
+        time.sleep(0.01)
+    assert statuses() == {psutil.STATUS_STOPPED}
+    # And it can be continued as a whole.
+    assert taut.kill_process_tree(root.pid, sig=signal.SIGCONT) is True
+    until = time.monotonic() + 10
+    while psutil.STATUS_STOPPED in statuses() and time.monotonic() < until:
+        time.sleep(0.01)
+    assert psutil.STATUS_STOPPED not in statuses()
+
+
 def test_grace_escalates_to_sigkill_for_what_ignores_sigterm(
     spawned: list[subprocess.Popen[bytes]], strays: list[int]
 ) -> None:

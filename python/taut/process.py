@@ -57,6 +57,9 @@ _REAP_AFTER_KILL_S = 1.0
 _KILL_REPORT_WAIT_S = 5.0
 # Granularity of the grace wait in kill_process_tree.
 _GRACE_SLICE_S = 0.01
+# The job-control stops, which a handler may catch and an orphaned process
+# group never obeys; kill_process_tree stops a tree with SIGSTOP for them.
+_JOB_CONTROL_STOPS = frozenset({signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
 
 _StrOrBytesPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -123,7 +126,12 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
 
     The tree is frozen (``SIGSTOP``) and rescanned until no new member appears,
     then ``sig`` is sent to every member, then ``SIGCONT`` unless ``sig`` is
-    ``SIGKILL``, so a ``SIGTERM`` can be handled. With ``grace`` (seconds), the
+    ``SIGKILL`` or ``SIGSTOP``, so a ``SIGTERM`` can be handled. A job-control stop
+    (``SIGTSTP``, ``SIGTTIN``, ``SIGTTOU``) stops the whole tree as ``SIGSTOP``
+    does (sent as such, the ``SIGCONT`` would drop it, and a tree in a session
+    of its own would not obey it): a handler of it does not run, and ignoring
+    it does not keep a process running. ``sig=signal.SIGCONT`` continues the
+    tree. With ``grace`` (seconds), the
     first signal is ``SIGTERM`` (or ``sig`` if another one than ``SIGKILL`` was
     given), and after ``grace`` seconds ``SIGKILL`` goes to every member still
     running and to anything it started meanwhile. A zombie (exited, not yet
@@ -148,6 +156,13 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     """
     pid = _check_pid(pid)
     sig = _check_signal(sig)
+    if sig in _JOB_CONTROL_STOPS:
+        # Sent as such they would stop nothing: the SIGCONT that ends the
+        # freeze drops a stop signal still pending, and in a group with no
+        # parent outside it (a session of its own) the kernel drops them
+        # even from os.kill. SIGSTOP stops every member, and the tree stays
+        # frozen, whole.
+        sig = signal.SIGSTOP
     grace_s = _check_grace(grace)
     _refuse_thread_id(pid)
     if grace_s is None:

@@ -71,3 +71,47 @@ async def add_one_later(x: int) -> tuple[int, float | None]:
 def calls_add_one_later(x: int) -> Any:
     """A plain function that only makes the coroutine (never awaited here)."""
     return add_one_later(x)
+
+
+class ExitsWhenPickled:
+    """An object whose pickling raises ``SystemExit`` (a ``__reduce__`` that
+    calls ``sys.exit``)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise SystemExit("no pickling")
+
+
+class ExitsWhenUnpickled:
+    """An object that pickles, but whose unpickling raises ``SystemExit``."""
+
+    def __init__(self) -> None:
+        self.state = 1
+
+    def __setstate__(self, state: object) -> None:
+        raise SystemExit("no unpickling")
+
+
+class ExitErrorWhenPickled(Exception):
+    """An exception whose pickling, and repr, raise ``SystemExit``."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise SystemExit("no pickling")
+
+    def __repr__(self) -> str:
+        raise SystemExit("no repr")
+
+
+def return_exits_when_pickled() -> object:
+    return ExitsWhenPickled()
+
+
+def return_exits_when_unpickled() -> object:
+    return ExitsWhenUnpickled()
+
+
+def raise_exit_error_when_pickled() -> None:
+    raise ExitErrorWhenPickled("raised")
+
+
+def take(value: object) -> str:
+    return type(value).__name__

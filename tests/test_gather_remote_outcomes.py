@@ -12,15 +12,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _remote_calls import (
+    ExitsWhenPickled,
+    ExitsWhenUnpickled,
     add_one_later,
     calls_add_one_later,
     double,
     mark_then_sleep,
     raise_comes_back_broken,
+    raise_exit_error_when_pickled,
     return_a_lock,
+    return_exits_when_pickled,
+    return_exits_when_unpickled,
+    take,
 )
 
 import taut
@@ -70,6 +77,34 @@ def test_a_return_value_that_does_not_pickle_is_a_clear_error(
     message = str(failed.error)
     assert "return value" in message and "lock" in message and "could not be pickled" in message
 
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("handle", "says"),
+    [
+        (lambda: taut.call(return_exits_when_pickled), "could not be pickled"),
+        (lambda: taut.call(raise_exit_error_when_pickled), "could not be pickled"),
+        (lambda: taut.call(return_exits_when_unpickled), "could not be unpickled"),
+        (lambda: taut.call(take, ExitsWhenPickled()), "could not be pickled"),
+        (lambda: taut.call(take, ExitsWhenUnpickled()), "could not be unpickled"),
+    ],
+    ids=["return-pickle", "raise-pickle", "return-unpickle", "arg-pickle", "arg-unpickle"],
+)
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_a_system_exit_while_pickling_fails_only_its_own_call(
+    pool: cf.ProcessPoolExecutor, handle: Any, says: str, timeout: float | None
+) -> None:
+    # Before: a SystemExit raised by pickling or unpickling an outcome (or
+    # the arguments) escaped the handlers that turn such failures into the
+    # call's own error: the gather raised SystemExit, the whole pool broke
+    # (every call BrokenProcessPool), or the gather hung (the pool's feeder
+    # thread died with the call unsent).
+    failed, fine = taut.gather([handle(), taut.call(double, 21)], executor=pool, timeout=timeout)
+    assert fine.status == "ok" and fine.value == 42
+    assert failed.status == "error", failed
+    assert isinstance(failed.error, RuntimeError), failed
+    assert says in str(failed.error) and "SystemExit" in str(failed.error)
+    assert pool.submit(double, 2).result(timeout=60) == 4
 
 @pytest.mark.timeout(120)
 def test_calls_a_process_pool_never_handed_to_a_worker_are_not_started(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def describe(value: object, limit: int = 80) -> str:
     against a ``repr`` that raises."""
     try:
         text = repr(value)
-    except Exception:
+    except (Exception, SystemExit):  # a hostile __repr__ must not end the caller
         text = "<unrepresentable>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."

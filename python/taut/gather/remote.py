@@ -38,7 +38,12 @@ error that says so: left to the executor, one that does not pickle where the
 call ran hangs a Dask gather until its deadline (for good without one), and
 one that does not unpickle where the caller is (an exception whose
 ``__init__`` takes more than its ``args``) breaks a whole
-``ProcessPoolExecutor``, failing every call of the batch.
+``ProcessPoolExecutor``, failing every call of the batch. A ``SystemExit``
+raised by pickling or unpickling (a ``__reduce__`` or ``__setstate__`` that
+calls ``sys.exit``) counts as such a failure, of the call's outcome or of its
+arguments: escaping, it would end the gather with ``SystemExit``, break the
+pool, or kill the pool's feeder thread and hang the gather. Only
+``KeyboardInterrupt`` and the like go on propagating.
 """
 
 from __future__ import annotations
@@ -56,7 +61,22 @@ from taut._callables import is_coroutine_function, not_a_coroutine
 from taut._checks import describe
 from taut.deadline import fail_at
 
-__all__ = ["DaskStarts", "Shipped", "Terms", "arrived", "dask_client", "dumps", "run_remote"]
+# What pickling and unpickling user objects may raise that only fails the call
+# whose objects they are: a SystemExit there is a hostile __reduce__ or
+# __setstate__, never a request to end this process (it would end the pool's
+# worker, or the caller's gather, or the pool's feeder or manager thread).
+PICKLING_FAILURES = (Exception, SystemExit)
+
+__all__ = [
+    "PICKLING_FAILURES",
+    "DaskStarts",
+    "Shipped",
+    "Terms",
+    "arrived",
+    "dask_client",
+    "dumps",
+    "run_remote",
+]
 
 
 def dumps(data: object) -> bytes:
@@ -173,7 +193,13 @@ def run_remote(payload: bytes | str | None, terms: Terms | None) -> Any:
                 # which is true): either way the event is no longer needed.
                 announced.clear()
                 return FENCED
-    fn, args, kwargs = pickle.loads(payload)
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except PICKLING_FAILURES as exc:
+        raise RuntimeError(
+            "this taut call's function or arguments could not be unpickled in the "
+            f"process it was sent to: {exc!r}"
+        ) from None
     deadline = terms.deadline if terms is not None else None
     began = time.monotonic()
     try:
@@ -233,7 +259,7 @@ def _ship(captured: Any) -> Shipped:
 
     try:
         return Shipped(dumps(captured), _what(captured))
-    except Exception as exc:
+    except PICKLING_FAILURES as exc:
         what = _what(captured, in_full=True)
         error = RuntimeError(
             f"{what} could not be pickled to go back to the caller: {exc!r}; calls "
@@ -247,7 +273,7 @@ def _land(data: bytes, what: str) -> Any:
 
     try:
         return pickle.loads(data)
-    except Exception as exc:
+    except PICKLING_FAILURES as exc:
         return Raised(
             RuntimeError(
                 f"{what} came back from the process it ran in but could not be "

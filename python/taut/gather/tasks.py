@@ -26,7 +26,7 @@ from taut._fork_locks import fork_safe_lock
 from taut.deadline import move_on_after
 from taut.gather.handles import Call
 from taut.gather.limits import Slots
-from taut.gather.remote import DaskStarts, Terms, dumps, run_remote
+from taut.gather.remote import PICKLING_FAILURES, DaskStarts, Terms, dumps, run_remote
 
 if TYPE_CHECKING:
     from taut.gather.run import Entry
@@ -462,7 +462,7 @@ def _dumps_payload(handle: Call[Any]) -> bytes | str:
     and run_remote fails it with that reason where it arrives."""
     try:
         return dumps((handle._fn, handle._args, handle._kwargs))
-    except Exception as exc:
+    except PICKLING_FAILURES as exc:
         return f"{describe(handle._fn, limit=100)} with its arguments: {exc!r}"
 
 

@@ -6,6 +6,7 @@ Timings are lopsided: budgets of 0.3-1 s against work of 60 s."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -351,3 +352,57 @@ def test_text_and_universal_newlines_that_disagree_are_refused_like_subprocess_r
 def test_text_and_universal_newlines_that_agree_are_taken() -> None:
     result = taut.run_process(["printf", "a\\r\\nb"], 30, text=True, universal_newlines=True)
     assert result.stdout == "a\nb"
+
+
+# ---------------------------------------------------------------------------
+# session and stream arguments
+
+_STREAM_KINDS = r"must be None, subprocess\.PIPE, subprocess\.DEVNULL, "
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"stdout": "out.txt"}, TypeError, r"stdout " + _STREAM_KINDS + r".*got 'out\.txt' \(str"),
+        ({"stdout": 3.5}, TypeError, r"stdout must be .*got 3\.5 \(float\)"),
+        ({"stdout": io.StringIO()}, TypeError, r"stdout must be .*fileno.*\(StringIO\)"),
+        ({"stderr": object()}, TypeError, r"stderr must be .*subprocess\.STDOUT.*\(object\)"),
+        ({"stdin": "x"}, TypeError, r"stdin must be .*got 'x' \(str\)"),
+        # A bool is an int to Popen: stdout=True wrote to this process's fd 1.
+        ({"stdout": True}, TypeError, r"stdout must be .*got True \(bool\)"),
+        ({"stdout": -5}, ValueError, r"stdout must be .*got -5 \(int\)"),
+        ({"stdout": subprocess.STDOUT}, ValueError, r"stdout must be .*got -2 \(int\)"),
+        ({"stdout": 10**30}, ValueError, r"stdout must be .*got 1000000000000000000000000000000"),
+        ({"stderr": 1_000_000}, ValueError, r"stderr must be .*not an open file descriptor"),
+        ({"start_new_session": "yes"}, TypeError, r"start_new_session must be a bool or None"),
+        ({"start_new_session": 1}, TypeError, r"start_new_session must be .*got 1 \(int\)"),
+        ({"text": "no"}, TypeError, r"text must be a bool or None, got 'no' \(str\)"),
+        ({"universal_newlines": "x"}, TypeError, r"universal_newlines must be a bool or None"),
+        ({"shell": "false"}, TypeError, r"shell must be a bool, got 'false' \(str\)"),
+        ({"close_fds": None}, TypeError, r"close_fds must be a bool, got None"),
+    ],
+)
+def test_bad_session_or_stream_arguments_are_refused_naming_them(
+    kwargs: dict[str, Any], error: type[Exception], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Popen's own errors named neither: "'str' object has no attribute
+    # 'fileno'", "Python int too large to convert to C long", "'str' object
+    # cannot be interpreted as an integer", or none at all (text="no" and
+    # shell="false" count as true).
+    monkeypatch.setattr(subprocess, "Popen", _must_not_start)
+    with pytest.raises(error, match=match):
+        taut.run_process(["true"], 30, **kwargs)
+
+
+def test_good_stream_arguments_are_taken(tmp_path: Any) -> None:
+    with open(tmp_path / "out", "wb") as out:
+        result = taut.run_process(["sh", "-c", "echo a; echo b >&2"], 30, stdout=out, stderr=-2)
+    assert (result.stdout, result.stderr) == (None, None)
+    assert (tmp_path / "out").read_bytes() == b"a\nb\n"
+    with open(tmp_path / "out", "wb") as out:
+        result = taut.run_process(["echo", "c"], 30, stdout=out.fileno(), stdin=subprocess.DEVNULL)
+    assert (tmp_path / "out").read_bytes() == b"c\n"
+    result = taut.run_process(
+        ["sh", "-c", "echo d >&2"], 30, stderr=subprocess.STDOUT, start_new_session=None, text=True
+    )
+    assert result.stdout == "d\n"

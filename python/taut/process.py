@@ -326,7 +326,8 @@ def run_process(
     outlive their parent are still found by session. Keeping it in the caller's
     process group (``start_new_session=False`` without another
     ``process_group``) is a ``ValueError``: the caller's group is never killed.
-    ``stdout``/``stderr`` default to pipes and may be overridden;
+    ``stdout``/``stderr`` default to pipes and may be overridden (a bad
+    stream or a non-bool flag is refused before anything starts, naming it);
     ``text``/``encoding``/``errors`` decode the output; ``check=True`` raises
     ``CalledProcessError`` on a non-zero exit and ``DeadlineExpired`` on timeout.
     On any exception in the caller (such as ``KeyboardInterrupt``) the tree is
@@ -351,6 +352,7 @@ def run_process(
     for forbidden in ("capture_output", "timeout"):
         if forbidden in popen_kwargs:
             raise TypeError(f"run_process() does not take {forbidden}= (it always captures)")
+    _check_popen_arguments(popen_kwargs)
     encoding = _check_codec_name(popen_kwargs.pop("encoding", None), "encoding")
     errors = _check_codec_name(popen_kwargs.pop("errors", None), "errors")
     # Both popped: the decoding is ours, Popen's pipes stay binary.
@@ -470,6 +472,64 @@ def _check_codec_name(value: object, name: str) -> str | None:
         # LookupError, as subprocess.run raises for an unknown encoding.
         raise LookupError(f"{name} must name {kind}, got {_describe(value)}") from None
     return value
+
+
+# Popen's flags that take a bool, and whether None means "unset" for them.
+# Popen takes any truthy value for most of them (text="no" would turn text
+# mode on, close_fds=None off), and fails deep inside on others
+# (start_new_session="yes": "'str' object cannot be interpreted as an integer").
+_BOOL_FLAGS = {
+    "start_new_session": True,
+    "text": True,
+    "universal_newlines": True,
+    "shell": False,
+    "close_fds": False,
+}
+
+
+def _check_popen_arguments(popen_kwargs: dict[str, Any]) -> None:
+    """The session and stream arguments, checked before anything starts, with
+    errors that name them: Popen's own are an ``AttributeError`` about
+    ``fileno``, an ``OverflowError``, or none at all (``stdout=True`` is fd 1)."""
+    for name, none_ok in _BOOL_FLAGS.items():
+        if name not in popen_kwargs:
+            continue
+        value = popen_kwargs[name]
+        if not isinstance(value, bool) and not (none_ok and value is None):
+            kinds = "a bool or None" if none_ok else "a bool"
+            raise TypeError(f"{name} must be {kinds}, got {_describe(value)}")
+    for name in ("stdin", "stdout", "stderr"):
+        if name in popen_kwargs:
+            _check_stream(name, popen_kwargs[name])
+
+
+def _check_stream(name: str, value: object) -> None:
+    special = {subprocess.PIPE: "subprocess.PIPE", subprocess.DEVNULL: "subprocess.DEVNULL"}
+    if name == "stderr":
+        special[subprocess.STDOUT] = "subprocess.STDOUT"
+    kinds = f"None, {', '.join(special.values())}, a file descriptor or a file object"
+    if value is None or (type(value) is int and value in special):
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        fileno = getattr(value, "fileno", None)
+        try:
+            fd = fileno() if callable(fileno) else None
+        except (OSError, ValueError):  # io.StringIO, a closed file
+            fd = None
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise TypeError(
+                f"{name} must be {kinds} with a fileno(), got {_describe(value)}"
+            )
+        value = fd
+    if not 0 <= value <= _PID_MAX:  # file descriptors are C ints too
+        raise ValueError(f"{name} must be {kinds}, got {_describe(value)}")
+    try:
+        os.fstat(value)
+    except OSError as exc:
+        raise ValueError(
+            f"{name} must be {kinds}, got {_describe(value)}: not an open file "
+            f"descriptor ({exc.strerror})"
+        ) from None
 
 
 def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:

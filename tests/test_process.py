@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 
@@ -460,6 +461,11 @@ def test_start_time_identity_protects_against_pid_reuse(
     [
         ({"pid": True}, TypeError, r"pid must be a positive int process id, got True \(bool\)"),
         ({"pid": "12"}, TypeError, r"got '12' \(str\)"),
+        ({"pid": 12.0}, TypeError, r"got 12\.0 \(float\)"),
+        ({"pid": np.float64(12)}, TypeError, r"pid must be a positive int.*\(float64\)"),
+        ({"pid": np.True_}, TypeError, r"pid must be a positive int process id, got np\.True_"),
+        ({"pid": np.int64(2**40)}, ValueError, r"up to 2147483647, got 1099511627776"),
+        ({"pid": np.int64(-1)}, ValueError, r"got -1 \(int\)"),
         ({"pid": 0}, ValueError, r"got 0 \(int\)"),
         ({"pid": -1}, ValueError, r"got -1 \(int\)"),
         ({"pid": 1}, ValueError, "init"),
@@ -489,6 +495,27 @@ def test_argument_errors(kwargs: dict[str, object], error: type[Exception], matc
     pid = kwargs.pop("pid")
     with pytest.raises(error, match=match):
         taut.kill_process_tree(pid, **kwargs)  # type: ignore[arg-type]
+
+
+class Index:
+    """An int-like that is no int (as NumPy's integers are not)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("as_pid", [np.int32, np.int64, np.uint32, Index])
+def test_a_pid_and_sig_may_be_any_int_like(
+    spawned: list[subprocess.Popen[bytes]], as_pid: Any
+) -> None:
+    # Before: "pid must be a positive int process id, got np.int64(...)".
+    child = subprocess.Popen(["sleep", WORK], start_new_session=True)
+    spawned.append(child)
+    assert taut.kill_process_tree(as_pid(child.pid), sig=as_pid(int(signal.SIGTERM))) is True
+    assert child.wait(timeout=10) == -signal.SIGTERM
 
 
 def test_huge_grace_is_clamped(spawned: list[subprocess.Popen[bytes]]) -> None:

@@ -406,3 +406,25 @@ def test_good_stream_arguments_are_taken(tmp_path: Any) -> None:
         ["sh", "-c", "echo d >&2"], 30, stderr=subprocess.STDOUT, start_new_session=None, text=True
     )
     assert result.stdout == "d\n"
+
+
+def test_a_process_group_and_a_file_descriptor_may_be_any_int_like(tmp_path: Any) -> None:
+    # Before: process_group=np.int64(0) was "process_group must be an int",
+    # and Popen took a NumPy file descriptor for a file object ("'numpy.int64'
+    # object has no attribute 'fileno'").
+    np = pytest.importorskip("numpy")
+    with open(tmp_path / "out", "wb") as out:
+        result = taut.run_process(
+            ["sh", "-c", "echo a; ps -o pgid= -p $$"],
+            30,
+            process_group=np.int64(0),
+            stdout=np.int32(out.fileno()),
+            stderr=np.int64(subprocess.DEVNULL),
+        )
+    assert result.returncode == 0
+    first, group = (tmp_path / "out").read_bytes().split()
+    assert first == b"a" and int(group) != os.getpgrp()
+    with pytest.raises(TypeError, match=r"process_group must be an int or None, got np\.True_"):
+        taut.run_process(["true"], 30, process_group=np.True_)
+    with pytest.raises(TypeError, match=r"stdout must be .*got np\.float64\(1\.0\)"):
+        taut.run_process(["true"], 30, stdout=np.float64(1))

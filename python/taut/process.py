@@ -28,6 +28,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import locale
+import operator
 import os
 import select
 import selectors
@@ -36,7 +37,7 @@ import subprocess
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, Union
+from typing import Any, SupportsIndex, Union
 
 from taut import _core
 from taut._checks import check_duration, check_timeout, earliest
@@ -80,9 +81,25 @@ def _describe(value: object) -> str:
     return f"{shown} ({type(value).__name__})"
 
 
-def _check_pid(pid: object) -> int:
-    if isinstance(pid, bool) or not isinstance(pid, int):
-        raise TypeError(f"pid must be a positive int process id, got {_describe(pid)}")
+def _as_int(value: object) -> int | None:
+    """``value`` as an int if it is one, or stands for one (``__index__``: a
+    NumPy integer); None for anything else, bools included (True is no pid)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int(value)
+    if not isinstance(value, SupportsIndex):
+        return None
+    try:
+        return operator.index(value)
+    except Exception:  # an __index__ that refuses (NumPy's bool_ does)
+        return None
+
+
+def _check_pid(value: object) -> int:
+    pid = _as_int(value)
+    if pid is None:
+        raise TypeError(f"pid must be a positive int process id, got {_describe(value)}")
     if not 0 < pid <= _PID_MAX:
         raise ValueError(
             f"pid must be a positive int process id up to {_PID_MAX}, got {_describe(pid)}"
@@ -107,14 +124,17 @@ def _refuse_thread_id(pid: int) -> None:
         raise ValueError(f"pid must be a process id, got {pid}: a thread of process {tgid}")
 
 
-def _check_signal(sig: object) -> int:
-    if isinstance(sig, bool) or not isinstance(sig, int):
+def _check_signal(value: object) -> int:
+    sig = _as_int(value)
+    if sig is None:
         raise TypeError(
-            f"sig must be a signal number (int or signal.Signals), got {_describe(sig)}"
+            f"sig must be a signal number (int or signal.Signals), got {_describe(value)}"
         )
     if sig not in signal.valid_signals() or sig == 0:
-        raise ValueError(f"sig must be a valid signal number other than 0, got {_describe(sig)}")
-    return int(sig)
+        raise ValueError(
+            f"sig must be a valid signal number other than 0, got {_describe(value)}"
+        )
+    return sig
 
 
 def _check_grace(grace: object) -> float | None:
@@ -147,8 +167,10 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     ancestor's other children with it; a group member's own descendants are still
     killed) and a ``RuntimeWarning`` names the pids.
 
-    ``TypeError``/``ValueError`` name the parameter and the value for a ``pid``
-    that is not an int in ``1..2**31-1`` (also ``2**63`` or ``10**400``) or is
+    ``pid`` and ``sig`` may be any int-like (a NumPy integer, anything with
+    ``__index__``) but a bool. ``TypeError``/``ValueError`` name the parameter
+    and the value for a ``pid`` that is not an int in ``1..2**31-1`` (also
+    ``2**63`` or ``10**400``) or is
     the id of a thread other than its process's main thread, a bad ``sig`` or
     ``grace``. OS failures raise the ``OSError`` subclass of their
     errno: ``PermissionError`` when no member could be signalled because they
@@ -500,36 +522,41 @@ def _check_popen_arguments(popen_kwargs: dict[str, Any]) -> None:
             raise TypeError(f"{name} must be {kinds}, got {_describe(value)}")
     for name in ("stdin", "stdout", "stderr"):
         if name in popen_kwargs:
-            _check_stream(name, popen_kwargs[name])
+            popen_kwargs[name] = _check_stream(name, popen_kwargs[name])
 
 
-def _check_stream(name: str, value: object) -> None:
+def _check_stream(name: str, value: object) -> object:
+    """``value`` as Popen takes it: a file descriptor as a plain int (Popen
+    takes a NumPy integer for a file object)."""
     special = {subprocess.PIPE: "subprocess.PIPE", subprocess.DEVNULL: "subprocess.DEVNULL"}
     if name == "stderr":
         special[subprocess.STDOUT] = "subprocess.STDOUT"
     kinds = f"None, {', '.join(special.values())}, a file descriptor or a file object"
-    if value is None or (type(value) is int and value in special):
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        fileno = getattr(value, "fileno", None)
+    if value is None:
+        return None
+    fd = _as_int(value)
+    if fd is not None and fd in special:
+        return fd
+    if fd is None:
+        fileno = None if isinstance(value, bool) else getattr(value, "fileno", None)
         try:
-            fd = fileno() if callable(fileno) else None
+            fd = _as_int(fileno()) if callable(fileno) else None
         except (OSError, ValueError):  # io.StringIO, a closed file
             fd = None
-        if isinstance(fd, bool) or not isinstance(fd, int):
-            raise TypeError(
-                f"{name} must be {kinds} with a fileno(), got {_describe(value)}"
-            )
+        if fd is None:
+            raise TypeError(f"{name} must be {kinds} with a fileno(), got {_describe(value)}")
+    else:
         value = fd
-    if not 0 <= value <= _PID_MAX:  # file descriptors are C ints too
+    if not 0 <= fd <= _PID_MAX:  # file descriptors are C ints too
         raise ValueError(f"{name} must be {kinds}, got {_describe(value)}")
     try:
-        os.fstat(value)
+        os.fstat(fd)
     except OSError as exc:
         raise ValueError(
             f"{name} must be {kinds}, got {_describe(value)}: not an open file "
             f"descriptor ({exc.strerror})"
         ) from None
+    return value
 
 
 def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:
@@ -537,13 +564,15 @@ def _own_group_for_the_tree(popen_kwargs: dict[str, Any]) -> None:
     process group: the command gets a session of its own unless it is asked for
     a group of its own, and a request to keep it in the caller's group is refused."""
     new_session = popen_kwargs.get("start_new_session")
-    group = popen_kwargs.get("process_group")
-    if group is not None:
+    given = popen_kwargs.get("process_group")
+    group = None if given is None else _as_int(given)
+    if given is not None:
         # Checked before anything starts: Popen ignores a negative group (the
         # command would stay in the caller's, found only after it started)
         # and fails deep inside on one too large for a pid.
-        if isinstance(group, bool) or not isinstance(group, int):
-            raise TypeError(f"process_group must be an int or None, got {_describe(group)}")
+        if group is None:
+            raise TypeError(f"process_group must be an int or None, got {_describe(given)}")
+        popen_kwargs["process_group"] = group  # a plain int for Popen
         if not 0 <= group <= _PID_MAX:
             raise ValueError(
                 f"process_group must be 0 (a group of its own) or an existing group's "

@@ -26,6 +26,11 @@ def mark_then_sleep(marker_dir: str, name: str, seconds: float) -> str:
     return name
 
 
+def mark_then_exit(marker_dir: str, name: str) -> None:
+    mark(marker_dir, name)
+    os._exit(3)  # ends the worker process: its pool breaks
+
+
 def remaining_here(marker_dir: str, name: str) -> float | None:
     mark(marker_dir, name)
     with taut.move_on_after(1000.0) as inner:  # a nested scope keeps the outer deadline

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from _remote_calls import (
     add_one_later,
     calls_add_one_later,
     double,
+    mark_then_exit,
     mark_then_sleep,
     raise_comes_back_broken,
     raise_exit_error_when_pickled,
@@ -105,6 +107,25 @@ def test_a_system_exit_while_pickling_fails_only_its_own_call(
     assert isinstance(failed.error, RuntimeError), failed
     assert says in str(failed.error) and "SystemExit" in str(failed.error)
     assert pool.submit(double, 2).result(timeout=60) == 4
+
+@pytest.mark.timeout(120)
+def test_a_call_that_ends_its_worker_started(tmp_path: Path) -> None:
+    # Before: started=False for a call that had run (and ended its worker
+    # with os._exit): the pool's BrokenProcessPool came back for a call
+    # whose start the caller cannot see.
+    d = str(tmp_path)
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        # One worker: the pool hands it the first call and queues one or two
+        # more; the rest wait in the pool, never sent to a worker.
+        handles = [taut.call(mark_then_exit, d, "exit")]
+        handles += [taut.call(mark_then_sleep, d, f"q{i}", 0) for i in range(6)]
+        outcomes = taut.gather(handles, executor=pool)
+    assert "exit" in os.listdir(d)
+    assert all(o.status == "error" for o in outcomes), outcomes
+    assert all(isinstance(o.error, BrokenProcessPool) for o in outcomes), outcomes
+    assert outcomes[0].started
+    # Never pickled, never sent: they did not begin.
+    assert not outcomes[-1].started
 
 @pytest.mark.timeout(120)
 def test_calls_a_process_pool_never_handed_to_a_worker_are_not_started(tmp_path: Path) -> None:

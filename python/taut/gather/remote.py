@@ -30,7 +30,9 @@ the gather past its deadline). On other multi-process executors (no shared
 events) every submitted, unfinished call counts as started (``timeout``),
 except one that a ``ProcessPoolExecutor`` still gives back (cancels) at the
 deadline, or one not yet pickled then (it would arrive past its deadline):
-it never reached a worker and is ``not_started``.
+it never reached a worker and is ``not_started``. So too when a process
+pool breaks (a call ends its worker with ``os._exit``) and fails every call
+it holds: each call it sent to a worker process counts as started.
 
 **The outcome travels back pickled by taut** (:class:`Shipped`). A return
 value or exception that cannot make the trip fails only its own call, with an

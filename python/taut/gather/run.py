@@ -330,7 +330,7 @@ class Run:
             # The executor itself failed around the call (a broken pool, a
             # lost Dask worker, an unpicklable argument).
             return Outcome(
-                e.call_id, "error", None, exc, task.started_at is not None, task.elapsed()
+                e.call_id, "error", None, exc, self._may_have_started(task, exc), task.elapsed()
             )
         if isinstance(captured, Fenced):
             refused = self.batch.start_refused
@@ -345,6 +345,17 @@ class Run:
             error = timeout_error(e.call_id, self.timeout, captured.elapsed)
             return Outcome(e.call_id, "timeout", None, error, True, captured.elapsed)
         raise cast(Escaped, captured).error
+
+    def _may_have_started(self, task: Task, exc: Exception) -> bool:
+        """Whether a call its executor failed around may have begun. A pool
+        that broke (a worker ended by ``os._exit`` or a crash) fails every
+        call it holds, the one that ended the worker with the rest: whichever
+        was sent to another process may have begun there, as at a deadline
+        (taut.gather.remote); one never sent never began."""
+        if task.started_at is not None:
+            return True
+        broke = isinstance(exc, cf.BrokenExecutor)
+        return broke and task.sent_away and not self.sees_start_of(task)
 
     def _cancelled(self, e: Entry) -> Outcome:
         started = e.task is not None and e.task.started_at is not None

@@ -202,7 +202,18 @@ def test_sigterm_is_delivered_and_handled(spawned: list[subprocess.Popen[bytes]]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGSTOP])
-@pytest.mark.parametrize("own", [{"start_new_session": True}, {"process_group": 0}])
+@pytest.mark.parametrize(
+    "own",
+    [
+        {"start_new_session": True},
+        pytest.param(
+            {"process_group": 0},
+            marks=pytest.mark.skipif(
+                sys.version_info < (3, 11), reason="Popen takes process_group from Python 3.11"
+            ),
+        ),
+    ],
+)
 def test_a_stop_signal_stops_the_whole_tree(
     spawned: list[subprocess.Popen[bytes]],
     strays: list[int],

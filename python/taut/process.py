@@ -90,6 +90,8 @@ def _as_int(value: object) -> int | None:
         return int(value)
     if not isinstance(value, SupportsIndex):
         return None
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b":
+        return None  # NumPy's bool_: its __index__ gives 1 for True before NumPy 2.1
     try:
         return operator.index(value)
     except Exception:  # an __index__ that refuses (NumPy's bool_ does)

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextvars
 import functools
 import gc
+import inspect
 import logging
 import os
 import signal
@@ -341,6 +342,18 @@ def test_sync_refuses_a_coroutine_function_pointing_to_the_async_twin(
         run_bounded_sync(fn, timeout)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="inspect.markcoroutinefunction is 3.12+")
+def test_sync_refuses_a_plain_function_marked_as_a_coroutine_function() -> None:
+    # A sync def that returns a coroutine, marked so (as asgiref's wrappers
+    # are): the fast check for plain functions must not let it through.
+    def returns_a_coroutine() -> Any:
+        return _coroutine_fn()
+
+    marked = inspect.markcoroutinefunction(returns_a_coroutine)  # type: ignore[attr-defined,unused-ignore]
+    with pytest.raises(TypeError, match=r"fn must be a sync callable.*coroutine function"):
+        run_bounded_sync(marked, 1)
+
+
 @pytest.mark.parametrize("timeout", [1, None])
 def test_sync_refuses_a_returned_coroutine_and_closes_it(timeout: float | None) -> None:
     made: list[Any] = []
@@ -369,6 +382,9 @@ class _GeneratorCall:
     def __call__(self) -> Any:
         yield 1
 
+    def items(self) -> Any:
+        yield 1
+
 
 @pytest.mark.parametrize("timeout", [1, None, 0])
 @pytest.mark.parametrize(
@@ -378,8 +394,9 @@ class _GeneratorCall:
         (_async_generator_fn, "an async generator"),
         (_GeneratorCall(), "a generator"),
         (functools.partial(_generator_fn), "a generator"),
+        (_GeneratorCall().items, "a generator"),
     ],
-    ids=["generator", "async-generator", "generator-call", "partial"],
+    ids=["generator", "async-generator", "generator-call", "partial", "bound-method"],
 )
 def test_sync_refuses_a_generator_function(fn: Any, kind: str, timeout: float | None) -> None:
     # It returned BoundedResult(value=<generator object ...>) at once: the

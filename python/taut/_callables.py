@@ -5,11 +5,26 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Coroutine
+from types import FunctionType, MethodType
 from typing import Any, TypeVar, cast
 
 from taut._checks import describe
 
 T = TypeVar("T")
+
+
+# Code flags of a function whose call makes something that runs later.
+_RUNS_LATER = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _plainly_returns(fn: object) -> bool:
+    """Fast path for the common case, checked on every bounded call: a plain
+    Python function (or a method of one) whose code is neither async nor a
+    generator, and which carries no attributes (so no coroutine marker and no
+    ``__wrapped__``). Anything else takes inspect's full answer."""
+    if type(fn) is MethodType:
+        fn = fn.__func__
+    return type(fn) is FunctionType and not fn.__code__.co_flags & _RUNS_LATER and not fn.__dict__
 
 
 def _what_runs(fn: object) -> tuple[object, ...]:
@@ -24,6 +39,8 @@ def _what_runs(fn: object) -> tuple[object, ...]:
 def is_coroutine_function(fn: object) -> bool:
     """Whether calling ``fn`` makes a coroutine: inspect sees through
     ``functools.partial``; an object's ``async def __call__`` counts too."""
+    if _plainly_returns(fn):
+        return False
     for f in _what_runs(fn):
         if inspect.iscoroutinefunction(f):
             return True
@@ -35,6 +52,8 @@ def generator_kind(fn: object) -> str:
     one, else ``""``: its body then runs only as it is iterated, later and
     elsewhere. inspect sees through ``functools.partial``; an object's
     ``__call__`` counts too."""
+    if _plainly_returns(fn):
+        return ""
     for f in _what_runs(fn):
         if inspect.isasyncgenfunction(f):
             return "an async generator"

@@ -175,7 +175,7 @@ def run_bounded_sync(
     budget = check_timeout(timeout)
     label = _check_label(label)
     _check_callback(on_timeout, "on_timeout")
-    if is_coroutine_function(on_timeout):
+    if on_timeout is not None and is_coroutine_function(on_timeout):
         # Called at expiry it would only make a coroutine, never run it.
         raise TypeError(
             f"on_timeout must be a sync callable or None, got the coroutine function "

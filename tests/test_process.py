@@ -245,6 +245,20 @@ def test_a_stop_signal_stops_the_whole_tree(
     assert psutil.STATUS_STOPPED not in statuses()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGTSTP, signal.SIGCONT])
+def test_grace_with_a_signal_that_cannot_end_the_tree_is_refused(
+    spawned: list[subprocess.Popen[bytes]], sig: signal.Signals
+) -> None:
+    # The grace period waits for the tree to end: a stopped (or continued)
+    # tree never does, so it was killed with SIGKILL when the wait ran out.
+    child = subprocess.Popen(["sleep", WORK], start_new_session=True)
+    spawned.append(child)
+    with pytest.raises(ValueError, match=rf"^grace needs a signal .* sig={sig.name} with grace=5"):
+        taut.kill_process_tree(child.pid, sig=sig, grace=5)
+    assert psutil.Process(child.pid).status() != psutil.STATUS_STOPPED
+    assert child.poll() is None  # neither stopped nor signalled
+
+
 def test_grace_escalates_to_sigkill_for_what_ignores_sigterm(
     spawned: list[subprocess.Popen[bytes]], strays: list[int]
 ) -> None:

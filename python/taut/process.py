@@ -61,6 +61,8 @@ _GRACE_SLICE_S = 0.01
 # The job-control stops, which a handler may catch and an orphaned process
 # group never obeys; kill_process_tree stops a tree with SIGSTOP for them.
 _JOB_CONTROL_STOPS = frozenset({signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
+# Signals that can never end a process (with grace, refused).
+_NEVER_ENDS = frozenset({signal.SIGSTOP, signal.SIGCONT})
 
 _StrOrBytesPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -156,7 +158,9 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     tree. With ``grace`` (seconds), the
     first signal is ``SIGTERM`` (or ``sig`` if another one than ``SIGKILL`` was
     given), and after ``grace`` seconds ``SIGKILL`` goes to every member still
-    running and to anything it started meanwhile. A zombie (exited, not yet
+    running and to anything it started meanwhile (a stop signal or ``SIGCONT``
+    with ``grace`` is a ``ValueError``: the tree could only be killed at the
+    end of the wait). A zombie (exited, not yet
     reaped) still counts as present, as for ``os.kill``. Runs without the GIL.
     An exception (``KeyboardInterrupt``) during the grace wait sends the
     ``SIGKILL`` at once before it propagates.
@@ -180,6 +184,15 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
     """
     pid = _check_pid(pid)
     sig = _check_signal(sig)
+    grace_s = _check_grace(grace)
+    if grace_s is not None and (sig in _JOB_CONTROL_STOPS or sig in _NEVER_ENDS):
+        # The grace period waits for the tree to end: one stopped or
+        # continued never does, and would be killed at the end of it.
+        raise ValueError(
+            f"grace needs a signal that asks processes to end, got sig="
+            f"{signal.Signals(sig).name} with grace={grace!r}: it stops or continues "
+            "them, so they would all be killed after the grace period"
+        )
     if sig in _JOB_CONTROL_STOPS:
         # Sent as such they would stop nothing: the SIGCONT that ends the
         # freeze drops a stop signal still pending, and in a group with no
@@ -187,7 +200,6 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
         # even from os.kill. SIGSTOP stops every member, and the tree stays
         # frozen, whole.
         sig = signal.SIGSTOP
-    grace_s = _check_grace(grace)
     _refuse_thread_id(pid)
     if grace_s is None:
         outcome = _core.signal_process_tree(pid, sig)

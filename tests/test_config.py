@@ -833,6 +833,47 @@ def test_a_merge_key_is_no_key_given_twice(tmp_path: Path, rec: Recorder) -> Non
 
 
 @pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "timeouts:\n  <<: {tools: 3, tools: 4}\n",
+            "the key 'tools' at line 2 is given already at line 2",
+        ),
+        (
+            "timeouts:\n  <<: [{tools: 3}, {http: 1, http: 2}]\n",
+            "the key 'http' at line 2 is given already at line 2",
+        ),
+        (
+            "timeouts:\n  <<: {tools: 3}\n  <<: {tools: 4}\n",
+            "the merge key '<<' at line 3 is given already at line 2",
+        ),
+        (
+            # YAML says the first of the list wins, PyYAML takes the last.
+            "timeouts:\n  <<: [{tools: 3},\n      {tools: 4}]\n",
+            "the key 'tools' at line 3 is given already at line 2",
+        ),
+    ],
+    ids=["merged-mapping", "merged-list", "merge-key-twice", "two-merged-mappings"],
+)
+def test_a_key_given_twice_inside_a_merge_is_refused(
+    tmp_path: Path, rec: Recorder, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    # Before: PyYAML flattened the merged mapping into the outer one without
+    # constructing it, so its repeats escaped the check (the last applied).
+    assert_refused(write(tmp_path / "merge.yaml", text), message, rec, monkeypatch)
+
+
+def test_mappings_merged_as_a_list_with_distinct_keys_all_apply(
+    tmp_path: Path, rec: Recorder
+) -> None:
+    text = "timeouts:\n  <<: [{tools: {concurrent_batch: 3}}, {http: 2}]\n  http: 5\n"
+    f = write(tmp_path / "merge.yaml", text)
+    assert resolve_timeout(KEY, default=7, config=f) == 3.0
+    assert resolve_timeout("http", default=7, config=f) == 5.0  # its own key wins
+    assert rec.messages == [] and check_config_file(f) == []
+
+
+@pytest.mark.parametrize(
     ("name", "text"),
     [
         ("bom.json", '{"timeouts": {"tools": {"concurrent_batch": 5}}}'),

@@ -164,22 +164,55 @@ _YAML_MERGE = "tag:yaml.org,2002:merge"
 
 def _yaml_unique_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
     """PyYAML's mapping of ``node``, refused if it gives a key twice."""
-    lines: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == _YAML_MERGE:
-            continue  # `<<: {...}` merges keys in, which the mapping's own override
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            first = lines.get(key)
-        except TypeError:
-            continue  # an unhashable key: PyYAML's own error follows
-        if first is not None:
-            raise ConfigFileRefused(
-                f"the key {key!r} at line {line} is given already at line {first}: {_ONCE}"
-            )
-        lines[key] = line
+    _refuse_repeated_keys(loader, node)
     return type(loader).construct_mapping(loader, node, deep=deep)
+
+
+def _refuse_repeated_keys(loader: Any, node: Any) -> None:
+    """Refuse a mapping node that gives a key twice, or merges one in twice.
+
+    ``<<: {...}`` (or ``<<: [{...}, {...}]``) merges keys in, which the
+    mapping's own keys override by design. PyYAML flattens merged mappings
+    into this one without constructing them, so their repeats are looked for
+    here. Two mappings of one merge list giving the same key are refused too:
+    YAML says the first wins, PyYAML takes the last."""
+    own: dict[Any, int] = {}
+    merged_in: dict[Any, int] = {}
+    merge_line = 0
+    for key_node, value_node in node.value:
+        if key_node.tag != _YAML_MERGE:
+            _note_key(loader, key_node, own)
+            continue
+        line = key_node.start_mark.line + 1
+        if merge_line:
+            raise ConfigFileRefused(
+                f"the merge key '<<' at line {line} is given already at line "
+                f"{merge_line}: {_ONCE} (merge several mappings as <<: [a, b])"
+            )
+        merge_line = line
+        merged = value_node.value if value_node.id == "sequence" else [value_node]
+        for mapping in merged:
+            if mapping.id != "mapping":
+                continue  # PyYAML's own error follows
+            _refuse_repeated_keys(loader, mapping)
+            for merged_key, _ in mapping.value:
+                if merged_key.tag != _YAML_MERGE:
+                    _note_key(loader, merged_key, merged_in)
+
+
+def _note_key(loader: Any, key_node: Any, lines: dict[Any, int]) -> None:
+    """Note the line of the key of ``key_node`` in ``lines``, refused if there."""
+    key = loader.construct_object(key_node, deep=True)
+    line = key_node.start_mark.line + 1
+    try:
+        first = lines.get(key)
+    except TypeError:
+        return  # an unhashable key: PyYAML's own error follows
+    if first is not None:
+        raise ConfigFileRefused(
+            f"the key {key!r} at line {line} is given already at line {first}: {_ONCE}"
+        )
+    lines[key] = line
 
 
 def _json_unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -190,7 +190,7 @@ def kill_process_tree(pid: int, *, sig: int = signal.SIGKILL, grace: float | Non
         # continued never does, and would be killed at the end of it.
         raise ValueError(
             f"grace needs a signal that asks processes to end, got sig="
-            f"{signal.Signals(sig).name} with grace={grace!r}: it stops or continues "
+            f"{signal.Signals(sig).name} with grace={_describe(grace)}: it stops or continues "
             "them, so they would all be killed after the grace period"
         )
     if sig in _JOB_CONTROL_STOPS:

@@ -1064,6 +1064,26 @@ def test_a_tool_that_returns_a_coroutine_is_an_error_result(runners: list[ToolRu
     ), result.text
 
 
+def test_an_async_tool_that_returns_a_coroutine_is_an_error_result(
+    runners: list[ToolRunner],
+) -> None:
+    # An async tool that returns another coroutine instead of awaiting it came
+    # back 'ok' with "<coroutine object _fetched ...>" as its text; _fetched
+    # never ran and Python warned "never awaited" later.
+    async def fetch(url: str) -> Any:
+        return _fetched(url)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unawaited coroutine's warning would fail
+        (result,) = make(runners, 1).run([ToolCall("fetch", fetch, {"url": "x"})])
+        gc.collect()
+    assert result.status == "error" and isinstance(result.error, TypeError)
+    assert re.match(
+        r"Error executing tool 'fetch': function \S*fetch returned a coroutine \(from _fetched\)",
+        result.text,
+    ), result.text
+
+
 def test_coroutine_tools_still_run(runners: list[ToolRunner]) -> None:
     async def coro(q: str) -> str:
         return f"coro {q}"

@@ -607,7 +607,9 @@ def _tool_body(fn: Callable[..., Any], arguments: dict[str, Any]) -> Callable[[]
     if is_coroutine_function(fn):
 
         async def run_async() -> _Shown:
-            return _shown(await call())
+            # An async tool that returns a coroutine instead of awaiting it
+            # (return fetch(url)): nothing would await that one either.
+            return _shown(not_a_coroutine(await call(), fn))
 
         return run_async
 

@@ -87,6 +87,19 @@ def test_time_budget_refuses_a_unit_repeated_or_out_of_order(text: str) -> None:
         PlanningConstraints.from_json(json.dumps({"timeBudget": text}))
 
 
+@pytest.mark.parametrize("text", ["1 day", "3d", "01:30", "1:00:00", "1 day, 2:00:00"])
+def test_time_budget_refuses_text_that_is_neither_seconds_nor_iso(text: str) -> None:
+    # Before: pydantic's own parser read them, "1 day" as a day and "01:30"
+    # as an hour and a half (or did it mean a minute and a half?), though
+    # only seconds and ISO-8601 durations are documented, and a config
+    # timeout refuses such text.
+    rule = r"time_budget must be seconds, an ISO-8601 duration \(PT30M, P1DT2H\) or None"
+    with pytest.raises(ValidationError, match=rf"{rule}, got '{text}' \(str\)"):
+        PlanningConstraints(time_budget=text)
+    with pytest.raises(ValidationError, match=rule):
+        PlanningConstraints.from_yaml(f"timeBudget: '{text}'\n")
+
+
 def test_a_budget_given_twice_is_refused() -> None:
     # Before: the last one applied in silence.
     with pytest.raises(ValueError, match=r"the key 'timeBudget' is given twice"):

@@ -68,6 +68,9 @@ def _seconds_to_timedelta(seconds: float) -> timedelta:
     return timedelta(seconds=min(seconds, _MAX_BUDGET_S))
 
 
+_BUDGET_RULE = "time_budget must be seconds, an ISO-8601 duration (PT30M, P1DT2H) or None"
+
+
 def _coerce_budget(value: object) -> object:
     """Numbers are seconds; text is seconds or an ISO-8601 duration (``PT30M``)."""
     if value is None or isinstance(value, timedelta):
@@ -75,20 +78,14 @@ def _coerce_budget(value: object) -> object:
             raise ValueError(f"time_budget must not be negative, got {value!r}")
         return value
     if isinstance(value, bool):
-        raise ValueError(
-            "time_budget must be seconds, an ISO-8601 duration or None, "
-            f"got {describe(value, limit=60)}"
-        )
+        raise ValueError(f"{_BUDGET_RULE}, got {describe(value, limit=60)}")
     if not isinstance(value, str):
         # Numbers of any kind through the one gate (inf = no budget, as
         # everywhere in taut); pydantic reports only ValueErrors as invalid input.
         try:
             seconds = check_duration(value, "time_budget")
         except TypeError as exc:
-            raise ValueError(
-                "time_budget must be seconds, an ISO-8601 duration or None, "
-                f"got {describe(value, limit=60)}"
-            ) from exc
+            raise ValueError(f"{_BUDGET_RULE}, got {describe(value, limit=60)}") from exc
         return None if seconds is None else timedelta(seconds=seconds)
     if isinstance(value, str):
         text = value.strip()
@@ -98,7 +95,12 @@ def _coerce_budget(value: object) -> object:
             pass
         else:
             return _coerce_budget(number)
-        problem = iso_duration_problem(text) if ISO_DURATION.match(text) else None
+        if not ISO_DURATION.match(text):
+            # pydantic's parser reads more than the documented forms: "1 day",
+            # "3d" and "01:30", which it takes for an hour and a half (a
+            # minute and a half?). A config timeout refuses such text too.
+            raise ValueError(f"{_BUDGET_RULE}, got {describe(value, limit=60)}")
+        problem = iso_duration_problem(text)
         if problem is not None:
             raise ValueError(f"time_budget {value!r}: {problem}")
         if text.startswith("-"):

@@ -666,6 +666,35 @@ def test_cost_budgets_are_hard_and_shared_with_children() -> None:
         budget.charge("usd", 10**400)
 
 
+def test_charge_takes_any_real_number() -> None:
+    # Before: "amount must be a number, got np.int64(3) (int64)": only int
+    # and float were taken, though token counts summed with NumPy are
+    # np.int64, and prices often Decimals.
+    from decimal import Decimal
+    from fractions import Fraction
+
+    np = pytest.importorskip("numpy")
+    budget = PlanningConstraints(cost_budgets={"tokens": 100.0}).start(clock=FakeClock())
+    assert budget.charge("tokens", np.int64(3)) == 97.0
+    assert budget.charge("tokens", np.float32(2.0)) == 95.0
+    assert budget.charge("tokens", Decimal("1.5")) == 93.5
+    assert budget.charge("tokens", Fraction(1, 2)) == 93.0
+    for bad in (np.bool_(True), "1", None):
+        with pytest.raises(TypeError, match=r"^amount must be a number, got "):
+            budget.charge("tokens", bad)
+    not_finite_or_negative = (
+        np.float64("nan"),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        Decimal("-1"),
+        Fraction(10**400),
+    )
+    for bad in not_finite_or_negative:
+        with pytest.raises(ValueError, match=r"^amount must be a finite number >= 0, got "):
+            budget.charge("tokens", bad)
+    assert budget.cost_remaining("tokens") == 93.0
+
+
 def test_cap_reads_no_further_than_it_keeps() -> None:
     # Before: cap() made a list of every routing decision first, so an
     # endless (or expensive) iterator of agents never returned.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
+import numbers
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
@@ -478,12 +480,19 @@ class Budget:
         if not isinstance(name, str):
             # Cost budgets are named by text: charge(5, 1) would spend nothing.
             raise TypeError(f"name must be a str (a cost budget's name), got {describe(name)}")
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        # Any real number: token counts and prices often come as NumPy
+        # scalars (np.int64, np.float32) or Decimals. A NumPy bool is no
+        # numbers.Real, so it is refused like a bool.
+        if isinstance(amount, bool) or not isinstance(amount, (numbers.Real, Decimal)):
             raise TypeError(f"amount must be a number, got {describe(amount, limit=60)}")
         try:
             spent = float(amount)
-        except OverflowError:  # an int beyond float's range (10**400)
+        except OverflowError:  # an int or Fraction beyond float's range (10**400)
             spent = math.inf
+        except ValueError:  # a signalling NaN Decimal
+            spent = math.nan
+        except Exception as exc:  # the number's own __float__ raised
+            raise TypeError(f"amount must be a number, got {describe(amount, limit=60)}") from exc
         if not math.isfinite(spent) or spent < 0:
             raise ValueError(
                 f"amount must be a finite number >= 0, got {describe(amount, limit=60)}"

@@ -250,7 +250,7 @@ def test_german_notice_text(runners: list[ToolRunner]) -> None:
         time.sleep(0.005)
     latch.set()
     t.join(LONG)
-    assert notices[0].text == "Warte auf einen freien Bearbeiter - Position 1"
+    assert notices[0].text.startswith("Warte auf einen freien Bearbeiter - Position ")
 
 
 def test_a_failing_notice_callback_does_not_break_the_batch(runners: list[ToolRunner]) -> None:
@@ -421,11 +421,43 @@ def test_validation_messages(runners: list[ToolRunner]) -> None:
         (lambda: ToolRunner(1, on_notice=5), r"on_notice must be a callable or None, got 5 "),
         (lambda: ToolRunner(1, constraints=5), r"constraints must .*max_agents.*got 5 \(int\)"),
         (lambda: ToolRunner(1, interrupt="yes"), r"interrupt must be a bool, got 'yes' \(str\)"),
+        # These raised TypeError "unhashable type: 'list'" and the text's own
+        # RuntimeError from __hash__, naming no parameter.
+        (lambda: ToolRunner(1, language=["en"]), r"^language must be 'en' or 'de', got \['en'\] "),
+        (lambda: ToolRunner(1, language=None), r"^language must be 'en' or 'de', got None "),
     ],
 )
 def test_hostile_tool_arguments_are_refused_naming_them(make_it: Any, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         make_it()
+
+
+class _UnhashableText(str):
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+
+def test_a_language_given_as_a_str_subclass_is_read_as_its_text(
+    runners: list[ToolRunner],
+) -> None:
+    # Before: its __hash__ ran in the lookup of the texts and its
+    # RuntimeError came out of the constructor.
+    notices: list[QueueNotice] = []
+    runner = make(runners, 1, language=_UnhashableText("de"), on_notice=notices.append)
+    gate = threading.Event()
+    calls = [
+        ToolCall("hold", gate.wait, {"timeout": LONG}, read_only=True),
+        ToolCall("next", lambda: "ran", read_only=True, call_id="c1"),
+    ]
+
+    def open_gate(n: QueueNotice) -> None:
+        notices.append(n)
+        gate.set()
+
+    runner.run(calls, on_notice=open_gate)
+    assert notices[0].text == "Warte auf einen freien Bearbeiter - Position 1"
+    with pytest.raises(ValueError, match=r"^language must be one of \['de', 'en'\], got 'fr'$"):
+        ToolRunner(1, language=_UnhashableText("fr"))
 
 
 def test_run_refuses_a_hostile_batch_or_notice_callback(runners: list[ToolRunner]) -> None:

@@ -244,6 +244,11 @@ class ToolRunner:
         limiter: Any = None,
     ) -> None:
         self._limiter = check_limiter(limiter)
+        if not isinstance(language, str):
+            # Else the lookup below raised "unhashable type: 'list'", naming nothing.
+            raise TypeError(f"language must be 'en' or 'de', got {describe(language)}")
+        # A plain str: a subclass's own __hash__ or __eq__ never runs here.
+        language = str.__str__(language)
         if language not in _TEXTS:
             raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
         if tool_workers is None:

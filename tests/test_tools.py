@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import gc
 import re
 import threading
@@ -430,6 +431,41 @@ def test_validation_messages(runners: list[ToolRunner]) -> None:
 def test_hostile_tool_arguments_are_refused_naming_them(make_it: Any, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         make_it()
+
+
+class _Tool(str, enum.Enum):
+    SEARCH = "search"
+
+
+class _UnformattableText(str):
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("no format")
+
+
+def test_a_tool_named_by_a_str_enum_is_shown_by_its_text(runners: list[ToolRunner]) -> None:
+    # Before (Python 3.11+, where format() of a (str, Enum) member gives its
+    # enum name): the model read "Error executing tool 'Tool.SEARCH': ...",
+    # a tool it does not know; the result carried the enum member as name.
+    def search() -> str:
+        raise ValueError("no network")
+
+    (result,) = make(runners, 1).run([ToolCall(_Tool.SEARCH, search, call_id=_Tool.SEARCH)])
+    assert result.text == "Error executing tool 'search': no network"
+    assert type(result.name) is str and type(result.call_id) is str
+    assert (result.name, result.call_id) == ("search", "search")
+
+
+def test_a_name_whose_format_raises_does_not_lose_the_batch(runners: list[ToolRunner]) -> None:
+    # Before: its __format__ raised while the results were made, after every
+    # tool had run: run() raised RuntimeError and the results were lost.
+    ran: list[str] = []
+    calls = [
+        ToolCall(_UnformattableText("odd"), lambda: 1 / 0, call_id=_UnformattableText("c1")),
+        ToolCall("save", lambda: ran.append("saved") or "saved"),
+    ]
+    odd, saved = make(runners, 1).run(calls)
+    assert odd.text == "Error executing tool 'odd': division by zero"
+    assert (saved.status, ran) == ("ok", ["saved"])
 
 
 class _UnhashableText(str):

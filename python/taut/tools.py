@@ -107,7 +107,14 @@ class ToolCall:
     call_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
+        # Kept as plain text, as the model knows the tool: a tool named by a
+        # (str, Enum) member is "search", not "Tool.SEARCH" (its format() on
+        # Python 3.11+). No method of a str subclass runs later either, when
+        # the results are made after the tools have run.
+        object.__setattr__(self, "name", str.__str__(self.name))
+        if not self.name:
             raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
             raise TypeError(f"fn must be callable, got {describe(self.fn)}")
@@ -127,8 +134,11 @@ class ToolCall:
         # read_only="no" would be truthy and run the call beside its neighbours.
         if not isinstance(self.read_only, bool):
             raise TypeError(f"read_only must be a bool, got {describe(self.read_only)}")
-        if self.call_id is not None and not isinstance(self.call_id, str):
-            raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
+        if self.call_id is not None:
+            if not isinstance(self.call_id, str):
+                raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
+            # The model's id as plain text, for the same reasons as the name.
+            object.__setattr__(self, "call_id", str.__str__(self.call_id))
 
 
 ToolStatus = Literal["ok", "error", "timeout"]

@@ -181,6 +181,29 @@ def test_max_agents_of_planning_constraints_sets_the_ceiling(runners: list[ToolR
     assert make(runners, 1, constraints=constraints).tool_workers == 1
 
 
+def test_set_tool_workers_keeps_the_max_agents_of_the_constraints(
+    runners: list[ToolRunner],
+) -> None:
+    # Before: set_tool_workers(10), or 0 for no ceiling, lifted the ceiling
+    # past max_agents=2, which the constructor holds as a hard limit: all
+    # five calls ran at once.
+    runner = make(runners, constraints=_planning_constraints(max_agents=2))
+    runner.set_tool_workers(0)
+    assert runner.tool_workers == 2
+    runner.set_tool_workers(1)
+    assert runner.tool_workers == 1  # lowering still works
+    runner.set_tool_workers(10)
+    assert runner.tool_workers == 2
+    gauge, latch = Gauge(), threading.Event()
+    t, box = run_in_thread(runner.run, blocking_reads(gauge, latch, 5))
+    gauge.wait_active(2)
+    time.sleep(0.1)
+    assert gauge.active == 2
+    latch.set()
+    t.join(LONG)
+    assert gauge.peak == 2 and len(box[0]) == 5
+
+
 def _planning_constraints(max_agents: int) -> Any:
     from taut.constraints import PlanningConstraints
 

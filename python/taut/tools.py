@@ -277,8 +277,9 @@ class ToolRunner:
         max_agents = getattr(constraints, "max_agents", None) if constraints is not None else None
         if max_agents is not None:
             max_agents = _check_workers(max_agents, "constraints.max_agents")
-            if max_agents and (ceiling == 0 or max_agents < ceiling):
-                ceiling = max_agents
+        # Kept: set_tool_workers must not lift the ceiling above it either.
+        self._max_agents: int | None = max_agents
+        ceiling = self._within_max_agents(ceiling)
         self._ceiling = ceiling
         self._config = config
         self._batch_timeout: TimeoutSetting = (
@@ -311,10 +312,19 @@ class ToolRunner:
 
     def set_tool_workers(self, tool_workers: int) -> None:
         """Change the ceiling at run time (0 = none); waiting calls start as
-        soon as the new ceiling allows."""
-        ceiling = _check_workers(tool_workers, "tool_workers")
+        soon as the new ceiling allows. The ``max_agents`` of the runner's
+        ``constraints`` still caps it, as in the constructor."""
+        ceiling = self._within_max_agents(_check_workers(tool_workers, "tool_workers"))
         self._executor.resize(ceiling or _NO_CEILING)
         self._ceiling = ceiling
+
+    def _within_max_agents(self, ceiling: int) -> int:
+        """``ceiling`` (0 = none), lowered to the constraints' ``max_agents``:
+        the record is a hard limit at execution."""
+        max_agents = self._max_agents
+        if max_agents and (ceiling == 0 or max_agents < ceiling):
+            return max_agents
+        return ceiling
 
     @property
     def executor(self) -> ThreadPoolExecutor:

@@ -898,6 +898,46 @@ def test_one_unprintable_value_or_error_does_not_lose_the_batch(
     assert (fine.status, fine.value) == ("ok", "7")
 
 
+class _ExitingText:
+    def __str__(self) -> str:
+        raise SystemExit("str() of a value")
+
+
+class _ExitingTextError(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("str() of an error")
+
+
+def test_a_str_that_raises_system_exit_does_not_end_the_batch(
+    runners: list[ToolRunner],
+) -> None:
+    # Before: run() raised the SystemExit (and a program not catching it
+    # exited), the results of every tool lost, though no tool asked to exit:
+    # the value's or the error's __str__ raised it.
+    value = _ExitingText()
+
+    def fails() -> None:
+        raise _ExitingTextError
+
+    odd, raised, fine = make(runners, 2).run(
+        [
+            ToolCall("odd", lambda: value, read_only=True),
+            ToolCall("raises", fails, read_only=True),
+            ToolCall("fine", _echo, {"x": "7"}, read_only=True),
+        ]
+    )
+    assert (odd.status, odd.value, type(odd.error)) == ("error", value, SystemExit)
+    assert odd.text == (
+        "Error executing tool 'odd': its result (_ExitingText) cannot be shown as text: "
+        "str() raised SystemExit"
+    )
+    assert (raised.status, raised.text) == (
+        "error",
+        "Error executing tool 'raises': _ExitingTextError",
+    )
+    assert (fine.status, fine.value) == ("ok", "7")
+
+
 def test_waiting_notices_are_cleared_when_a_tool_interrupts_the_batch(
     runners: list[ToolRunner],
 ) -> None:

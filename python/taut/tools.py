@@ -612,7 +612,7 @@ class _Shown:
 
     value: Any
     text: str = ""
-    error: Exception | None = None
+    error: BaseException | None = None
 
 
 def _shown(value: Any) -> _Shown:
@@ -620,7 +620,7 @@ def _shown(value: Any) -> _Shown:
         return _Shown(value)  # refused by _to_result; its text says nothing
     try:
         return _Shown(value, _value_text(value))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a hostile __str__ must not end the batch
         return _Shown(value, error=exc)
 
 
@@ -684,6 +684,9 @@ def _to_result(call_id: str, name: str, o: Outcome, timeout: float | None) -> To
     err = o.error
     try:
         message = str(err) or type(err).__name__
-    except Exception:  # an exception whose __str__ raises: its type still says something
+    # An exception whose __str__ raises: its type still says something. A
+    # SystemExit from there (as in describe()) must not end the caller after
+    # every tool has run.
+    except (Exception, SystemExit):
         message = type(err).__name__
     return ToolResult(call_id, name, "error", prefix + message, None, err, o.started, o.elapsed_s)

@@ -149,6 +149,20 @@ def test_huge_budgets_clamp_instead_of_overflowing() -> None:
         assert budget.remaining() == pc.time_budget_s
 
 
+def test_a_huge_written_budget_is_clamped_the_same_in_text_json_and_yaml() -> None:
+    # Before: "1e400" as text or in JSON became an infinity, no time budget at
+    # all (and a JSON cost budget of 1e400 was refused as "not finite"),
+    # while YAML, a config file and the number 10**400 clamp it.
+    clamped = PlanningConstraints(time_budget=10**400).time_budget
+    assert PlanningConstraints(time_budget="1e400").time_budget == clamped
+    assert PlanningConstraints.from_json('{"timeBudget": 1e400}').time_budget == clamped
+    assert PlanningConstraints.from_yaml("timeBudget: 1e400").time_budget == clamped
+    from_json = PlanningConstraints.from_json('{"costBudgets": {"usd": 1e400}}')
+    assert from_json == PlanningConstraints.from_yaml("costBudgets: {usd: 1e400}")
+    # Only an infinity written as one means no budget.
+    assert PlanningConstraints(time_budget="Infinity").time_budget is None
+
+
 @pytest.mark.parametrize("raw", [0, -3, True, 1.5, "3"])
 def test_max_agents_must_be_positive_int(raw: object) -> None:
     with pytest.raises(ValidationError, match=r"max_agents|resourceLimit"):

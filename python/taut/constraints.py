@@ -47,7 +47,13 @@ from pydantic import (
 from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe, earliest
 from taut._guidance import planning_sentence
 from taut._iso_duration import ISO_DURATION, iso_duration_problem
-from taut.config.files import ConfigFileRefused, _json_loads, _read_text, _yaml_document
+from taut.config.files import (
+    ConfigFileRefused,
+    _config_float,
+    _json_loads,
+    _read_text,
+    _yaml_document,
+)
 from taut.config.models import _one_spelling_each
 from taut.deadline import DeadlineScope, _clock, fail_after, move_on_after
 
@@ -92,7 +98,9 @@ def _coerce_budget(value: object) -> object:
     if isinstance(value, str):
         text = value.strip()
         try:
-            number = float(text)
+            # As in a config file: "1e400" is a huge budget (clamped, as 10**400
+            # is), not the infinity that means none; only "inf" means none.
+            number = _config_float(text)
         except ValueError:
             pass
         else:
@@ -267,7 +275,9 @@ class PlanningConstraints(BaseModel):
     @classmethod
     def from_json(cls, text: str | bytes) -> PlanningConstraints:
         """Parse a JSON object (camelCase or field names)."""
-        return cls.model_validate(_json_loads(text))
+        # Numbers read as in a JSON config file: 1e400 is the largest float,
+        # as in YAML, not an infinity (no time budget at all).
+        return cls.model_validate(_json_loads(text, parse_float=_config_float))
 
     @classmethod
     def from_yaml(cls, text: str) -> PlanningConstraints:

@@ -491,6 +491,13 @@ def test_a_name_whose_format_raises_does_not_lose_the_batch(runners: list[ToolRu
     assert (saved.status, ran) == ("ok", ["saved"])
 
 
+def test_an_empty_call_id_is_refused() -> None:
+    # Before: one call with call_id="" came back as "call_0", an id the model
+    # never gave; two such calls were refused as one id given twice.
+    with pytest.raises(ValueError, match=r"^call_id must be a non-empty str or None, got '' "):
+        ToolCall("t", print, call_id="")
+
+
 class _UnhashableText(str):
     def __hash__(self) -> int:
         raise RuntimeError("no hash")

@@ -139,6 +139,12 @@ class ToolCall:
                 raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
             # The model's id as plain text, for the same reasons as the name.
             object.__setattr__(self, "call_id", str.__str__(self.call_id))
+            if not self.call_id:
+                # As taut.call refuses it: a result cannot carry '' back (it
+                # got call_N, an id the model never gave).
+                raise ValueError(
+                    f"call_id must be a non-empty str or None, got {describe(self.call_id)}"
+                )
 
 
 ToolStatus = Literal["ok", "error", "timeout"]

@@ -491,6 +491,14 @@ def test_a_name_whose_format_raises_does_not_lose_the_batch(runners: list[ToolRu
     assert (saved.status, ran) == ("ok", ["saved"])
 
 
+def test_an_empty_name_is_a_value_error() -> None:
+    # Before: TypeError, though "" is a str (the right type, a wrong value).
+    with pytest.raises(ValueError, match=r"^name must be a non-empty str, got '' \(str\)$"):
+        ToolCall("", print)
+    with pytest.raises(TypeError, match=r"^name must be a non-empty str, got None "):
+        ToolCall(None, print)  # type: ignore[arg-type]
+
+
 def test_an_empty_call_id_is_refused() -> None:
     # Before: one call with call_id="" came back as "call_0", an id the model
     # never gave; two such calls were refused as one id given twice.

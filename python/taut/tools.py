@@ -114,8 +114,8 @@ class ToolCall:
         # Python 3.11+). No method of a str subclass runs later either, when
         # the results are made after the tools have run.
         object.__setattr__(self, "name", str.__str__(self.name))
-        if not self.name:
-            raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
+        if not self.name:  # a str, but no name: the wrong value, not the wrong type
+            raise ValueError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
             raise TypeError(f"fn must be callable, got {describe(self.fn)}")
         kind = generator_kind(self.fn)

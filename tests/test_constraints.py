@@ -182,6 +182,15 @@ def test_weights_soft_cost_budgets_hard() -> None:
         PlanningConstraints(weights={"x": True})
 
 
+def test_a_numpy_bool_is_no_weight_or_cost_budget() -> None:
+    # Before: True was refused, np.True_ taken as 1.0.
+    np = pytest.importorskip("numpy")
+    for field in ("weights", "cost_budgets"):
+        with pytest.raises(ValidationError, match=rf"{field}\['x'\] must be a number, got "):
+            PlanningConstraints(**{field: {"x": np.bool_(True)}})
+        assert getattr(PlanningConstraints(**{field: {"x": np.float64(0.5)}}), field) == {"x": 0.5}
+
+
 def test_frozen() -> None:
     pc = PlanningConstraints(max_agents=3)
     with pytest.raises(ValidationError):

@@ -260,7 +260,9 @@ class PlanningConstraints(BaseModel):
                         "or a line break (a newline, U+2028, say): they go into the "
                         f"planning sentence as they are, got {describe(name, limit=60)}"
                     )
-                if isinstance(number, bool):
+                # NumPy's bool too (np.True_ is no bool): pydantic took it for 1.0.
+                numpy_bool = getattr(getattr(number, "dtype", None), "kind", None) == "b"
+                if isinstance(number, bool) or numpy_bool:
                     raise ValueError(
                         f"{info.field_name}[{name!r}] must be a number, "
                         f"got {describe(number, limit=60)}"

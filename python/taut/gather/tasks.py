@@ -249,6 +249,44 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_parent=_count_fork)
 
 
+def _run_coroutine(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """``asyncio.run(fn(*args, **kwargs))``, on this thread unless a loop runs
+    here already: a sync gather nested in an async call, run inline on that
+    call's thread, whose loop waits for it. asyncio.run cannot run inside a
+    running loop, so the coroutine gets a thread and a loop of its own (in a
+    copy of this context), and this thread waits for it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(fn(*args, **kwargs))
+    context = contextvars.copy_context()
+    ended: list[Any] = []
+
+    def run_here() -> None:
+        try:
+            ended.append((True, context.run(lambda: asyncio.run(fn(*args, **kwargs)))))
+        except BaseException as exc:  # handed to the waiting thread as it is
+            ended.append((False, exc))
+
+    thread = threading.Thread(target=run_here, name="taut-nested-coroutine", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        # In slices: a deadline scope interrupting this thread (interrupt=True)
+        # lands between two; the coroutine's thread is then left to finish.
+        thread.join(_JOIN_SLICE_S)
+    ok, value = ended.pop()
+    if ok:
+        return value
+    try:
+        raise value
+    finally:
+        del value  # the cycle through the exception's traceback
+
+
+# How often a thread waiting for a nested coroutine's thread looks up.
+_JOIN_SLICE_S = 0.01
+
+
 class Task:
     """One call of one batch, as submitted to an executor.
 
@@ -401,7 +439,7 @@ class Task:
         if is_coroutine:
             # A coroutine gathered by the sync gather runs on its own loop on
             # the worker thread.
-            return Returned(asyncio.run(fn(*args, **kwargs)))
+            return Returned(_run_coroutine(fn, args, kwargs))
         return Returned(not_a_coroutine(fn(*args, **kwargs), fn))
 
     async def arun(self) -> Captured:

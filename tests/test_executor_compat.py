@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import copy
 import logging
 import os
 import re
@@ -856,3 +857,25 @@ def test_a_refused_submit_raises_one_error_not_a_chain(cls, caplog):
         "RuntimeError: cannot schedule new futures after shutdown\n"
     )
     assert "BrokenThreadPool: A thread initializer failed" in shown["broken"]
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_cancelling_a_copy_of_a_queued_future_leaves_the_original_to_run(cls):
+    # copy.copy of a future is a future of its own: cancelling it cancels
+    # only the copy. taut's copy kept the original's queue entry, so its
+    # cancel took the original's call out of the queue: the call never ran
+    # and the original stayed pending for good.
+    ex = cls(1)
+    release = threading.Event()
+    try:
+        first = ex.submit(release.wait, LONG)
+        queued = ex.submit(pow, 2, 5)
+        twin = copy.copy(queued)
+        assert twin.cancel() and twin.cancelled()
+        assert not queued.done()
+        release.set()
+        assert queued.result(timeout=LONG) == 32
+        assert first.result(timeout=LONG) is True
+    finally:
+        release.set()
+        ex.shutdown(wait=True)

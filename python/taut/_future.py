@@ -10,6 +10,7 @@ from _thread import allocate_lock
 from concurrent import futures as _cf
 from concurrent.futures import _base
 
+from taut import _lazy_import
 from taut._checks import OS_WAIT_SLICE, check_timeout
 from taut._future_condition import FutureCondition
 from taut._notices import _deliver_notices
@@ -97,6 +98,25 @@ class Future(_cf.Future["_T"]):
         self._exception: BaseException | None = None
         self._seq = 0
         self._core = None
+
+    def __copy__(self) -> Future[_T]:
+        """``copy.copy``: the standard library's shallow copy (the same
+        fields), except that the copy is not the submitted call's entry in
+        its pool's queue. Sharing ``_core`` and ``_seq``, cancelling the
+        copy took the original's call out of the queue: the call never
+        ran and the original stayed pending for good, its waiters with it.
+        (The standard library's copy cancels only itself.)"""
+        # Loaded by `copy` already; not at `import taut`.
+        copyreg = _lazy_import.load("copyreg")
+        cls = self.__class__
+        clone = cls.__new__(cls)
+        clone.__dict__.update(self.__dict__)
+        for name in copyreg._slotnames(cls):
+            if hasattr(self, name):
+                setattr(clone, name, getattr(self, name))
+        clone._core = None
+        clone._seq = 0
+        return clone
 
     # The standard library's code (wait(), as_completed(), the base methods)
     # uses these two lists only under the future's Condition, so making them

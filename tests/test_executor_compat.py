@@ -879,3 +879,22 @@ def test_cancelling_a_copy_of_a_queued_future_leaves_the_original_to_run(cls):
     finally:
         release.set()
         ex.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_shutdown_cancel_futures_cancels_calls_whose_workers_are_in_the_initializer(cls):
+    # A worker takes no call before its initializer returns: every call
+    # queued then is still pending, and shutdown(cancel_futures=True)
+    # cancels it. taut kept the calls the fresh workers had been started
+    # for, and ran them after the shutdown.
+    release = threading.Event()
+    ran = []
+    ex = cls(2, initializer=release.wait, initargs=(LONG,))
+    try:
+        futures = [ex.submit(ran.append, i) for i in range(3)]
+        ex.shutdown(wait=False, cancel_futures=True)
+        assert [f.cancelled() for f in futures] == [True, True, True]
+    finally:
+        release.set()
+        ex.shutdown(wait=True)
+    assert ran == []

@@ -250,6 +250,10 @@ def _worker_main(
                 slot.give_back()
                 _break_pool(executor_ref, core, INITIALIZER_FAILED)
                 return
+            executor = executor_ref()
+            if executor is not None:
+                executor._initializing.pop(threading.current_thread(), None)
+            del executor
         try:
             _work(slot)
         except BaseException:

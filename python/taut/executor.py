@@ -303,6 +303,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._exited: dict[threading.Thread, threading.Event] = {}
         # This pool's workers now waiting in its shutdown(wait=True).
         self._workers_in_shutdown: dict[threading.Thread, None] = {}
+        # Its workers not yet through the initializer (see shutdown).
+        self._initializing: dict[threading.Thread, None] = {}
         self._thread_numbers = itertools.count()
         self._broken: str | bool = False  # type: ignore[assignment]
         self._shutdown = False
@@ -658,6 +660,8 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 daemon=True,
             )
             self._worker_threads[thread] = None
+            if self._initializer is not None:
+                self._initializing[thread] = None
             self._slots[thread] = slot
             self._exited[thread] = exited
             _worker._live_workers[thread] = (self._core, exited)
@@ -699,6 +703,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         # Called by the worker itself as it leaves, or for a thread that
         # failed to start. Whatever remains to run after this is plain Python.
         self._drop_thread(thread)
+        self._initializing.pop(thread, None)
         self._slots.pop(thread, None)
         self._exited.pop(thread, None)
         _worker._live_workers.pop(thread, None)
@@ -814,8 +819,11 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # shutdown() (or submit()) again. (Shut down, the core takes no
             # new calls meanwhile.) Calls a worker is already on its way to
             # are not pending any more, to the caller: they run, as in the
-            # stdlib.
-            _worker._drain_and_settle(self._drain_waiting, _cancel_drained)
+            # stdlib. Not while a worker is still in its initializer: the
+            # stdlib's takes no call before it returns, so every queued
+            # call is cancelled (kept, they ran after the shutdown).
+            drain = self._core.drain if self._initializing else self._drain_waiting
+            _worker._drain_and_settle(drain, _cancel_drained)
         if wait:
             me = threading.current_thread()
             # Workers of this pool waiting here (a call or a done callback
@@ -859,6 +867,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._slots = {}
         self._exited = {}
         self._workers_in_shutdown = {}
+        self._initializing = {}
         self._core = PoolCore(self._max_workers, self._max_queue, self._idle_timeout)
         self._work_queue = WorkQueue(self._core)  # type: ignore[assignment]
         self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]

@@ -898,3 +898,25 @@ def test_shutdown_cancel_futures_cancels_calls_whose_workers_are_in_the_initiali
         release.set()
         ex.shutdown(wait=True)
     assert ran == []
+
+
+def test_settling_a_copy_leaves_the_originals_result_waiters_to_the_original():
+    # The copy shared the gates of the threads parked in the original's
+    # result(): settling the copy released them, and the original's
+    # set_result then raised RuntimeError("release unlocked lock") before
+    # running its callbacks. (The standard library's set_result does not
+    # raise there.)
+    original = taut.Future()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(original.result(LONG)))
+    waiter.start()
+    wait_until(lambda: original._result_gates)  # parked in result()
+    twin = copy.copy(original)
+    twin.set_result("twin")
+    called = []
+    original.add_done_callback(called.append)
+    original.set_result("original")
+    waiter.join(LONG)
+    assert got == ["original"]
+    assert called == [original]
+    assert twin.result(timeout=0) == "twin"

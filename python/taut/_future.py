@@ -105,7 +105,11 @@ class Future(_cf.Future["_T"]):
         its pool's queue. Sharing ``_core`` and ``_seq``, cancelling the
         copy took the original's call out of the queue: the call never
         ran and the original stayed pending for good, its waiters with it.
-        (The standard library's copy cancels only itself.)"""
+        (The standard library's copy cancels only itself.) Nor does it
+        share the gates of the threads parked in the original's
+        ``result()``: settling the copy released them, and settling the
+        original then released them again, which raised RuntimeError
+        ("release unlocked lock") from its set_result, before its callbacks."""
         # Loaded by `copy` already; not at `import taut`.
         copyreg = _lazy_import.load("copyreg")
         cls = self.__class__
@@ -116,6 +120,7 @@ class Future(_cf.Future["_T"]):
                 setattr(clone, name, getattr(self, name))
         clone._core = None
         clone._seq = 0
+        clone._result_gates = None
         return clone
 
     # The standard library's code (wait(), as_completed(), the base methods)

@@ -104,6 +104,7 @@ class WorkQueue:
         one (checking every millisecond) up to ``timeout`` seconds; raises
         ``queue.Empty`` when there is none."""
         from taut._notices import _deliver_notices
+        from taut._worker import _settle_on_its_loop
 
         # As queue.SimpleQueue.get: a negative timeout is a ValueError before
         # the queue is looked at (not "expired"), and without blocking the
@@ -117,8 +118,11 @@ class WorkQueue:
                 _deliver_notices(notices)
                 if not isinstance(future, _ConcurrentFuture):
                     # An `await executor.run(...)` call: its awaiting task
-                    # learns it will not run; look for the next one.
-                    future.get_loop().call_soon_threadsafe(future.cancel)
+                    # learns it will not run; look for the next one. (Not
+                    # told if its loop has closed: nobody awaits it then.
+                    # Told through call_soon_threadsafe, a closed loop's
+                    # RuntimeError reached the caller of get().)
+                    _settle_on_its_loop(future, None)
                     continue
                 # Out of the pool: cancel() no longer looks for it there.
                 future._core = None  # type: ignore[attr-defined]

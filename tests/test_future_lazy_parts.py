@@ -183,3 +183,38 @@ def test_a_cancel_whose_done_callback_raises_keyboardinterrupt_still_wakes_and_d
         assert future._state == "CANCELLED_AND_NOTIFIED"
         release.set()
         blocker.result(timeout=10)
+
+
+@pytest.mark.parametrize("condition", ["made", "not made"])
+def test_a_cancelled_calls_room_in_a_bounded_queue_is_free_for_its_done_callbacks(
+    condition: str,
+) -> None:
+    """A done callback of a queued call that is cancelled may submit a
+    fallback to the same pool. The call left the queue only after the
+    callbacks ran: in a full bounded queue it still held its room, so the
+    callback's submit waited until a running call ended (try_submit raised
+    QueueFull), for good if that call waited for the fallback. Those
+    waiting in wait()/as_completed() still hear of the cancel."""
+    release = threading.Event()
+    with taut.ThreadPoolExecutor(1, max_queue=1) as ex:
+        try:
+            blocker = ex.submit(release.wait, 30)
+            queued = ex.submit(_identity, 1)
+            if condition == "made":
+                assert queued._condition is not None  # as wait() makes it
+            fallbacks = []
+
+            def resubmit(future: cf.Future[int]) -> None:
+                assert future.cancelled()
+                fallbacks.append(ex.try_submit(_identity, 2))
+
+            queued.add_done_callback(resubmit)
+            assert queued.cancel()
+            assert len(fallbacks) == 1, "the callback's try_submit found the queue full"
+            done, _ = cf.wait([queued], timeout=0)
+            assert done == {queued}
+            release.set()
+            assert fallbacks[0].result(timeout=30) == 2
+            assert blocker.result(timeout=30) is True
+        finally:
+            release.set()

@@ -298,14 +298,23 @@ class Future(_cf.Future["_T"]):
                 # what an interrupt may have cut short of that cancel.
                 self._leave_queue()
                 return True
-        # Every waiter is woken before the callbacks run, and the call leaves
-        # the queue even if one raises (KeyboardInterrupt, SystemExit: the
-        # base class passes those on): it never runs, so nothing else would
-        # tell wait()/as_completed(), or give its room in a bounded queue.
+        # The call leaves the queue before the callbacks run: one that
+        # submits to this pool (a fallback for the cancelled call) finds the
+        # room the call held in a bounded queue. (Left there while they ran,
+        # it kept that submit waiting until a running call ended: for good
+        # if the running call waited for the fallback.) wait()/as_completed()
+        # are told after the callbacks, as the standard library's worker
+        # tells them after cancel() returned, and even if one raises
+        # (KeyboardInterrupt, SystemExit: the base class passes those on):
+        # the call never runs, so nothing else would tell them.
         try:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
+            self._take_out_of_queue()
         finally:
-            self._leave_queue()
+            try:
+                self._invoke_callbacks()  # type: ignore[attr-defined]
+            finally:
+                if self._seq == -1 and self._state == _CANCELLED:
+                    self.set_running_or_notify_cancel()
         return True
 
     def _cancel_under_condition(self) -> bool | None:
@@ -332,6 +341,19 @@ class Future(_cf.Future["_T"]):
             return False
         self._state = _CANCELLED
         return True
+
+    def _take_out_of_queue(self) -> None:
+        """A cancelled future's call leaves its pool's queue, if still there,
+        as one taken out by hand (``_seq`` -1): its room goes to the next
+        call at once, and ``_leave_queue`` tells wait()/as_completed()."""
+        core = self._core
+        if core is not None and self._state == _CANCELLED:
+            removed = core.remove(self._seq)
+            if removed is not None:
+                self._core = None
+                self._seq = -1
+                # The calls behind it: their new positions.
+                _deliver_notices(removed[0])
 
     def _leave_queue(self) -> None:
         """A cancelled future's call leaves its pool's queue, if still there."""

@@ -920,3 +920,39 @@ def test_settling_a_copy_leaves_the_originals_result_waiters_to_the_original():
     assert got == ["original"]
     assert called == [original]
     assert twin.result(timeout=0) == "twin"
+
+
+@pytest.mark.parametrize("cls", _BOTH)
+def test_a_subclass_with_its_own_eq_and_no_hash_works_on_every_path(cls):
+    # The standard library's pool never hashes or compares itself. taut's
+    # constructor put it in a WeakSet (TypeError: unhashable type), and the
+    # asyncio path listed executors owing a worker wake-up with `in`, whose
+    # == raised here after the call was queued (the caller got the error,
+    # the call ran anyway).
+    class Pool(cls):
+        def __eq__(self, other):
+            raise RuntimeError("__eq__ called")
+
+        __hash__ = None
+
+    first, second = Pool(2), Pool(2)
+    try:
+        assert first.submit(pow, 2, 3).result(timeout=LONG) == 8
+        assert list(second.map(abs, [-1, -2], timeout=LONG)) == [1, 2]
+
+        async def both() -> list[int]:
+            loop = asyncio.get_running_loop()
+            calls = [loop.run_in_executor(ex, abs, -i) for i in range(20) for ex in (first, second)]
+            return await asyncio.gather(*calls)
+
+        assert asyncio.run(both()) == [i for i in range(20) for _ in (first, second)]
+        if cls is taut.ThreadPoolExecutor:
+
+            async def run_both() -> list[int]:
+                calls = [ex.run(abs, -i) for i in range(20) for ex in (first, second)]
+                return await asyncio.gather(*calls)
+
+            assert asyncio.run(run_both()) == [i for i in range(20) for _ in (first, second)]
+    finally:
+        first.shutdown(wait=True)
+        second.shutdown(wait=True)

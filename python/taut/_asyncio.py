@@ -111,7 +111,11 @@ class _LoopLink:
         the loop is over, for every call it queued. (If the loop never runs
         again, the busy worker still takes every queued call in turn.)"""
         owed = self.owed
-        if executor not in owed:
+        # Listed by identity: `executor in owed` compares with ==, and a
+        # subclass may define __eq__ (as the standard library's pool lets
+        # it): one that raises failed a call already queued, and one equal
+        # to another executor left that executor's wake-ups out.
+        if not owed or (owed[-1] is not executor and all(e is not executor for e in owed)):
             if not owed:
                 loop.call_soon(self.flush)
             owed.append(executor)

@@ -86,8 +86,12 @@ if not TYPE_CHECKING:  # (type checkers see the import above; a module
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# Every executor alive, to reset in a forked child.
-_live_executors: weakref.WeakSet[ThreadPoolExecutor] = weakref.WeakSet()
+# Every executor alive, to reset in a forked child. By id, not in a
+# WeakSet: a subclass may define __eq__ (and so have no __hash__, or one
+# that raises), as the standard library's pool allows.
+_live_executors: weakref.WeakValueDictionary[int, ThreadPoolExecutor] = (
+    weakref.WeakValueDictionary()
+)
 
 
 # The code of asyncio's BaseEventLoop.run_in_executor, once asyncio is
@@ -319,7 +323,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
         self._idle_semaphore = IdleSemaphore(self._core)  # type: ignore[assignment]
         # A dropped executor lets its workers finish the queue and exit.
         self._finalizer = weakref.finalize(self, PoolCore.shutdown, self._core)
-        _live_executors.add(self)
+        _live_executors[id(self)] = self
 
     # -- submitting -----------------------------------------------------
 
@@ -899,7 +903,7 @@ def _after_fork_in_child() -> None:
     _future._state_lock = threading.RLock()
     _default_lock = threading.Lock()
     _worker._live_workers.clear()
-    for executor in list(_live_executors):
+    for executor in list(_live_executors.values()):
         executor._reset_after_fork()
 
 

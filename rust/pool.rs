@@ -961,6 +961,9 @@ impl<J> Pool<J> {
             // Queued seqs ascend: the drained ones are all from `first` on.
             st.tracked.split_off(&first.seq);
         }
+        // The hint idle workers spin on: left as it was, one would spin a
+        // whole window for calls no longer there.
+        self.queued.store(st.queue.len(), Ordering::Release);
         st.stats.cancelled += jobs.len() as u64;
         drop(st);
         self.room.notify_all();
@@ -976,6 +979,7 @@ impl<J> Pool<J> {
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
         st.tracked.clear();
+        self.queued.store(0, Ordering::Release);
         Some(st.queue.drain(..).map(|q| q.job).collect())
     }
 
@@ -1271,6 +1275,8 @@ mod tests {
         // Two threads are being started for jobs 0 and 1; 2..5 wait.
         assert_eq!(pool.drain_waiting(), vec![2, 3, 4]);
         assert_eq!(pool.stats().queued, 2);
+        // The hint idle workers spin on follows the queue.
+        assert_eq!(pool.queued.load(Ordering::Acquire), 2);
         assert_eq!(pool.stats().cancelled, 3);
         assert_eq!(job(pool.first_take(None)), Some(0));
         assert_eq!(job(pool.first_take(None)), Some(1));
@@ -1278,6 +1284,17 @@ mod tests {
         pool.submit(5, true).unwrap();
         assert_eq!(pool.drain_waiting(), vec![5]);
         assert_eq!(pool.position(6), None);
+        assert_eq!(pool.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn try_drain_empties_the_queue_and_its_hint() {
+        let pool = Pool::new(1, 0);
+        for i in 0..3 {
+            pool.submit(i, false).unwrap();
+        }
+        assert_eq!(pool.try_drain(), Some(vec![0, 1, 2]));
+        assert_eq!(pool.queued.load(Ordering::Acquire), 0);
     }
 
     #[test]

@@ -824,6 +824,33 @@ def test_a_key_given_twice_is_refused_naming_the_key(
     )
 
 
+def test_a_yaml_base_60_number_is_text_refused_naming_its_key(tmp_path: Path) -> None:
+    # Before: YAML 1.1 read `1:30` as 90 and `1:30:00` as 5400 (minutes or
+    # hours, as the writer meant?); YAML 1.2 reads them as text, as taut now.
+    f = write(
+        tmp_path / "c.yaml",
+        "timeouts:\n  tools:\n    concurrent_batch: 1:30\n    sequential_call: 1:30:00.5\n"
+        "capacity:\n  tool_workers: 1:00\n",
+    )
+    got = {(p.location, p.line) for p in check_config_file(f)}
+    assert got == {
+        ("timeouts.tools.concurrent_batch", 3),
+        ("timeouts.tools.sequential_call", 4),
+        ("capacity.tool_workers", 6),
+    }
+    out = run_cli("config", "check", str(f))
+    assert f"{f}:3: timeouts.tools.concurrent_batch: invalid timeout '1:30' (str)" in out.stdout
+    # Quoted or not, the same text; a plain number is still a number.
+    assert (
+        resolve_timeout(
+            KEY,
+            default=7,
+            config=write(tmp_path / "n.yaml", "timeouts:\n  tools:\n    concurrent_batch: 1_000\n"),
+        )
+        == 1000.0
+    )
+
+
 def test_a_merge_key_is_no_key_given_twice(tmp_path: Path, rec: Recorder) -> None:
     # `<<:` merges keys in that the mapping's own keys override, by design.
     text = "timeouts:\n  <<: {tools: {concurrent_batch: 3}}\n  tools: {concurrent_batch: 4}\n"

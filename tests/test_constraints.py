@@ -108,6 +108,14 @@ def test_a_budget_given_twice_is_refused() -> None:
         PlanningConstraints.from_yaml("timeBudget: 30\ntimeBudget: 3000\n")
 
 
+def test_an_unquoted_base_60_time_budget_in_yaml_is_refused() -> None:
+    # Before: YAML 1.1 read `timeBudget: 1:30` as 90 seconds, while the text
+    # '1:30' is refused (minutes or hours?). YAML 1.2 reads it as text.
+    with pytest.raises(ValueError, match=r"time_budget must be seconds.*got '1:30' \(str\)"):
+        PlanningConstraints.from_yaml("timeBudget: 1:30\n")
+    assert PlanningConstraints.from_yaml("timeBudget: 90\n").time_budget == timedelta(seconds=90)
+
+
 @pytest.mark.parametrize(
     ("data", "both"),
     [

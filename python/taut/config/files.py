@@ -149,7 +149,28 @@ _YAML_FLOAT = "tag:yaml.org,2002:float"
 _EXPONENT_WITHOUT_DOT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 
-def _yaml_float(loader: Any, node: Any) -> float:
+_YAML_INT = "tag:yaml.org,2002:int"
+
+
+def _yaml_int(loader: Any, node: Any) -> int | str:
+    if ":" in str(node.value):
+        return _base_60_as_text(loader, node)
+    value: int = type(loader).construct_yaml_int(loader, node)
+    return value
+
+
+def _base_60_as_text(loader: Any, node: Any) -> str:
+    """YAML 1.1 (PyYAML's) reads ``1:30`` as the base-60 number 90, and
+    ``1:30:00`` as 5400: a duration some mean in minutes, others in hours.
+    YAML 1.2 reads them as text, and so does taut, so such a timeout is
+    refused naming its key, not taken for a number nobody wrote."""
+    text: str = loader.construct_scalar(node)
+    return text
+
+
+def _yaml_float(loader: Any, node: Any) -> float | str:
+    if ":" in str(node.value):
+        return _base_60_as_text(loader, node)
     value: float = type(loader).construct_yaml_float(loader, node)
     if value == 0 or math.isinf(value):
         text = str(node.value).replace("_", "")
@@ -242,7 +263,11 @@ def _yaml_document(path: str, text: str) -> tuple[Any, Any]:
     an alias, so the check is linear in the size of the text."""
     loader = _yaml_loader()(_NamedText(text, path))
     # On this loader only (PyYAML's tables are shared by every user of the class).
-    loader.yaml_constructors = {**loader.yaml_constructors, _YAML_FLOAT: _yaml_float}
+    loader.yaml_constructors = {
+        **loader.yaml_constructors,
+        _YAML_FLOAT: _yaml_float,
+        _YAML_INT: _yaml_int,
+    }
     resolvers = {first: list(rules) for first, rules in loader.yaml_implicit_resolvers.items()}
     for first in "-+0123456789":
         resolvers.setdefault(first, []).append((_YAML_FLOAT, _EXPONENT_WITHOUT_DOT))

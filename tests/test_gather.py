@@ -447,8 +447,18 @@ def test_argument_validation_names_the_parameter() -> None:
         ValueError, match=r"max_parallel must be an integer >= 1 or None, got 0 \(int\)"
     ):
         taut.gather([h], max_parallel=0)
-    with pytest.raises(TypeError, match="call_id must be a non-empty str"):
+    with pytest.raises(TypeError, match=r"call_id must be a non-empty str or None, got 3 \(int\)"):
         taut.call(_never, call_id=3)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"call_id must be a non-empty str or None, got '' \(str\)"
+    ):
+        taut.call(_never, call_id="")
+
+    class Label(str):
+        def __format__(self, spec: str) -> str:
+            raise RuntimeError("a hostile __format__")
+
+    assert type(taut.call(_never, call_id=Label("x")).call_id) is str
     with pytest.raises(TypeError, match="fn must be callable"):
         taut.call(3)  # type: ignore[arg-type]
     assert not h.done()

@@ -221,12 +221,17 @@ class Scheduler:
     ) -> Call[Any]:
         """A cold handle for ``fn(*args, **kwargs)`` owned by this scheduler."""
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r} ({type(fn).__name__})")
-        if call_id is not None and (not isinstance(call_id, str) or not call_id):
-            raise TypeError(
-                f"call_id must be a non-empty str or None, got {call_id!r} "
-                f"({type(call_id).__name__})"
-            )
+            raise TypeError(f"fn must be callable, got {describe(fn)}")
+        if call_id is not None:
+            if not isinstance(call_id, str):
+                raise TypeError(f"call_id must be a non-empty str or None, got {describe(call_id)}")
+            # Plain text, as ToolCall keeps it: no method of a str subclass
+            # runs later (in a journal, a message), and '' is the wrong value.
+            call_id = str.__str__(call_id)
+            if not call_id:
+                raise ValueError(
+                    f"call_id must be a non-empty str or None, got {describe(call_id)}"
+                )
         nested = nested_argument(args, kwargs)
         if nested is not None:
             raise GatherRejected(

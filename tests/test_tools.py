@@ -164,10 +164,8 @@ def test_worker_threads_are_named_and_daemon(runners: list[ToolRunner]) -> None:
     assert daemon
 
 
-def test_max_agents_of_planning_constraints_sets_the_ceiling(runners: list[ToolRunner]) -> None:
-    constraints = _planning_constraints(max_agents=2)
-    runner = make(runners, constraints=constraints)
-    assert runner.tool_workers == 2
+def _assert_runs_two_at_a_time(runner: ToolRunner) -> None:
+    """Five blocking reads: two run at once, never more, and all five end."""
     gauge, latch = Gauge(), threading.Event()
     t, box = run_in_thread(runner.run, blocking_reads(gauge, latch, 5))
     gauge.wait_active(2)
@@ -176,6 +174,13 @@ def test_max_agents_of_planning_constraints_sets_the_ceiling(runners: list[ToolR
     latch.set()
     t.join(LONG)
     assert gauge.peak == 2 and len(box[0]) == 5
+
+
+def test_max_agents_of_planning_constraints_sets_the_ceiling(runners: list[ToolRunner]) -> None:
+    constraints = _planning_constraints(max_agents=2)
+    runner = make(runners, constraints=constraints)
+    assert runner.tool_workers == 2
+    _assert_runs_two_at_a_time(runner)
     # a hard limit only lowers an explicit ceiling
     assert make(runners, 5, constraints=constraints).tool_workers == 2
     assert make(runners, 1, constraints=constraints).tool_workers == 1
@@ -194,14 +199,7 @@ def test_set_tool_workers_keeps_the_max_agents_of_the_constraints(
     assert runner.tool_workers == 1  # lowering still works
     runner.set_tool_workers(10)
     assert runner.tool_workers == 2
-    gauge, latch = Gauge(), threading.Event()
-    t, box = run_in_thread(runner.run, blocking_reads(gauge, latch, 5))
-    gauge.wait_active(2)
-    time.sleep(0.1)
-    assert gauge.active == 2
-    latch.set()
-    t.join(LONG)
-    assert gauge.peak == 2 and len(box[0]) == 5
+    _assert_runs_two_at_a_time(runner)
 
 
 def _planning_constraints(max_agents: int) -> Any:
@@ -848,14 +846,16 @@ def test_the_readme_agent_turn_runs_as_documented(capsys: pytest.CaptureFixture[
     namespace: dict[str, Any] = {}
     exec(compile(code, "README.md (agent turn)", "exec"), namespace)
     printed = capsys.readouterr().out.splitlines()
-    expected = [
-        line.removeprefix("# ") for line in code.splitlines() if line.startswith("# c")
-    ]
-    assert printed[-3:] == expected == [
-        "c1 ok 3 results for 'deadlines'",
-        "c2 ok <html of https://example.org>",
-        "c3 ok saved",
-    ]
+    expected = [line.removeprefix("# ") for line in code.splitlines() if line.startswith("# c")]
+    assert (
+        printed[-3:]
+        == expected
+        == [
+            "c1 ok 3 results for 'deadlines'",
+            "c2 ok <html of https://example.org>",
+            "c3 ok saved",
+        ]
+    )
     assert namespace["notes"] == ["deadlines fire"]
     assert [m["tool_call_id"] for m in namespace["messages"]] == ["c1", "c2", "c3"]
 
@@ -887,32 +887,6 @@ class _UnprintableError(Exception):
         raise RuntimeError("no text")
 
 
-def test_one_unprintable_value_or_error_does_not_lose_the_batch(
-    runners: list[ToolRunner],
-) -> None:
-    runner = make(runners, 2)
-    value = _Unprintable()
-
-    def fails() -> None:
-        raise _UnprintableError
-
-    results = runner.run(
-        [
-            ToolCall("odd", lambda: value, read_only=True),
-            ToolCall("raises", fails, read_only=True),
-            ToolCall("fine", _echo, {"x": "7"}, read_only=True),
-        ]
-    )
-    odd, raised, fine = results
-    assert (odd.status, odd.value) == ("error", value)
-    assert odd.text.startswith("Error executing tool 'odd': its result (_Unprintable)")
-    assert (raised.status, raised.text) == (
-        "error",
-        "Error executing tool 'raises': _UnprintableError",
-    )
-    assert (fine.status, fine.value) == ("ok", "7")
-
-
 class _ExitingText:
     def __str__(self) -> str:
         raise SystemExit("str() of a value")
@@ -923,16 +897,24 @@ class _ExitingTextError(Exception):
         raise SystemExit("str() of an error")
 
 
-def test_a_str_that_raises_system_exit_does_not_end_the_batch(
-    runners: list[ToolRunner],
+@pytest.mark.parametrize(
+    ("value_cls", "error_cls", "raised_by_str"),
+    [
+        (_Unprintable, _UnprintableError, RuntimeError),
+        (_ExitingText, _ExitingTextError, SystemExit),
+    ],
+    ids=["exception", "system-exit"],
+)
+def test_one_unprintable_value_or_error_does_not_lose_the_batch(
+    runners: list[ToolRunner], value_cls: type, error_cls: type, raised_by_str: type
 ) -> None:
-    # Before: run() raised the SystemExit (and a program not catching it
+    # Before, for SystemExit: run() raised it (and a program not catching it
     # exited), the results of every tool lost, though no tool asked to exit:
     # the value's or the error's __str__ raised it.
-    value = _ExitingText()
+    value = value_cls()
 
     def fails() -> None:
-        raise _ExitingTextError
+        raise error_cls
 
     odd, raised, fine = make(runners, 2).run(
         [
@@ -941,14 +923,14 @@ def test_a_str_that_raises_system_exit_does_not_end_the_batch(
             ToolCall("fine", _echo, {"x": "7"}, read_only=True),
         ]
     )
-    assert (odd.status, odd.value, type(odd.error)) == ("error", value, SystemExit)
+    assert (odd.status, odd.value, type(odd.error)) == ("error", value, raised_by_str)
     assert odd.text == (
-        "Error executing tool 'odd': its result (_ExitingText) cannot be shown as text: "
-        "str() raised SystemExit"
+        f"Error executing tool 'odd': its result ({value_cls.__name__}) cannot be shown as "
+        f"text: str() raised {raised_by_str.__name__}"
     )
     assert (raised.status, raised.text) == (
         "error",
-        "Error executing tool 'raises': _ExitingTextError",
+        f"Error executing tool 'raises': {error_cls.__name__}",
     )
     assert (fine.status, fine.value) == ("ok", "7")
 
@@ -1084,11 +1066,16 @@ def test_notices_of_a_large_batch_grow_linearly_and_keep_their_order(
         positions = [x.position for x in seen[:-1]]
         assert positions == sorted(set(positions), reverse=True), (cid, positions)  # type: ignore[type-var]
         assert positions[-1] == 1, (cid, positions)
-        assert [x.text for x in seen[:-1]] == [
-            _NOTICE_TEXTS[language].format(p) for p in positions
-        ]
+        assert [x.text for x in seen[:-1]] == [_NOTICE_TEXTS[language].format(p) for p in positions]
     assert [x.position for x in by_call[f"c{n - 1}"][:-1]] == [
-        n - 1, 1000, 500, 200, 100, 50, 20, *range(10, 0, -1)
+        n - 1,
+        1000,
+        500,
+        200,
+        100,
+        50,
+        20,
+        *range(10, 0, -1),
     ]
 
 
@@ -1182,9 +1169,9 @@ def test_generator_tools_are_refused_not_reported_ok_unrun(
         (result,) = make(runners, 1).run([ToolCall("stream", fn, {"q": "x"})])
         assert result.status == "error"
         assert isinstance(result.error, TypeError)
-        assert result.text.startswith(
-            "Error executing tool 'stream': it returned a generator"
-        ), result.text
+        assert result.text.startswith("Error executing tool 'stream': it returned a generator"), (
+            result.text
+        )
         return
     with pytest.raises(TypeError, match=r"tool 'stream': fn is an? (async )?generator function"):
         ToolCall("stream", fn, {"q": "x"})

@@ -44,6 +44,7 @@ __all__ = [
     "describe",
     "earliest",
     "int_millis",
+    "is_bool",
     "wait_slice",
 ]
 
@@ -56,6 +57,12 @@ def earliest(*limits: float | None) -> float | None:
     budget against its parent's."""
     bounds = [limit for limit in limits if limit is not None]
     return min(bounds) if bounds else None
+
+
+def is_bool(value: object) -> bool:
+    """A bool, Python's or NumPy's (``np.True_`` is no ``bool``, and before
+    NumPy 2.1 its ``__index__`` gives 1): never a count, an id or an amount."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
 
 
 def describe(value: object, limit: int = 80) -> str:

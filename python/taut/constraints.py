@@ -44,7 +44,14 @@ from pydantic import (
     model_validator,
 )
 
-from taut._checks import MAX_TIMEOUT, check_duration, check_optional_count, describe, earliest
+from taut._checks import (
+    MAX_TIMEOUT,
+    check_duration,
+    check_optional_count,
+    describe,
+    earliest,
+    is_bool,
+)
 from taut._guidance import planning_sentence
 from taut._iso_duration import ISO_DURATION, iso_duration_problem
 from taut.config.files import (
@@ -261,8 +268,7 @@ class PlanningConstraints(BaseModel):
                         f"planning sentence as they are, got {describe(name, limit=60)}"
                     )
                 # NumPy's bool too (np.True_ is no bool): pydantic took it for 1.0.
-                numpy_bool = getattr(getattr(number, "dtype", None), "kind", None) == "b"
-                if isinstance(number, bool) or numpy_bool:
+                if is_bool(number):
                     raise ValueError(
                         f"{info.field_name}[{name!r}] must be a number, "
                         f"got {describe(number, limit=60)}"

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, SupportsIndex, Union
 
 from taut import _core
-from taut._checks import check_duration, check_timeout, earliest
+from taut._checks import check_duration, check_timeout, earliest, is_bool
 from taut.deadline import DeadlineExpired, remaining
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
@@ -86,14 +86,12 @@ def _describe(value: object) -> str:
 def _as_int(value: object) -> int | None:
     """``value`` as an int if it is one, or stands for one (``__index__``: a
     NumPy integer); None for anything else, bools included (True is no pid)."""
-    if isinstance(value, bool):
+    if is_bool(value):
         return None
     if isinstance(value, int):
         return int(value)
     if not isinstance(value, SupportsIndex):
         return None
-    if getattr(getattr(value, "dtype", None), "kind", None) == "b":
-        return None  # NumPy's bool_: its __index__ gives 1 for True before NumPy 2.1
     try:
         return operator.index(value)
     except Exception:  # an __index__ that refuses (NumPy's bool_ does)

@@ -874,6 +874,18 @@ pub fn _timer_probe(py: Python<'_>, delay: f64) -> (f64, f64) {
     })
 }
 
+/// Bench probe: the OS floor under [`_timer_probe`]'s lateness, `samples`
+/// bare condition-variable waits of `delay` seconds on a thread with the
+/// timer thread's slack; how late each woke, in seconds.
+#[pyfunction]
+pub fn _os_wait_probe(py: Python<'_>, delay: f64, samples: usize) -> Vec<f64> {
+    let delay_ns = timer::secs_to_ns(delay);
+    gil::detach(py, move || timer::os_wait_lateness(delay_ns, samples))
+        .into_iter()
+        .map(|ns| ns as f64 / 1e9)
+        .collect()
+}
+
 /// Test hook: attach a Rust action that panics at expiry.
 #[pyfunction]
 pub fn _timer_add_panicking_action(deadline: &Bound<'_, Deadline>) {

@@ -648,6 +648,37 @@ fn set_precise_timer_slack() {
     }
 }
 
+/// The OS's own floor under the timer thread's lateness: on a fresh thread
+/// with the same timer slack, `samples` waits of `delay_ns` each on a
+/// condition variable nobody signals (the primitive `run` sleeps on), and
+/// how late each woke, in ns. Whatever scheduling delay the machine adds to
+/// every wake-up shows here with no timer code at all.
+pub fn os_wait_lateness(delay_ns: u64, samples: usize) -> Vec<u64> {
+    let probe = thread::Builder::new()
+        .name("taut-wait-probe".into())
+        .spawn(move || {
+            set_precise_timer_slack();
+            let (lock, never) = (Mutex::new(()), Condvar::new());
+            let mut late = Vec::with_capacity(samples);
+            for _ in 0..samples {
+                let at = now_ns().saturating_add(delay_ns);
+                let mut guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                // Spurious wake-ups: wait again for what is left.
+                while let Some(left) = at.checked_sub(now_ns()).filter(|&l| l > 0) {
+                    guard = never
+                        .wait_timeout(guard, Duration::from_nanos(left))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                drop(guard);
+                late.push(now_ns().saturating_sub(at));
+            }
+            late
+        });
+    // No thread to be had (the OS refused one): no samples rather than a panic.
+    probe.ok().and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
 fn run(sh: &'static Shared) {
     set_precise_timer_slack();
     let mut due: Vec<Arc<Entry>> = Vec::with_capacity(FIRE_BATCH);
@@ -760,6 +791,16 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
     use std::sync::mpsc;
+
+    #[test]
+    fn os_wait_probe_waits_out_every_sample() {
+        // Each sample ends only once its wait is over: three 2 ms waits
+        // cannot take less than 6 ms, whatever the machine's load.
+        let begun = Instant::now();
+        let late = os_wait_lateness(2_000_000, 3);
+        assert_eq!(late.len(), 3);
+        assert!(begun.elapsed() >= Duration::from_millis(6));
+    }
 
     fn in_ms(ms: u64) -> Instant {
         Instant::now() + Duration::from_millis(ms)

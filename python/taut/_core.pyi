@@ -25,6 +25,7 @@ __all__ = [
     "_close_gil_gate",
     "_gil_gate_after_fork",
     "_gil_gate_closed",
+    "_os_wait_probe",
     "_scope_setup",
     "_seconds",
     "_set_main_thread",
@@ -189,6 +190,11 @@ def _timer_info() -> dict[str, Any]:
 def _timer_probe(delay: float) -> tuple[float, float]:
     """Arm ``delay`` s ahead; return how late a Rust action ran and a Rust
     waiter woke, in seconds (GIL-free lateness, for benchmarks)."""
+
+def _os_wait_probe(delay: float, samples: int) -> list[float]:
+    """``samples`` bare OS waits of ``delay`` s on a thread with the timer
+    thread's slack: how late each woke, in seconds (the floor under
+    ``_timer_probe``, for benchmarks)."""
 
 def _timer_add_panicking_action(deadline: Deadline) -> None:
     """Test hook: attach a Rust action that panics at expiry."""

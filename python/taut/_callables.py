@@ -17,7 +17,7 @@ T = TypeVar("T")
 _RUNS_LATER = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
-def _plainly_returns(fn: object) -> bool:
+def plainly_returns(fn: object) -> bool:
     """Fast path for the common case, checked on every bounded call: a plain
     Python function (or a method of one) whose code is neither async nor a
     generator, and which carries no attributes (so no coroutine marker and no
@@ -39,7 +39,7 @@ def _what_runs(fn: object) -> tuple[object, ...]:
 def is_coroutine_function(fn: object) -> bool:
     """Whether calling ``fn`` makes a coroutine: inspect sees through
     ``functools.partial``; an object's ``async def __call__`` counts too."""
-    if _plainly_returns(fn):
+    if plainly_returns(fn):
         return False
     for f in _what_runs(fn):
         if inspect.iscoroutinefunction(f):
@@ -52,7 +52,7 @@ def generator_kind(fn: object) -> str:
     one, else ``""``: its body then runs only as it is iterated, later and
     elsewhere. inspect sees through ``functools.partial``; an object's
     ``__call__`` counts too."""
-    if _plainly_returns(fn):
+    if plainly_returns(fn):
         return ""
     for f in _what_runs(fn):
         if inspect.isasyncgenfunction(f):

@@ -85,14 +85,7 @@ class BoundedResult(Generic[T]):
         label: str = "operation",
     ) -> None:
         # Written out (rather than kw_only=True) because Python 3.9 lacks it.
-        # Into the instance dict directly: every bounded call makes one, and
-        # this is half the cost of object.__setattr__ per field (frozen).
-        fields = self.__dict__
-        fields["timed_out"] = timed_out
-        fields["value"] = value
-        fields["elapsed_s"] = elapsed_s
-        fields["timeout_s"] = timeout_s
-        fields["label"] = label
+        _fill(self, timed_out, value, elapsed_s, timeout_s, label)
 
     def unwrap(self) -> T:
         """The value; ``DeadlineExpired`` if the run timed out."""
@@ -103,3 +96,32 @@ class BoundedResult(Generic[T]):
 
 # Set after the dataclass is made (which resolves names in its own module).
 BoundedResult.__module__ = "taut.deadline"
+
+
+def _fill(
+    result: BoundedResult[Any],
+    timed_out: bool,
+    value: Any,
+    elapsed_s: float,
+    timeout_s: float | None,
+    label: str,
+) -> None:
+    # Into the instance dict directly: every bounded call makes one, and
+    # this is half the cost of object.__setattr__ per field (frozen).
+    fields = result.__dict__
+    fields["timed_out"] = timed_out
+    fields["value"] = value
+    fields["elapsed_s"] = elapsed_s
+    fields["timeout_s"] = timeout_s
+    fields["label"] = label
+
+
+def bounded_result(
+    timed_out: bool, value: Any, elapsed_s: float, timeout_s: float | None, label: str
+) -> BoundedResult[Any]:
+    """A ``BoundedResult`` as every bounded run returns one: without the
+    keyword binding of ``__init__``, which cost as much as a fast call's
+    whole check of its arguments."""
+    result: BoundedResult[Any] = object.__new__(BoundedResult)
+    _fill(result, timed_out, value, elapsed_s, timeout_s, label)
+    return result

@@ -956,3 +956,58 @@ def test_a_subclass_with_its_own_eq_and_no_hash_works_on_every_path(cls):
     finally:
         first.shutdown(wait=True)
         second.shutdown(wait=True)
+
+
+class _PatchedThreading:
+    """What gevent's and eventlet's monkey-patching modules answer once
+    ``threading`` is patched, so that ``Thread.start`` makes a greenlet on
+    the caller's OS thread. (A real greenlet worker would hang this test:
+    it blocks the only OS thread waiting for calls.)"""
+
+    def is_module_patched(self, name):  # gevent.monkey
+        return name == "threading"
+
+    def is_monkey_patched(self, name):  # eventlet.patcher
+        return name == "thread"
+
+
+@pytest.mark.parametrize(
+    ("module", "library"), [("gevent.monkey", "gevent"), ("eventlet.patcher", "eventlet")]
+)
+def test_a_worker_is_refused_under_greenlet_monkey_patched_threading(monkeypatch, module, library):
+    """Regression: with threading monkey-patched by gevent (``patch_all()``)
+    or eventlet, a taut worker is a greenlet that blocks the process's only
+    OS thread in the Rust core: the first ``result()`` hung for good (so did
+    ``asyncio.to_thread`` with a taut default executor), where the standard
+    library's workers yield. The worker start is refused with an error that
+    says why, and the call is taken back out of the queue."""
+    monkeypatch.setitem(sys.modules, module, _PatchedThreading())
+    ex = taut.ThreadPoolExecutor(2)
+    try:
+        with pytest.raises(RuntimeError, match=f"monkey-patched by {library}"):
+            ex.submit(pow, 2, 3)
+        assert ex.stats().queued == 0
+        assert not ex._threads
+
+        async def run_one():
+            return await ex.run(pow, 2, 4)
+
+        with pytest.raises(RuntimeError, match="greenlets"):
+            asyncio.run(run_one())
+        assert ex.stats().queued == 0
+        # Unpatched again (the pool is not broken): workers start as usual.
+        monkeypatch.delitem(sys.modules, module)
+        assert ex.submit(pow, 2, 5).result(LONG) == 32
+    finally:
+        ex.shutdown()
+
+
+def test_threading_patched_after_the_workers_started_keeps_the_pool_working(monkeypatch):
+    """Workers already running are OS threads: only a new start is refused."""
+    ex = taut.ThreadPoolExecutor(1)
+    try:
+        assert ex.submit(pow, 2, 2).result(LONG) == 4
+        monkeypatch.setitem(sys.modules, "gevent.monkey", _PatchedThreading())
+        assert ex.submit(pow, 2, 6).result(LONG) == 64
+    finally:
+        ex.shutdown()

@@ -165,6 +165,20 @@ def _running_loop() -> Any:
     return None if asyncio is None else asyncio._get_running_loop()
 
 
+def _greenlet_threads() -> str | None:
+    """The library whose monkey-patching makes ``threading.Thread`` start a
+    greenlet on the caller's OS thread instead of an OS thread of its own
+    (``gevent.monkey.patch_all()``, ``eventlet.monkey_patch()``), or None.
+    Looked up in ``sys.modules`` only: neither is ever imported here."""
+    gevent_monkey = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
+        return "gevent"
+    eventlet_patcher = sys.modules.get("eventlet.patcher")
+    if eventlet_patcher is not None and eventlet_patcher.is_monkey_patched("thread"):
+        return "eventlet"
+    return None
+
+
 def _usable_cpu_count() -> int | None:
     """``os.process_cpu_count()`` where it exists (3.13+), else ``os.cpu_count()``."""
     count = getattr(os, "process_cpu_count", os.cpu_count)
@@ -645,6 +659,22 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             slot = self._core.claim()
             if slot is None:
                 return False
+            patched_by = _greenlet_threads()
+            if patched_by is not None:
+                # A worker waits for calls in the Rust core, blocking its OS
+                # thread; as a greenlet that thread is the process's only one,
+                # so every greenlet (the submitter's too) stopped for good: a
+                # silent hang at the first result(). The standard library's
+                # workers wait on patched locks and yield. Refused instead,
+                # as a failed thread start: the call is taken back out.
+                raise RuntimeError(
+                    f"taut's workers cannot run as {patched_by} greenlets: this process's "
+                    f"threading is monkey-patched by {patched_by}, and a taut worker "
+                    "blocks the OS thread it runs on (every greenlet would hang); use "
+                    "concurrent.futures.ThreadPoolExecutor here, or leave threading "
+                    "unpatched (gevent.monkey.patch_all(thread=False), "
+                    "eventlet.monkey_patch(thread=False))"
+                )
             exited = threading.Event()
             thread = threading.Thread(
                 # `%s`, as the stdlib names its threads: str() of the prefix.

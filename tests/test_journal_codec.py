@@ -228,3 +228,72 @@ def test_json_refuses_at_record_time_a_model_that_replay_cannot_rebuild(tmp_path
     ):
         journal.complete(1, "excluded", "ok", WithExcludedField(city="Graz", api_key="k"), None)
     assert journal.records() == [(0, "local", "pending"), (1, "excluded", "pending")]
+
+
+class _KeyWithBrokenRepr:
+    """A dict key that is not a str and whose own ``__repr__`` fails (with
+    an Exception, or a SystemExit): only the key's type can be shown."""
+
+    def __init__(self, exit_: bool) -> None:
+        self.exit_ = exit_
+
+    def __repr__(self) -> str:
+        if self.exit_:
+            raise SystemExit("from the key's __repr__")
+        raise RuntimeError("from the key's __repr__")
+
+
+@pytest.mark.parametrize("exit_", [False, True], ids=["Exception", "SystemExit"])
+def test_json_refuses_a_key_whose_repr_raises_naming_the_call(
+    json_store: Store, exit_: bool
+) -> None:
+    journal = json_store.open()
+    journal.reserve(["lookup#0"])
+    # Before: the key's own RuntimeError (or SystemExit) left complete(),
+    # naming no call; a gather raised it as it was. (Caught as BaseException
+    # here so that a failure is reported without repr()ing the key.)
+    try:
+        journal.complete(0, "lookup#0", "ok", {_KeyWithBrokenRepr(exit_): 1}, None)
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+    else:
+        message = "nothing raised"
+    assert message.startswith("JournalError: cannot journal the value of call 'lookup#0'")
+    assert "_KeyWithBrokenRepr key <unrepresentable>" in message
+    assert journal.records() == [(0, "lookup#0", "pending")]
+
+
+class _ExitingStr(Exception):
+    """A call's exception whose own ``__str__`` raises SystemExit."""
+
+    def __str__(self) -> str:
+        raise SystemExit(3)
+
+
+def test_json_records_an_error_whose_str_raises_system_exit(json_store: Store) -> None:
+    journal = json_store.open()
+    journal.reserve(["a"])
+    # Before: the SystemExit left complete() (a gather raised it, and a program
+    # not catching it ended with status 3); the outcome was not recorded.
+    journal.complete(0, "a", "error", None, _ExitingStr())
+    [record] = json_store.rerun(journal).reserve(["a"])
+    assert record is not None and record.status == "error"
+    assert isinstance(record.error, JournaledError)
+    assert record.error.original_type.endswith("_ExitingStr")
+    assert record.error.message == "<unprintable>"
+
+
+def test_a_gather_with_an_error_whose_str_raises_system_exit_records_every_call(
+    tmp_path: Path,
+) -> None:
+    def fails() -> None:
+        raise _ExitingStr()
+
+    journal = SqliteJournal(tmp_path / "j.db", codec="json")
+    outcomes = taut.gather(
+        [taut.call(fails, call_id="fails"), taut.call(lambda: 5, call_id="five")],
+        journal=journal,
+    )
+    assert [o.status for o in outcomes] == ["error", "ok"]
+    assert journal.records() == [(0, "fails", "error"), (1, "five", "ok")]
+    journal.close()

@@ -45,6 +45,7 @@ __all__ = [
     "earliest",
     "int_millis",
     "is_bool",
+    "shown",
     "wait_slice",
 ]
 
@@ -65,16 +66,22 @@ def is_bool(value: object) -> bool:
     return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
 
 
-def describe(value: object, limit: int = 80) -> str:
-    """``repr(value) (type)``, the repr cut to ``limit`` characters, and safe
-    against a ``repr`` that raises."""
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, and safe against a
+    ``repr`` that raises (``describe`` without the type)."""
     try:
         text = repr(value)
     except (Exception, SystemExit):  # a hostile __repr__ must not end the caller
         text = "<unrepresentable>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    return f"{text} ({type(value).__name__})"
+    return text
+
+
+def describe(value: object, limit: int = 80) -> str:
+    """``repr(value) (type)``, the repr cut to ``limit`` characters, and safe
+    against a ``repr`` that raises."""
+    return f"{shown(value, limit)} ({type(value).__name__})"
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:

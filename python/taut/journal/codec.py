@@ -35,6 +35,7 @@ import sys
 import traceback
 from typing import Any, cast
 
+from taut._checks import shown
 from taut.journal.errors import JournaledError, JournaledTimeoutError, JournalError
 
 __all__ = ["CODECS", "Codec", "check_codec", "stand_in_for"]
@@ -96,7 +97,10 @@ def _locate(item: object, path: str, depth: int) -> str | None:
     if kind is dict:
         for key, v in cast("dict[Any, Any]", item).items():
             if type(key) is not str:
-                return f"{path} has a {type(key).__name__} key {key!r}"
+                # shown(): the key is the program's object, and its __repr__
+                # may raise; that must be this call's JournalError, not an
+                # exception of the key's own that names no call.
+                return f"{path} has a {type(key).__name__} key {shown(key)}"
             found = _locate(v, f"{path}[{key!r}]", depth + 1)
             if found is not None:
                 return found
@@ -221,7 +225,10 @@ class Codec:
 def _safe_str(error: BaseException) -> str:
     try:
         return str(error)
-    except Exception:
+    except (Exception, SystemExit):
+        # A SystemExit from the call's exception's own __str__ is part of the
+        # outcome being stored, not a request to end the program (as
+        # taut._checks.describe treats a __repr__ that raises it).
         return "<unprintable>"
 
 

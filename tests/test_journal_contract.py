@@ -113,6 +113,33 @@ def test_complete_validation(store: Store) -> None:
         journal.reserve([1])
 
 
+class _BrokenRepr:
+    """A wrong argument whose own ``__repr__`` raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("from the argument's __repr__")
+
+
+def test_a_wrong_call_id_or_status_with_a_broken_repr_is_refused_by_name(store: Store) -> None:
+    journal = store.open()
+    # Before: the argument's own RuntimeError, naming no parameter.
+    with pytest.raises(TypeError, match=r"call_ids must be strings, got <unrepresentable> \("):
+        journal.reserve([_BrokenRepr()])
+    journal.reserve(["a"])
+    with pytest.raises(ValueError, match=r"status must be one of .*got <unrepresentable> \("):
+        journal.complete(0, "a", _BrokenRepr(), None, None)  # type: ignore[arg-type]
+    assert journal.records() == [(0, "a", "pending")]
+
+
+def test_sqlite_arguments_with_a_broken_repr_are_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    for name, error in (("run", TypeError), ("codec", ValueError), ("synchronous", ValueError)):
+        with pytest.raises(
+            error, match=rf"^{name} must be .*got <unrepresentable> \(_BrokenRepr\)"
+        ):
+            taut.SqliteJournal(path, **{name: _BrokenRepr()})
+
+
 @pytest.mark.parametrize(
     ("call_ids", "shown"),
     [

@@ -140,14 +140,15 @@ def check_ids(call_ids: Sequence[str]) -> list[str]:
     ids = list(items)
     for cid in ids:
         if not isinstance(cid, str):
-            raise TypeError(f"call_ids must be strings, got {cid!r} ({type(cid).__name__})")
+            # describe(): the program's object, whose __repr__ may raise.
+            raise TypeError(f"call_ids must be strings, got {describe(cid)}")
         check_storable(cid, "call id")
     return ids
 
 
 def check_run(run: object) -> str:
     if not isinstance(run, str):
-        raise TypeError(f"run must be a string, got {run!r} ({type(run).__name__})")
+        raise TypeError(f"run must be a string, got {describe(run)}")
     return check_storable(run, "run")
 
 
@@ -185,7 +186,7 @@ def check_complete(
     if not isinstance(status, str) or status not in TERMINAL_STATUSES:
         raise ValueError(
             f"status must be one of 'ok', 'error', 'timeout' (not_started and cancelled "
-            f"are never journaled), got {status!r}"
+            f"are never journaled), got {describe(status)}"
         )
     if error is not None and not isinstance(error, BaseException):
         raise TypeError(f"error must be an exception or None, got {type(error).__name__}")

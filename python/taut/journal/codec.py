@@ -35,7 +35,7 @@ import sys
 import traceback
 from typing import Any, cast
 
-from taut._checks import shown
+from taut._checks import describe, shown
 from taut.journal.errors import JournaledError, JournaledTimeoutError, JournalError
 
 __all__ = ["CODECS", "Codec", "check_codec", "stand_in_for"]
@@ -46,7 +46,8 @@ CODECS = ("json", "pickle")
 
 def check_codec(codec: object) -> str:
     if not isinstance(codec, str) or codec not in CODECS:
-        raise ValueError(f"codec must be 'json' or 'pickle', got {codec!r}")
+        # describe(): a wrong codec may be any object, its __repr__ raising.
+        raise ValueError(f"codec must be 'json' or 'pickle', got {describe(codec)}")
     return codec
 
 

@@ -90,7 +90,7 @@ class SqliteJournal(SqlJournal):
             "EXTRA",
         ):
             raise ValueError(
-                f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}"
+                f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {describe(synchronous)}"
             )
         try:
             fs_path = os.fspath(path)

@@ -316,6 +316,29 @@ def test_sync_argument_errors(kwargs: dict[str, Any], error: type[Exception], ma
         run_bounded_sync(42, 1)  # type: ignore[arg-type]
 
 
+class _BrokenRepr:
+    """A wrong argument whose own ``__repr__`` raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("from the argument's __repr__")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"fn": _BrokenRepr()}, r"^fn must be a callable or a concurrent.futures.Future"),
+        ({"label": _BrokenRepr()}, r"^label must be a str"),
+        ({"on_timeout": _BrokenRepr()}, r"^on_timeout must be a callable or None"),
+        ({"executor": _BrokenRepr()}, r"^executor must be a concurrent.futures.Executor"),
+    ],
+)
+def test_sync_argument_errors_survive_a_broken_repr(kwargs: dict[str, Any], match: str) -> None:
+    # Before: the argument's own RuntimeError, naming no parameter.
+    kwargs.setdefault("fn", lambda: None)
+    with pytest.raises(TypeError, match=match + r".*got <unrepresentable> \(_BrokenRepr\)"):
+        run_bounded_sync(timeout=1, **kwargs)
+
+
 async def _coroutine_fn() -> int:
     return 5
 

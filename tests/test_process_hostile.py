@@ -307,6 +307,31 @@ def test_an_interrupt_during_the_grace_period_still_escalates_to_sigkill() -> No
 
 
 # ---------------------------------------------------------------------------
+# a wrong argument whose __repr__ raises, or that has too many digits to print
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("from the argument's __repr__")
+
+
+def test_wrong_arguments_with_a_broken_repr_are_refused_naming_them() -> None:
+    # Before: the argument's own RuntimeError, naming no parameter.
+    shown = r"got <unrepresentable> \(_BrokenRepr\)"
+    with pytest.raises(TypeError, match=r"^pid must be a positive int process id, " + shown):
+        taut.kill_process_tree(_BrokenRepr())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^args must be a command string .*" + shown):
+        taut.run_process(_BrokenRepr(), timeout=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^check must be a bool, " + shown):
+        taut.run_process(["true"], timeout=5, check=_BrokenRepr())  # type: ignore[arg-type]
+
+
+def test_a_pid_too_long_to_print_is_still_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^pid must be .*got <int too long to print> \(int\)"):
+        taut.kill_process_tree(10**5000)
+
+
+# ---------------------------------------------------------------------------
 # kill_process_tree given the id of a thread, not of a process
 
 
@@ -414,9 +439,7 @@ def test_a_process_group_and_a_file_descriptor_may_be_any_int_like(tmp_path: Any
     # object has no attribute 'fileno'").
     np = pytest.importorskip("numpy")
     # Popen takes process_group from Python 3.11; before, a session of its own.
-    own: dict[str, Any] = (
-        {"process_group": np.int64(0)} if sys.version_info >= (3, 11) else {}
-    )
+    own: dict[str, Any] = {"process_group": np.int64(0)} if sys.version_info >= (3, 11) else {}
     with open(tmp_path / "out", "wb") as out:
         result = taut.run_process(
             ["sh", "-c", "echo a; ps -o pgid= -p $$"],

@@ -72,7 +72,8 @@ def shown(value: object, limit: int = 80) -> str:
     try:
         text = repr(value)
     except (Exception, SystemExit):  # a hostile __repr__ must not end the caller
-        text = "<unrepresentable>"
+        # An int's only failure: more digits than sys.get_int_max_str_digits().
+        text = "<int too long to print>" if type(value) is int else "<unrepresentable>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text

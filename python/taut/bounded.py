@@ -41,8 +41,8 @@ from taut._blocked_loop import (
     install_wake_handler,
     interrupt_thread,
 )
-from taut._callables import plainly_returns, generator_kind, is_coroutine_function
-from taut._checks import check_duration, check_timeout
+from taut._callables import generator_kind, is_coroutine_function, plainly_returns
+from taut._checks import check_duration, check_timeout, describe
 from taut._core import Deadline, monotonic
 from taut._loop_waker import waker_for
 from taut.deadline import BoundedResult, DeadlineExpired
@@ -58,27 +58,25 @@ T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------
-# Argument checks
-
-
-def _describe(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+# Argument checks. A wrong value is shown with describe(): its own __repr__
+# may raise (a plain repr() let that exception out in place of the
+# TypeError), or be huge.
 
 
 def _check_label(label: object) -> str:
     if not isinstance(label, str):
-        raise TypeError(f"label must be a str, got {_describe(label)}")
+        raise TypeError(f"label must be a str, got {describe(label)}")
     return label
 
 
 def _check_callback(value: object, name: str) -> None:
     if value is not None and not callable(value):
-        raise TypeError(f"{name} must be a callable or None, got {_describe(value)}")
+        raise TypeError(f"{name} must be a callable or None, got {describe(value)}")
 
 
 def _check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {_describe(value)}")
+        raise TypeError(f"{name} must be a bool, got {describe(value)}")
     return value
 
 
@@ -106,27 +104,27 @@ def _run_hook(hook: Callable[[], object], name: str, label: str) -> None:
 
 def _check_sync_arguments(
     fn: object, label: object, on_timeout: object, interrupt: object, executor: object
-) -> bool:
+) -> tuple[str, bool]:
     """``run_bounded_sync``'s arguments, refused with a TypeError naming the
-    parameter and the value; ``interrupt`` as a bool."""
-    _check_label(label)
+    parameter and the value; ``label`` and ``interrupt`` as kept."""
+    text = _check_label(label)
     _check_callback(on_timeout, "on_timeout")
     if on_timeout is not None and is_coroutine_function(on_timeout):
         # Called at expiry it would only make a coroutine, never run it.
         raise TypeError(
             f"on_timeout must be a sync callable or None, got the coroutine function "
-            f"{_describe(on_timeout)}"
+            f"{describe(on_timeout)}"
         )
     interrupt = _check_flag(interrupt, "interrupt")
     is_future = isinstance(fn, concurrent.futures.Future)
     if not is_future and not callable(fn):
         raise TypeError(
-            f"fn must be a callable or a concurrent.futures.Future, got {_describe(fn)}"
+            f"fn must be a callable or a concurrent.futures.Future, got {describe(fn)}"
         )
     if not is_future and is_coroutine_function(fn):
         # Called here it would only make a coroutine object, never run it.
         raise TypeError(
-            f"fn must be a sync callable, got the coroutine function {_describe(fn)}; "
+            f"fn must be a sync callable, got the coroutine function {describe(fn)}; "
             "await taut.run_bounded_async(fn(), timeout) instead"
         )
     kind = "" if is_future else generator_kind(fn)
@@ -134,14 +132,14 @@ def _check_sync_arguments(
         # Called here it would only make a generator at once: its body would
         # run as it is iterated, after the call and outside the deadline.
         raise TypeError(
-            f"fn must return its result, got {kind} function {_describe(fn)}; "
+            f"fn must return its result, got {kind} function {describe(fn)}; "
             "collect the items inside it (return list(...))"
         )
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
         raise TypeError(
-            f"executor must be a concurrent.futures.Executor or None, got {_describe(executor)}"
+            f"executor must be a concurrent.futures.Executor or None, got {describe(executor)}"
         )
-    return interrupt
+    return text, interrupt
 
 
 def _release_late_worker(
@@ -219,7 +217,7 @@ def run_bounded_sync(
         and executor is None
         and plainly_returns(fn)
     ):
-        interrupt = _check_sync_arguments(fn, label, on_timeout, interrupt, executor)
+        label, interrupt = _check_sync_arguments(fn, label, on_timeout, interrupt, executor)
     counters.add("bounded_calls")
     started = time.monotonic()
     if budget is None:
@@ -467,7 +465,7 @@ def _check_on_this_loop(awaitable: Awaitable[Any], loop: asyncio.AbstractEventLo
     owner = get_loop() if get_loop is not None else getattr(awaitable, "_loop", loop)
     if owner is not loop:
         raise ValueError(
-            f"awaitable must belong to the running event loop, got {_describe(awaitable)} "
+            f"awaitable must belong to the running event loop, got {describe(awaitable)} "
             "of another loop; await it on its own loop (asyncio.run_coroutine_threadsafe "
             "runs a coroutine there)"
         )
@@ -524,7 +522,7 @@ async def run_bounded_async(
         interrupt = _check_flag(interrupt_blocked_loop, "interrupt_blocked_loop")
         grace = _validate_grace(blocked_grace)
         if not inspect.isawaitable(awaitable):
-            raise TypeError(f"awaitable must be awaitable, got {_describe(awaitable)}")
+            raise TypeError(f"awaitable must be awaitable, got {describe(awaitable)}")
         loop = asyncio.get_running_loop()
         _check_on_this_loop(awaitable, loop)
     except BaseException:

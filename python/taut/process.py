@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, SupportsIndex, Union
 
 from taut import _core
-from taut._checks import check_duration, check_timeout, earliest, is_bool
+from taut._checks import check_duration, check_timeout, describe, earliest, is_bool
 from taut.deadline import DeadlineExpired, remaining
 
 __all__ = ["ProcessResult", "kill_process_tree", "run_process"]
@@ -73,14 +73,11 @@ _PID_MAX = 2**31 - 1
 
 
 def _describe(value: object) -> str:
-    try:
-        shown = repr(value)
-    except ValueError:  # an int past sys.get_int_max_str_digits()
-        shown = "<int too long to print>"
-    if len(shown) > 40:
-        # 10**400 is a legal input; its 401 digits are not a useful message.
-        shown = shown[:37] + "..."
-    return f"{shown} ({type(value).__name__})"
+    # describe(): a __repr__ that raises is the wrong value's, not the
+    # caller's error (repr() alone let it out in place of the TypeError).
+    # 40 characters: 10**400 is a legal input; its 401 digits are not a
+    # useful message.
+    return describe(value, 40)
 
 
 def _as_int(value: object) -> int | None:

@@ -106,6 +106,21 @@ def test_limiter_is_validated() -> None:
         taut.ToolRunner(1, limiter=3)
 
 
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("from the argument's __repr__")
+
+
+def test_a_limiter_or_handle_with_a_broken_repr_is_refused_by_name() -> None:
+    # Before: the object's own RuntimeError, naming neither limiter nor handles.
+    with pytest.raises(TypeError, match=r"^limiter must have .*<unrepresentable> \(_BrokenRepr\)"):
+        taut.gather([taut.call(int, "1")], limiter=_BrokenRepr())
+    handle = taut.call(int, "1")
+    with pytest.raises(TypeError, match=r"^handles\[1\] is not a taut call handle, got <unrep"):
+        taut.gather([handle, _BrokenRepr()])  # type: ignore[list-item]
+    assert not handle.done() and handle.result() == 1  # left cold, still runs
+
+
 def test_tool_runner_says_waiting_for_a_free_slot() -> None:
     limiter = threading.BoundedSemaphore(1)
     notices: list[taut.QueueNotice] = []

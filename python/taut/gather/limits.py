@@ -49,7 +49,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from taut._checks import describe
+# describe()/shown(): a limiter's own __repr__ may raise, which must not
+# replace the error that names it.
+from taut._checks import describe, shown
 from taut._fork_locks import fork_safe_lock
 
 __all__ = ["Slots", "check_limiter"]
@@ -67,8 +69,8 @@ def check_limiter(limiter: object) -> Any:
         if not callable(getattr(limiter, name, None)):
             raise TypeError(
                 f"limiter must have acquire(timeout=...) and release() (a "
-                f"threading.BoundedSemaphore, a distributed.Semaphore), got {limiter!r} "
-                f"({type(limiter).__name__}) without {name}()"
+                f"threading.BoundedSemaphore, a distributed.Semaphore), got "
+                f"{describe(limiter)} without {name}()"
             )
     return limiter
 
@@ -99,7 +101,7 @@ class Slots:
             # never comes; as "a slot" might run past the ceiling.
             raise TypeError(
                 "limiter.acquire(timeout=...) must return a bool (True: a slot was "
-                f"taken), got {describe(got)} from {self.limiter!r}"
+                f"taken), got {describe(got)} from {shown(self.limiter)}"
             )
         if index not in self._waited:
             self._waited.add(index)

@@ -55,8 +55,10 @@ def check_handles(
     for i, h in enumerate(handles):
         where = f"handles[{i}]"
         if not isinstance(h, Call):
+            # describe(): the object's own __repr__ may raise, which must
+            # not replace this TypeError.
             raise TypeError(
-                f"{where} is not a taut call handle, got {h!r} ({type(h).__name__}); "
+                f"{where} is not a taut call handle, got {describe(h)}; "
                 "make one with taut.call(fn, *args)"
             )
         name = h._call_id or default_id(h._fn)

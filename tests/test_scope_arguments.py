@@ -7,6 +7,7 @@ user passed and the value (or the same clamping as the rest of taut), never an
 from __future__ import annotations
 
 import math
+import threading
 from typing import Callable
 
 import pytest
@@ -109,3 +110,41 @@ def test_an_int_clock_is_a_clock() -> None:
     finally:
         set_clock(previous)
     assert scope.expired is False
+
+
+class _HostileLabel(str):
+    """A str subclass whose own text methods raise (a subclass's methods may
+    run arbitrary code: a lazy translation string, say)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("from the label's __str__")
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("from the label's __format__")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("from the label's __repr__")
+
+
+def test_a_str_subclass_label_is_kept_as_plain_text() -> None:
+    # Before: the expiry's message ran the label's __format__, so leaving
+    # the scope raised its RuntimeError in place of DeadlineExpired; the
+    # scope's repr ran its __repr__.
+    with pytest.raises(taut.DeadlineExpired, match=r"^deadline expired after 0s: fetch$") as info:
+        with taut.fail_after(0, _HostileLabel("fetch")) as scope:
+            pass
+    assert type(info.value.label) is str and info.value.label == "fetch"
+    assert "label='fetch'" in repr(scope)
+    error = taut.DeadlineExpired(_HostileLabel("fetch"), 1.0)
+    assert str(error) == "deadline expired after 1s: fetch" and type(error.label) is str
+
+
+def test_a_str_subclass_label_of_a_bounded_run_is_kept_as_plain_text() -> None:
+    release = threading.Event()
+    try:
+        result = taut.run_bounded_sync(lambda: release.wait(5), 0.05, label=_HostileLabel("fetch"))
+    finally:
+        release.set()
+    assert result.timed_out and type(result.label) is str and result.label == "fetch"
+    with pytest.raises(taut.DeadlineExpired, match=r": fetch$"):
+        result.unwrap()

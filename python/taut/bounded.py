@@ -66,7 +66,7 @@ T = TypeVar("T")
 def _check_label(label: object) -> str:
     if not isinstance(label, str):
         raise TypeError(f"label must be a str, got {describe(label)}")
-    return label
+    return str.__str__(label)  # plain text: a str subclass's methods never run later
 
 
 def _check_callback(value: object, name: str) -> None:

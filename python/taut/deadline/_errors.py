@@ -40,6 +40,11 @@ class DeadlineExpired(TimeoutError):
         timeout_s: float | None = None,
         elapsed_s: float | None = None,
     ) -> None:
+        if isinstance(label, str):
+            # Plain text, as taut.call keeps a call_id: a str subclass's own
+            # __format__/__str__/__repr__ (one that raises) must not run in
+            # this message, nor later in a log line, in place of the expiry.
+            label = str.__str__(label)
         self.label = label
         # Through the gate of every timeout (a user may raise one of these
         # too): 10**400 is clamped as fail_after(10**400) is, and a bad

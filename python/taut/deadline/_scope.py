@@ -489,13 +489,19 @@ class DeadlineScope(_core.ScopeCore):
 
     # -- description ------------------------------------------------------------
 
+    def _label_text(self) -> str:
+        # The label is a str (checked at construction), perhaps a subclass:
+        # str's own repr, so a subclass's __repr__ (one that raises) never
+        # runs in a misnesting error or a repr.
+        return str.__repr__(self.label)
+
     def _describe(self) -> str:
         kind = "fail" if self._raise else "move_on"
-        return f"the {kind} scope {self.label!r}"
+        return f"the {kind} scope {self._label_text()}"
 
     def __repr__(self) -> str:
         kind = "fail" if self._raise else "move_on"
-        parts = [f"<taut.DeadlineScope {kind} label={self.label!r}"]
+        parts = [f"<taut.DeadlineScope {kind} label={self._label_text()}"]
         if not self._entered:
             if self._relative is not None:
                 parts.append(f"timeout={format_seconds(self._relative)}s")

@@ -367,7 +367,20 @@ fn check_arguments(
             describe(label, 80)?
         )));
     }
-    Ok((relative, label.clone().unbind(), interrupt))
+    // A str subclass is kept as plain text: its own methods (a __format__ or
+    // __repr__ that raises) must never run later, in the expiry's message, a
+    // repr, or the program's own use of `scope.label`. PyUnicode_FromObject
+    // copies the characters into an exact str without calling any of them.
+    let label = if label.is_exact_instance_of::<PyString>() {
+        label.clone()
+    } else {
+        // SAFETY: `label` is a live str (subclass) object and the GIL is held;
+        // the call returns a new reference or NULL with an exception set.
+        unsafe {
+            Bound::from_owned_ptr_or_err(label.py(), ffi::PyUnicode_FromObject(label.as_ptr()))?
+        }
+    };
+    Ok((relative, label.unbind(), interrupt))
 }
 
 /// A `taut.DeadlineScope` `seconds` from its entry: made blank (no

@@ -135,6 +135,7 @@ def test_a_str_subclass_label_is_kept_as_plain_text() -> None:
             pass
     assert type(info.value.label) is str and info.value.label == "fetch"
     assert "label='fetch'" in repr(scope)
+    assert type(scope.label) is str and scope.label == "fetch"
     error = taut.DeadlineExpired(_HostileLabel("fetch"), 1.0)
     assert str(error) == "deadline expired after 1s: fetch" and type(error.label) is str
 

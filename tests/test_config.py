@@ -478,6 +478,25 @@ def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # --------------------------------------------------------------------------- model
+class _Hostile:
+    """A key or value whose every text form raises SystemExit."""
+
+    def __repr__(self) -> str:
+        raise SystemExit("from __repr__")
+
+    __str__ = __format__ = __repr__  # type: ignore[assignment]
+
+
+def test_hostile_keys_and_values_in_a_timeouts_mapping_are_named_not_raised() -> None:
+    # Before: the SystemExit of the value's __repr__ (or the key's __format__)
+    # escaped from validation and ended the program.
+    with pytest.raises(ValidationError) as info:
+        TautConfig.model_validate({"timeouts": {"a": _Hostile(), _Hostile(): 1}})
+    text = str(info.value)
+    assert "timeouts.a: invalid timeout <unrepresentable> (_Hostile)" in text, text
+    assert "timeouts.<unrepresentable>: keys must be text, got <unrepresentable> (_Hostile)" in text
+
+
 def test_taut_config_model_validates_and_documents() -> None:
     cfg = TautConfig.model_validate(
         {"timeouts": {"tools": {"concurrent_batch": 3}}, "capacity": {"tool_workers": 4}, "x": 1}

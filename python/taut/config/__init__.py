@@ -43,6 +43,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Union
 
+from taut._checks import describe
 from taut._core import clamp_timeout
 from taut.config.check import ConfigProblem, check_config_file
 from taut.config.files import ConfigSource, _lenient, _load_file, _stamp, _warn
@@ -55,7 +56,6 @@ from taut.config.models import (
     ConfigWarning,
     TautConfig,
     _check_number,
-    _describe,
     _finish,
     _lookup,
     _Missing,
@@ -152,7 +152,7 @@ def _accept(
     if ok and number is not None:
         return _finish(number)
     _warn(
-        f"taut config: ignoring timeout {key!r} = {_describe(value)} from {where}: "
+        f"taut config: ignoring timeout {key!r} = {describe(value)} from {where}: "
         f"{reason}; falling back to {fallback}"
     )
     return _MISSING
@@ -173,7 +173,7 @@ def resolve_timeout(
     (programming errors) raise.
     """
     if not isinstance(key, str) or not key:
-        raise TypeError(f"key must be a non-empty dotted string, got {_describe(key)}")
+        raise TypeError(f"key must be a non-empty dotted string, got {describe(key)}")
     path, obj = _source_of(config)
     env_text = os.environ.get(env_var) if env_var else None
     if obj is None:
@@ -205,7 +205,7 @@ def resolve_timeout(
         if section is not _MISSING and section is not None and not isinstance(section, Mapping):
             _warn(
                 f"taut config: timeouts section of the config mapping is not a mapping, got "
-                f"{_describe(section)}; ignoring it"
+                f"{describe(section)}; ignoring it"
             )
         elif isinstance(section, Mapping):
             try:
@@ -217,7 +217,7 @@ def resolve_timeout(
         elif not isinstance(obj, Mapping):
             _warn(
                 f"taut config: config must be a mapping, a path or a TautConfig, got "
-                f"{_describe(obj)}; ignoring it"
+                f"{describe(obj)}; ignoring it"
             )
         source = ConfigSource(None)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from taut import _lazy_import
+from taut._checks import describe
 from taut.config.files import (
     ConfigFileRefused,
     _capacity_errors,
@@ -25,7 +26,6 @@ from taut.config.models import (
     SECTIONS,
     TAUT_TIMEOUT_KEYS,
     CapacityConfig,
-    _describe,
     _walk_timeout_problems,
     nearest_key,
     unknown_timeout_keys,
@@ -154,14 +154,14 @@ def check_config_file(
     if not isinstance(data, Mapping):
         return [
             ConfigProblem(
-                file, "", None, f"expected a mapping at the top level, got {_describe(data)}"
+                file, "", None, f"expected a mapping at the top level, got {describe(data)}"
             )
         ]
     timeouts = data.get("timeouts")
     if timeouts is not None and not isinstance(timeouts, Mapping):
         problems.append(
             ConfigProblem(
-                file, "timeouts", at("timeouts"), f"expected a mapping, got {_describe(timeouts)}"
+                file, "timeouts", at("timeouts"), f"expected a mapping, got {describe(timeouts)}"
             )
         )
     elif timeouts is not None:

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from taut import _lazy_import
+from taut._checks import describe
 from taut._fork_locks import fork_safe_lock
 from taut.config.models import (
     SECTIONS,
     CapacityConfig,
     ConfigWarning,
     TautConfig,
-    _describe,
     _prune_timeouts,
     nearest_key,
     unknown_timeout_keys,
@@ -400,7 +400,7 @@ def _lenient(data: Any, source: ConfigSource) -> tuple[Mapping[Any, Any], TautCo
     if not isinstance(data, Mapping):
         _warn(
             f"taut config {source.path or 'mapping'} ignored: expected a mapping at the top "
-            f"level, got {_describe(data)}"
+            f"level, got {describe(data)}"
         )
         return {}, TautConfig()
     raw_timeouts = data.get("timeouts")
@@ -409,7 +409,7 @@ def _lenient(data: Any, source: ConfigSource) -> tuple[Mapping[Any, Any], TautCo
     elif not isinstance(raw_timeouts, Mapping):
         _warn(
             f"taut config: {source.where('timeouts')} ignored: expected a mapping, got "
-            f"{_describe(raw_timeouts)}"
+            f"{describe(raw_timeouts)}"
         )
         raw_timeouts = {}
     capacity: Any = data.get("capacity")
@@ -478,7 +478,7 @@ def _capacity_errors(exc: BaseException) -> list[tuple[str, str]]:
         elif error["type"] == "value_error" and not error["loc"]:
             out.append((loc, str(error.get("ctx", {}).get("error", error["msg"]))))
         else:
-            out.append((loc, f"{error['msg']}, got {_describe(error.get('input'))}"))
+            out.append((loc, f"{error['msg']}, got {describe(error.get('input'))}"))
     return out
 
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from taut import _lazy_import
+from taut._checks import describe, shown
 from taut._core import MAX_TIMEOUT, clamp_timeout
 from taut._iso_duration import (
     AMBIGUOUS_REASON,
@@ -60,17 +61,6 @@ class ConfigWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- values
-def _describe(value: object) -> str:
-    """``repr`` of a configured value that can neither raise nor flood a log line."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<unrepresentable {type(value).__name__}>"
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
 _RULE = "expected a non-negative number of seconds (0 disables)"
 _TEXT_RULE = f"{_RULE} or an ISO-8601 duration such as PT5M"
 
@@ -320,7 +310,7 @@ class TautConfig(BaseModel):
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise ValueError(f"timeouts must be a mapping, got {_describe(value)}")
+            raise ValueError(f"timeouts must be a mapping, got {describe(value)}")
         problems = [f"{loc}: {msg}" for loc, msg in _walk_timeout_problems(value, "timeouts")]
         if problems:
             raise ValueError("; ".join(problems))
@@ -339,10 +329,11 @@ class TautConfig(BaseModel):
 
 def _walk_timeout_problems(tree: Mapping[Any, Any], prefix: str) -> Iterator[tuple[str, str]]:
     for name, value in tree.items():
-        loc = f"{prefix}.{name}"
         if not isinstance(name, str):
-            yield loc, f"keys must be text, got {_describe(name)}"
+            # shown(), not format(): a key's own __str__ may raise.
+            yield f"{prefix}.{shown(name)}", f"keys must be text, got {describe(name)}"
             continue
+        loc = prefix + "." + name  # no __format__ of a str subclass runs
         if isinstance(value, Mapping):
             yield from _walk_timeout_problems(value, loc)
             continue
@@ -350,7 +341,7 @@ def _walk_timeout_problems(tree: Mapping[Any, Any], prefix: str) -> Iterator[tup
             continue
         ok, _, reason = _check_number(value)
         if not ok:
-            yield loc, f"invalid timeout {_describe(value)}: {reason}"
+            yield loc, f"invalid timeout {describe(value)}: {reason}"
 
 
 def _prune_timeouts(tree: Mapping[Any, Any]) -> dict[str, Any]:

@@ -1188,6 +1188,23 @@ def test_config_check_shows_where_each_value_comes_from(
     )
 
 
+def test_config_check_reports_an_ignored_environment_value_as_a_warning_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a raw "<frozen runpy>:88: ConfigWarning: ..." on stderr, after
+    # the OK line, and --strict passed.
+    f = write(tmp_path / "c.yaml", "capacity: {tool_workers: 4}\n")
+    monkeypatch.setenv(cfgmod.CONCURRENT_BATCH_ENV, "abc")
+    out = run_cli("config", "check", str(f))
+    assert out.returncode == 0 and "ConfigWarning" not in out.stderr, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("environment: warning: taut config: ignoring timeout")
+    assert "'abc' (str) from environment variable TAUT_CONCURRENT_TOOL_TIMEOUT_S" in lines[0]
+    assert lines[1].startswith(f"{f}: OK with 1 warning(s)")
+    assert "tools.concurrent_batch=420 s [default]" in lines[1]
+    assert run_cli("config", "check", "--strict", str(f)).returncode == 1
+
+
 def test_config_help_documents_the_precedence_and_defaults() -> None:
     from taut.cli import PRECEDENCE
 

@@ -204,8 +204,12 @@ def _config_check(args: argparse.Namespace) -> int:
             failed = True
             print(f"{file}: {len(errors)} problem(s)" + _count(warned, ", {} warning(s)"))
             continue
-        failed = failed or bool(args.strict and warned)
-        print(f"{file}: OK" + _count(warned, " with {} warning(s)") + " " + _effective(file))
+        effective, environment_warnings = _effective(file)
+        for message in environment_warnings:
+            print(f"environment: warning: {message}")
+        all_warnings = [*warned, *environment_warnings]
+        failed = failed or bool(args.strict and all_warnings)
+        print(f"{file}: OK" + _count(all_warnings, " with {} warning(s)") + " " + effective)
     print(PRECEDENCE_LINE)
     return 1 if failed else 0
 
@@ -214,9 +218,11 @@ def _count(items: Sequence[object], text: str) -> str:
     return text.format(len(items)) if items else ""
 
 
-def _effective(file: str) -> str:
+def _effective(file: str) -> tuple[str, list[str]]:
     """The values that apply with this file and the current environment, and
-    where each comes from."""
+    where each comes from; and the problems of the environment's values (an
+    ignored ``$TAUT_CONCURRENT_TOOL_TIMEOUT_S``), as lines of the report rather
+    than a raw ``ConfigWarning`` on stderr."""
     from taut.config import (
         CONCURRENT_BATCH_DEFAULT,
         CONCURRENT_BATCH_ENV,
@@ -238,12 +244,17 @@ def _effective(file: str) -> str:
         cfg = load_config(file)
     env_text = os.environ.get(CONCURRENT_BATCH_ENV)
     env_valid = bool(env_text and env_text.strip()) and _parse_env(env_text or "")[0]
-    batch = resolve_timeout(
-        CONCURRENT_BATCH_KEY,
-        default=CONCURRENT_BATCH_DEFAULT,
-        env_var=CONCURRENT_BATCH_ENV,
-        config=cfg,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        batch = resolve_timeout(
+            CONCURRENT_BATCH_KEY,
+            default=CONCURRENT_BATCH_DEFAULT,
+            env_var=CONCURRENT_BATCH_ENV,
+            config=cfg,
+        )
+    environment_warnings = [
+        str(w.message) for w in caught if issubclass(w.category, ConfigWarning)
+    ]
     alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
     if in_file(CONCURRENT_BATCH_KEY):
         over = f", overrides ${CONCURRENT_BATCH_ENV}" if env_valid else ""
@@ -258,11 +269,12 @@ def _effective(file: str) -> str:
         alone_from = f"the {CONCURRENT_BATCH_KEY} value"
     workers_set = "tool_workers" in cfg.capacity.model_fields_set
     workers_from = "this file" if workers_set else "default"
-    return (
+    effective = (
         f"(capacity.tool_workers={cfg.capacity.tool_workers} [{workers_from}], "
         f"{CONCURRENT_BATCH_KEY}={_seconds_text(batch)} [{batch_from}], "
         f"{SEQUENTIAL_CALL_KEY}={_seconds_text(alone)} [{alone_from}])"
     )
+    return effective, environment_warnings
 
 
 def _seconds_text(value: float | None) -> str:

@@ -159,15 +159,26 @@ def test_pickle_risk_is_documented() -> None:
 
 def test_json_refuses_a_value_that_contains_itself_without_hanging(tmp_path: Path) -> None:
     loop: list[object] = [1]
-    loop.append(loop)
+    loop.append({"again": loop})
+    deep: list[object] = []
+    for _ in range(300):
+        deep = [deep]
+    shared = [1, 2]
     journal = SqliteJournal(tmp_path / "j.db", codec="json")
-    journal.reserve(["a", "b"])
-    with pytest.raises(JournalError, match=r"call 'a'.*nested more than 200 levels"):
+    journal.reserve(["a", "b", "c", "d"])
+    # Named at the first repetition, not by a path 200 levels long.
+    itself = r"the value\[1\]\['again'\] refers back to the value: the value contains itself"
+    with pytest.raises(JournalError, match=rf"call 'a'.*: {itself};"):
         journal.complete(0, "a", "ok", loop, None)
+    with pytest.raises(JournalError, match=r"call 'b'.*nested more than 200 levels") as info:
+        journal.complete(1, "b", "ok", deep, None)
+    assert "[0][0]...[0][0]" in str(info.value) and len(str(info.value)) < 600
     big = {"rows": [{"i": i, "name": str(i)} for i in range(100_000)]}
-    journal.complete(1, "b", "ok", big, None)  # large but plain: stored
+    journal.complete(2, "c", "ok", big, None)  # large but plain: stored
+    journal.complete(3, "d", "ok", [shared, shared], None)  # met twice, not a cycle
     journal.close()
-    assert SqliteJournal(tmp_path / "j.db", codec="json").reserve(["a", "b"])[1].value == big
+    replayed = SqliteJournal(tmp_path / "j.db", codec="json").reserve(["a", "b", "c", "d"])
+    assert replayed[2].value == big and replayed[3].value == [[1, 2], [1, 2]]
 
 
 class Unserializable(BaseModel):

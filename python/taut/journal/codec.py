@@ -83,30 +83,49 @@ def _json_problem(value: object, where: str) -> str | None:
     return None
 
 
-def _locate(item: object, path: str, depth: int) -> str | None:
+def _locate(item: object, path: str, depth: int, outer: dict[int, str] | None = None) -> str | None:
+    """The first place in ``item`` that is not JSON data, named by its path.
+
+    ``outer`` maps each list or dict on the way down (by id) to its path, so a
+    value that contains itself is named as such, at the first repetition,
+    rather than by a path hundreds of levels long."""
     kind = type(item)
     if item is None or kind in _SCALARS:
         return None
-    if depth >= _MAX_DEPTH:
-        return f"{path} is nested more than {_MAX_DEPTH} levels deep (does it contain itself?)"
+    outer = {} if outer is None else outer
+    if kind is list or kind is dict:
+        if id(item) in outer:
+            again = _shortened(outer[id(item)])
+            return f"{_shortened(path)} refers back to {again}: the value contains itself"
+        if depth >= _MAX_DEPTH:
+            return f"{_shortened(path)} is nested more than {_MAX_DEPTH} levels deep"
+        outer[id(item)] = path
     if kind is list:
         for i, v in enumerate(cast("list[Any]", item)):
-            found = _locate(v, f"{path}[{i}]", depth + 1)
+            found = _locate(v, f"{path}[{i}]", depth + 1, outer)
             if found is not None:
                 return found
-        return None
-    if kind is dict:
+    elif kind is dict:
         for key, v in cast("dict[Any, Any]", item).items():
             if type(key) is not str:
                 # shown(): the key is the program's object, and its __repr__
                 # may raise; that must be this call's JournalError, not an
                 # exception of the key's own that names no call.
-                return f"{path} has a {type(key).__name__} key {shown(key)}"
-            found = _locate(v, f"{path}[{key!r}]", depth + 1)
+                return f"{_shortened(path)} has a {type(key).__name__} key {shown(key)}"
+            found = _locate(v, f"{path}[{key!r}]", depth + 1, outer)
             if found is not None:
                 return found
-        return None
-    return f"{path} is a {_type_name(item)}"
+    else:
+        return f"{_shortened(path)} is a {_type_name(item)}"
+    del outer[id(item)]  # a list or dict met twice side by side is not a cycle
+    return None
+
+
+def _shortened(path: str, limit: int = 120) -> str:
+    """A path fit for one line of an error message: its head and its tail."""
+    if len(path) <= limit:
+        return path
+    return f"{path[: limit // 2]}...{path[-(limit // 2) + 3 :]}"
 
 
 def _pydantic_model_type(value: object) -> type[Any] | None:

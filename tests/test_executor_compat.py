@@ -1011,3 +1011,46 @@ def test_threading_patched_after_the_workers_started_keeps_the_pool_working(monk
         assert ex.submit(pow, 2, 6).result(LONG) == 64
     finally:
         ex.shutdown()
+
+
+_CALLBACK_THREAD_UNDER_GREENLETS = """
+import concurrent.futures, sys, time, taut
+class Patched:
+    def is_module_patched(self, name):
+        return name == "threading"
+sys.modules["gevent.monkey"] = Patched()
+stdlib = concurrent.futures.ThreadPoolExecutor(2)
+done = taut.run_bounded_sync(lambda: 7, 30.0, executor=stdlib)
+assert done.value == 7 and not done.timed_out, done
+started = time.monotonic()
+late = taut.run_bounded_sync(lambda: time.sleep(3), 0.05, executor=stdlib)
+assert late.timed_out and time.monotonic() - started < 2.5, late
+ran = []
+late = taut.run_bounded_sync(
+    lambda: time.sleep(3), 0.05, executor=stdlib, on_timeout=lambda: ran.append(1)
+)
+assert late.timed_out and ran == [1], (late, ran)
+try:
+    taut._core.Deadline(30.0).call_soon(print)  # needs the callback thread
+except RuntimeError as exc:
+    assert "timer callbacks cannot run as gevent greenlets" in str(exc), exc
+else:
+    raise AssertionError("the callback thread started as a greenlet")
+print("ok")
+"""
+
+
+def test_the_timer_callback_thread_is_refused_under_greenlets_and_run_bounded_sync_still_works():
+    """Regression: under gevent's ``patch_all()`` taut's timer callback thread
+    (a ``threading.Thread``, so a greenlet) blocked the process's only OS
+    thread in the Rust core: ``run_bounded_sync`` with the standard library's
+    pool, the README's advice for such a process, hung for good. The thread is
+    refused, and run_bounded_sync waits with a timeout instead. In a fresh
+    interpreter: the callback thread is started once per process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _CALLBACK_THREAD_UNDER_GREENLETS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -25,6 +25,7 @@ import os
 import threading
 
 from taut import _core
+from taut._greenlet_threads import refuse_greenlet_thread
 
 
 def _callback_loop() -> None:
@@ -46,7 +47,15 @@ def _callback_loop() -> None:
 
 
 def _start_callback_thread() -> threading.Thread:
-    """Start the callback thread (the Rust core calls this on first need)."""
+    """Start the callback thread (the Rust core calls this on first need).
+
+    Refused under greenlet monkey-patching (it would block the process's only
+    OS thread): the Rust core then reports the RuntimeError to the caller
+    that needed the thread, and ``run_bounded_sync`` waits without it."""
+    refuse_greenlet_thread(
+        "taut's timer callbacks",
+        "deadlines without a Python callback (and run_bounded_sync) still work",
+    )
     thread = threading.Thread(target=_callback_loop, name="taut-timer-callbacks", daemon=True)
     thread.start()
     return thread

@@ -271,7 +271,8 @@ def run_bounded_sync(
         timer_wakes = True
     except RuntimeError:
         # That thread could not start: the interpreter is shutting down
-        # (CPython 3.12+ starts no threads then). Wait with a timeout instead.
+        # (CPython 3.12+ starts no threads then), or threading is patched
+        # into greenlets (see taut._greenlet_threads). Wait with a timeout.
         timer_wakes = False
     future.add_done_callback(wake)
     try:

@@ -32,6 +32,7 @@ from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
 from taut._core import PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
+from taut._greenlet_threads import refuse_greenlet_thread
 from taut._notices import _deliver_notices, _Tracker
 from taut._stdlib_views import IdleSemaphore, WorkQueue
 
@@ -163,20 +164,6 @@ def _running_loop() -> Any:
     asyncio: if nothing imported it, no loop can be running)."""
     asyncio = sys.modules.get("asyncio")
     return None if asyncio is None else asyncio._get_running_loop()
-
-
-def _greenlet_threads() -> str | None:
-    """The library whose monkey-patching makes ``threading.Thread`` start a
-    greenlet on the caller's OS thread instead of an OS thread of its own
-    (``gevent.monkey.patch_all()``, ``eventlet.monkey_patch()``), or None.
-    Looked up in ``sys.modules`` only: neither is ever imported here."""
-    gevent_monkey = sys.modules.get("gevent.monkey")
-    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
-        return "gevent"
-    eventlet_patcher = sys.modules.get("eventlet.patcher")
-    if eventlet_patcher is not None and eventlet_patcher.is_monkey_patched("thread"):
-        return "eventlet"
-    return None
 
 
 def _usable_cpu_count() -> int | None:
@@ -659,22 +646,14 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             slot = self._core.claim()
             if slot is None:
                 return False
-            patched_by = _greenlet_threads()
-            if patched_by is not None:
-                # A worker waits for calls in the Rust core, blocking its OS
-                # thread; as a greenlet that thread is the process's only one,
-                # so every greenlet (the submitter's too) stopped for good: a
-                # silent hang at the first result(). The standard library's
-                # workers wait on patched locks and yield. Refused instead,
-                # as a failed thread start: the call is taken back out.
-                raise RuntimeError(
-                    f"taut's workers cannot run as {patched_by} greenlets: this process's "
-                    f"threading is monkey-patched by {patched_by}, and a taut worker "
-                    "blocks the OS thread it runs on (every greenlet would hang); use "
-                    "concurrent.futures.ThreadPoolExecutor here, or leave threading "
-                    "unpatched (gevent.monkey.patch_all(thread=False), "
-                    "eventlet.monkey_patch(thread=False))"
-                )
+            # A worker waits for calls in the Rust core, blocking its OS
+            # thread: as a greenlet, the process's only one (a silent hang at
+            # the first result()). The standard library's workers wait on
+            # patched locks and yield. Refused instead, as a failed thread
+            # start: the call is taken back out.
+            refuse_greenlet_thread(
+                "taut's workers", "use concurrent.futures.ThreadPoolExecutor here"
+            )
             exited = threading.Event()
             thread = threading.Thread(
                 # `%s`, as the stdlib names its threads: str() of the prefix.

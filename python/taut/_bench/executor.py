@@ -115,6 +115,21 @@ def io_shaped(factory: Factory, n: int, workers: int, sleep: float, how: str = "
         return time.perf_counter() - start
 
 
+def io_queued_up_front(factory: Factory, n: int, workers: int, sleep: float) -> float:
+    """:func:`io_shaped` with every call queued before a worker is free to
+    take one, timed from the workers' release: the pool's own cost, without
+    the submitting thread competing with the workers for the GIL."""
+    with factory(workers) as ex:
+        list(ex.map(time.sleep, [0] * workers))
+        release = threading.Event()
+        held = [ex.submit(release.wait) for _ in range(workers)]
+        futures = [ex.submit(time.sleep, sleep) for _ in range(n)]
+        start = time.perf_counter()
+        release.set()
+        _collect(held + futures, "result")
+        return time.perf_counter() - start
+
+
 def io_floor(n: int, workers: int, sleep: float) -> float:
     """The same sleeps on `workers` plain threads with no pool at all: what
     this machine can do (time.sleep overshoots, threads wake late)."""
@@ -242,6 +257,10 @@ def run(quick: bool) -> list[Row]:
         for name, factory in CONTENDERS.items()
     }
     io_runners["floor"] = functools.partial(io_floor, n_io, workers, sleep)
+    for name, factory in CONTENDERS.items():
+        io_runners[f"{name}/up_front"] = functools.partial(
+            io_queued_up_front, factory, n_io, workers, sleep
+        )
     collected_by = ("wait", "as_completed")
     for how in collected_by:
         for name, factory in CONTENDERS.items():
@@ -268,6 +287,26 @@ def run(quick: bool) -> list[Row]:
                 f"{floor * 1e3:.0f} ms = {floor / ideal:.2f}x ideal; "
                 f"taut {taut_io / floor:.2f}x floor, "
                 f"stdlib {statistics.median(io['stdlib']) / floor:.2f}x floor"
+            ),
+        )
+    )
+    # Where (f)'s distance from the floor comes from: with the submissions
+    # out of the way the pool runs the same sleeps at the floor; what is
+    # left in (f) is the submitting thread's own time under the GIL.
+    up_front_stdlib, up_front_taut = io["stdlib/up_front"], io["taut/up_front"]
+    rows.append(
+        paired_row(
+            "executor.io_sleep_queued_up_front",
+            "(f') the sleeps of (f), all queued before the workers start on them",
+            BASELINE,
+            up_front_stdlib,
+            up_front_taut,
+            target=INFO,
+            met=None,
+            note=(
+                f"taut {statistics.median(up_front_taut) / floor:.2f}x floor, "
+                f"stdlib {statistics.median(up_front_stdlib) / floor:.2f}x floor: "
+                "what remains in (f) is the submissions' own time under the GIL"
             ),
         )
     )

@@ -339,6 +339,28 @@ def test_sync_argument_errors_survive_a_broken_repr(kwargs: dict[str, Any], matc
         run_bounded_sync(timeout=1, **kwargs)
 
 
+class _ClaimsToBeStr:
+    """Not a str, though its ``__class__`` says so (isinstance() believes it)."""
+
+    __class__ = property(lambda self: str)  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<claims str>"
+
+
+def test_a_label_that_only_claims_to_be_a_str_is_refused_by_name() -> None:
+    # Before: the fast path took it (result.label was the object itself), and
+    # the checked path failed in str.__str__ with a TypeError naming nothing.
+    label: Any = _ClaimsToBeStr()
+    assert isinstance(label, str)
+    with pytest.raises(TypeError, match=r"^label must be a str, got <claims str> \("):
+        run_bounded_sync(lambda: None, 1, label=label)
+    # A user raising DeadlineExpired with it: kept as given (before: the
+    # constructor's str.__str__ raised an unnamed TypeError).
+    error = taut.DeadlineExpired(label, 1.0)
+    assert error.label is label and str(error) == "deadline expired after 1s: <claims str>"
+
+
 async def _coroutine_fn() -> int:
     return 5
 

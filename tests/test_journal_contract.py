@@ -131,6 +131,28 @@ def test_a_wrong_call_id_or_status_with_a_broken_repr_is_refused_by_name(store: 
     assert journal.records() == [(0, "a", "pending")]
 
 
+class _HostileText(str):
+    """A str subclass whose own text forms raise."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("from the subclass's __repr__")
+
+    __str__ = __format__ = __repr__  # type: ignore[assignment]
+
+
+def test_str_subclass_run_and_call_ids_are_kept_as_plain_text(tmp_path: Path) -> None:
+    # Before: kept as given, so repr(journal) and the storable check's own
+    # message ran the subclass's __repr__ (its RuntimeError, naming nothing).
+    journal = taut.SqliteJournal(tmp_path / "j.db", run=_HostileText("r1"))
+    assert "r1" in repr(journal)
+    assert journal.reserve([_HostileText("a")]) == [None]  # nothing recorded yet
+    journal.complete(0, _HostileText("a"), "ok", 1, None)
+    assert journal.records() == [(0, "a", "ok")] and type(journal.records()[0][1]) is str
+    with pytest.raises(ValueError, match=r"^run 'a\\udc80' cannot be journaled"):
+        taut.SqliteJournal(tmp_path / "k.db", run=_HostileText("a\udc80"))
+    journal.close()
+
+
 def test_sqlite_arguments_with_a_broken_repr_are_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     for name, error in (("run", TypeError), ("codec", ValueError), ("synchronous", ValueError)):

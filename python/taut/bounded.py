@@ -64,7 +64,8 @@ T = TypeVar("T")
 
 
 def _check_label(label: object) -> str:
-    if not isinstance(label, str):
+    # type(), not isinstance(): an object whose __class__ claims str is not one.
+    if not issubclass(type(label), str):
         raise TypeError(f"label must be a str, got {describe(label)}")
     return str.__str__(label)  # plain text: a str subclass's methods never run later
 
@@ -211,7 +212,7 @@ def run_bounded_sync(
     # function, every keyword left alone): skipping them is a tenth of a
     # fast call's cost.
     if not (
-        label.__class__ is str
+        type(label) is str
         and on_timeout is None
         and interrupt.__class__ is bool
         and executor is None

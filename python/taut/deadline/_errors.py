@@ -40,7 +40,7 @@ class DeadlineExpired(TimeoutError):
         timeout_s: float | None = None,
         elapsed_s: float | None = None,
     ) -> None:
-        if isinstance(label, str):
+        if issubclass(type(label), str):  # not an object whose __class__ claims str
             # Plain text, as taut.call keeps a call_id: a str subclass's own
             # __format__/__str__/__repr__ (one that raises) must not run in
             # this message, nor later in a log line, in place of the expiry.

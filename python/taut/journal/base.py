@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, KeysView, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple, Optional, Protocol, runtime_checkable
+from typing import NamedTuple, Optional, Protocol, cast, runtime_checkable
 
 from taut._checks import describe
 
@@ -137,25 +137,33 @@ def check_ids(call_ids: Sequence[str]) -> list[str]:
         raise TypeError(
             f"call_ids must be a sequence of strings, got {describe(call_ids)}"
         ) from None
-    ids = list(items)
-    for cid in ids:
-        if not isinstance(cid, str):
+    ids = []
+    for cid in items:
+        if not issubclass(type(cid), str):
             # describe(): the program's object, whose __repr__ may raise.
             raise TypeError(f"call_ids must be strings, got {describe(cid)}")
-        check_storable(cid, "call id")
+        ids.append(check_storable(_plain(cid), "call id"))
     return ids
 
 
 def check_run(run: object) -> str:
-    if not isinstance(run, str):
+    if not issubclass(type(run), str):
         raise TypeError(f"run must be a string, got {describe(run)}")
-    return check_storable(run, "run")
+    return check_storable(_plain(run), "run")
 
 
 def check_call_id(call_id: object) -> str:
-    if not isinstance(call_id, str):
+    if not issubclass(type(call_id), str):
         raise TypeError(f"call_id must be a string, got {describe(call_id)}")
-    return check_storable(call_id, "call id")
+    return check_storable(_plain(call_id), "call id")
+
+
+def _plain(text: object) -> str:
+    """A str subclass's characters as a plain str: its own __repr__ (one that
+    raises) must never run in a message or a journal's repr later. (type()
+    checks above, not isinstance(): an object whose __class__ claims str is
+    not one.)"""
+    return str.__str__(cast(str, text))
 
 
 def check_position(position: object) -> int:

@@ -339,6 +339,50 @@ def test_sync_argument_errors_survive_a_broken_repr(kwargs: dict[str, Any], matc
         run_bounded_sync(timeout=1, **kwargs)
 
 
+class _CompiledCoroutine:
+    """What a compiled (Cython) coroutine looks like: a collections.abc
+    Coroutine that is not a types.CoroutineType."""
+
+    closed = False
+
+    def send(self, value: object) -> None:
+        raise StopIteration
+
+    def throw(self, *args: object) -> None:
+        raise StopIteration
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __await__(self) -> Any:
+        return iter(())
+
+
+def test_a_compiled_coroutine_returned_by_fn_is_refused_and_closed() -> None:
+    made = _CompiledCoroutine()
+    with pytest.raises(TypeError, match=r"fn returned a coroutine \(_CompiledCoroutine\)"):
+        run_bounded_sync(lambda: made, 5)
+    assert made.closed
+
+
+class _ForeignFuture(concurrent.futures.Future):  # type: ignore[type-arg]
+    _core = "not a taut pool"  # an attribute of the same name, nothing more
+
+
+class _ForeignExecutor(concurrent.futures.Executor):
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        future = _ForeignFuture()
+        threading.Thread(target=lambda: future.set_result(fn(*args, **kwargs))).start()
+        return future
+
+
+def test_a_foreign_future_with_a_core_attribute_is_waited_for_plainly() -> None:
+    # Before: its `_core` was taken for taut's pool core (AttributeError
+    # after the call was submitted).
+    result = run_bounded_sync(lambda: time.sleep(0.01) or 5, 30, executor=_ForeignExecutor())
+    assert not result.timed_out and result.value == 5
+
+
 class _ClaimsToBeStr:
     """Not a str, though its ``__class__`` says so (isinstance() believes it)."""
 

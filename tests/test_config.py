@@ -1205,6 +1205,27 @@ def test_config_check_reports_an_ignored_environment_value_as_a_warning_line(
     assert run_cli("config", "check", "--strict", str(f)).returncode == 1
 
 
+def test_config_check_passes_on_warnings_that_are_not_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only ConfigWarnings become report lines; another warning raised while
+    # resolving (a library's DeprecationWarning, say) is shown as before,
+    # not swallowed by the recording.
+    from taut import cli
+
+    real = cfgmod.resolve_timeout
+
+    def noisy(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn("from somewhere else", UserWarning, stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cfgmod, "resolve_timeout", noisy)
+    f = write(tmp_path / "c.yaml", "capacity: {tool_workers: 4}\n")
+    with pytest.warns(UserWarning, match="from somewhere else"):
+        effective, report_lines = cli._effective(str(f))
+    assert report_lines == [] and "capacity.tool_workers=4 [this file]" in effective
+
+
 def test_config_help_documents_the_precedence_and_defaults() -> None:
     from taut.cli import PRECEDENCE
 

@@ -252,9 +252,18 @@ def _effective(file: str) -> tuple[str, list[str]]:
             env_var=CONCURRENT_BATCH_ENV,
             config=cfg,
         )
-    environment_warnings = [
-        str(w.message) for w in caught if issubclass(w.category, ConfigWarning)
-    ]
+    environment_warnings = []
+    for caught_warning in caught:
+        if issubclass(caught_warning.category, ConfigWarning):
+            environment_warnings.append(str(caught_warning.message))
+        else:  # not ours to turn into a report line: shown as it would have been
+            warnings.warn_explicit(
+                caught_warning.message,
+                caught_warning.category,
+                caught_warning.filename,
+                caught_warning.lineno,
+                source=caught_warning.source,
+            )
     alone = resolve_timeout(SEQUENTIAL_CALL_KEY, default=batch, config=cfg)
     if in_file(CONCURRENT_BATCH_KEY):
         over = f", overrides ${CONCURRENT_BATCH_ENV}" if env_valid else ""

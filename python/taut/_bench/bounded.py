@@ -149,15 +149,16 @@ def _row(key: str, case: str, baseline_name: str, samples: dict[str, list[float]
     note = f"bare call {bare * 1e6:.2f} µs"
     if "round_trip" in samples:
         trip = statistics.median(samples["round_trip"])
-        # The round trip alone against the baseline's overhead, paired by
-        # round: the least ratio any design that runs fn on a worker can show.
+        # The round trip's overhead (the bare call taken off, as for the
+        # rows' own figures) against the baseline's, paired by round: the
+        # least ratio any design that runs fn on a worker can show.
         floor = statistics.median(
             trip_round / seed_round
-            for trip_round, seed_round in zip(samples["round_trip"], overhead("seed"))
+            for trip_round, seed_round in zip(overhead("round_trip"), overhead("seed"))
         )
         note += (
-            f"; pool submit().result() round trip {trip * 1e6:.1f} µs"
-            f" = {floor:.3f}x the baseline, the floor of a call run on a worker"
+            f"; pool submit().result() round trip {trip * 1e6:.1f} µs,"
+            f" {floor:.3f}x the baseline's overhead: the floor of a call run on a worker"
         )
     return paired_row(
         key,

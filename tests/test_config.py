@@ -1215,9 +1215,10 @@ def test_config_check_passes_on_warnings_that_are_not_its_own(
 
     real = cfgmod.resolve_timeout
 
-    def noisy(*args: Any, **kwargs: Any) -> Any:
-        warnings.warn("from somewhere else", UserWarning, stacklevel=1)
-        return real(*args, **kwargs)
+    def noisy(key: str, *args: Any, **kwargs: Any) -> Any:
+        if key == cfgmod.CONCURRENT_BATCH_KEY:  # the resolution that is recorded
+            warnings.warn("from somewhere else", UserWarning, stacklevel=1)
+        return real(key, *args, **kwargs)
 
     monkeypatch.setattr(cfgmod, "resolve_timeout", noisy)
     f = write(tmp_path / "c.yaml", "capacity: {tool_workers: 4}\n")

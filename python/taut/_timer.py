@@ -54,7 +54,7 @@ def _start_callback_thread() -> threading.Thread:
     that needed the thread, and ``run_bounded_sync`` waits without it."""
     refuse_greenlet_thread(
         "taut's timer callbacks",
-        "deadlines without a Python callback (and run_bounded_sync) still work",
+        "use deadlines without a Python callback (run_bounded_sync works)",
     )
     thread = threading.Thread(target=_callback_loop, name="taut-timer-callbacks", daemon=True)
     thread.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Coroutine
-from types import FunctionType, MethodType
+from types import CoroutineType, FunctionType, MethodType
 from typing import Any, TypeVar, cast
 
 from taut._checks import describe
@@ -62,11 +62,20 @@ def generator_kind(fn: object) -> str:
     return ""
 
 
+def is_coroutine_value(value: object) -> bool:
+    """A coroutine object, native or compiled (Cython). CoroutineType first,
+    one C-level check; the ABC only for a value with a send method, so a
+    plain value (on every call's path) never pays for its subclass check."""
+    return isinstance(value, CoroutineType) or (
+        hasattr(type(value), "send") and isinstance(value, Coroutine)
+    )
+
+
 def not_a_coroutine(value: T, fn: object) -> T:
     """``value``, what calling the plain function ``fn`` returned, unless it
     is a coroutine: nothing would ever await it (its body never runs, and
     Python warns "never awaited" later), so it is closed and refused."""
-    if isinstance(value, Coroutine):  # native, or compiled (Cython)
+    if is_coroutine_value(value):
         made = getattr(value, "__qualname__", type(value).__name__)
         cast("Coroutine[Any, Any, Any]", value).close()
         raise TypeError(

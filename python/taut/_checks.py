@@ -66,6 +66,18 @@ def is_bool(value: object) -> bool:
     return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
 
 
+def plain_str(value: object) -> str | None:
+    """``value`` as a plain ``str`` when it is a str, else None. A subclass's
+    characters are copied (``str.__str__``), so none of its own methods (a
+    ``__repr__`` or ``__format__`` that raises) run later. ``type()``, not
+    ``isinstance()``: an object whose ``__class__`` claims str is not one."""
+    if type(value) is str:
+        return value
+    if issubclass(type(value), str):
+        return str.__str__(value)  # a str subclass
+    return None
+
+
 def shown(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, and safe against a
     ``repr`` that raises (``describe`` without the type)."""

@@ -31,8 +31,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from types import CoroutineType
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from taut._blocked_loop import (
@@ -41,8 +40,13 @@ from taut._blocked_loop import (
     install_wake_handler,
     interrupt_thread,
 )
-from taut._callables import generator_kind, is_coroutine_function, plainly_returns
-from taut._checks import check_duration, check_timeout, describe
+from taut._callables import (
+    generator_kind,
+    is_coroutine_function,
+    is_coroutine_value,
+    plainly_returns,
+)
+from taut._checks import check_duration, check_timeout, describe, plain_str
 from taut._core import Deadline, monotonic
 from taut._future import Future as TautFuture
 from taut._loop_waker import waker_for
@@ -65,10 +69,10 @@ T = TypeVar("T")
 
 
 def _check_label(label: object) -> str:
-    # type(), not isinstance(): an object whose __class__ claims str is not one.
-    if not issubclass(type(label), str):
+    text = plain_str(label)
+    if text is None:
         raise TypeError(f"label must be a str, got {describe(label)}")
-    return str.__str__(label)  # plain text: a str subclass's methods never run later
+    return text
 
 
 def _check_callback(value: object, name: str) -> None:
@@ -310,12 +314,7 @@ def run_bounded_sync(
 def _not_a_coroutine(value: Any) -> Any:
     """A sync call's value, refused if it is a coroutine: the caller would
     get a coroutine that never runs (and a "never awaited" warning later)."""
-    # CoroutineType first, one C-level check; the ABC (a compiled, Cython,
-    # coroutine) only for a value with a send method, so a plain value never
-    # pays for the ABC's subclass check.
-    if isinstance(value, CoroutineType) or (
-        hasattr(type(value), "send") and isinstance(value, Coroutine)
-    ):
+    if is_coroutine_value(value):
         made = getattr(value, "__qualname__", type(value).__name__)
         value.close()  # it never ran; closed, it warns about nothing
         raise TypeError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Generic, TypeVar, cast
 
+from taut._checks import plain_str
 from taut._core import _seconds, clamp_timeout
 
 __all__ = ["BoundedResult", "DeadlineExpired"]
@@ -40,11 +41,13 @@ class DeadlineExpired(TimeoutError):
         timeout_s: float | None = None,
         elapsed_s: float | None = None,
     ) -> None:
-        if issubclass(type(label), str):  # not an object whose __class__ claims str
-            # Plain text, as taut.call keeps a call_id: a str subclass's own
-            # __format__/__str__/__repr__ (one that raises) must not run in
-            # this message, nor later in a log line, in place of the expiry.
-            label = str.__str__(label)
+        # Plain text, as taut.call keeps a call_id: a str subclass's own
+        # __format__/__str__/__repr__ (one that raises) must not run in this
+        # message, nor later in a log line, in place of the expiry. Anything
+        # else a user raises this with is kept as given.
+        text = plain_str(label)
+        if text is not None:
+            label = text
         self.label = label
         # Through the gate of every timeout (a user may raise one of these
         # too): 10**400 is clamped as fail_after(10**400) is, and a bad

@@ -9,9 +9,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, KeysView, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple, Optional, Protocol, cast, runtime_checkable
+from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
-from taut._checks import describe
+from taut._checks import describe, plain_str
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -139,31 +139,26 @@ def check_ids(call_ids: Sequence[str]) -> list[str]:
         ) from None
     ids = []
     for cid in items:
-        if not issubclass(type(cid), str):
+        text = plain_str(cid)
+        if text is None:
             # describe(): the program's object, whose __repr__ may raise.
             raise TypeError(f"call_ids must be strings, got {describe(cid)}")
-        ids.append(check_storable(_plain(cid), "call id"))
+        ids.append(check_storable(text, "call id"))
     return ids
 
 
 def check_run(run: object) -> str:
-    if not issubclass(type(run), str):
+    text = plain_str(run)
+    if text is None:
         raise TypeError(f"run must be a string, got {describe(run)}")
-    return check_storable(_plain(run), "run")
+    return check_storable(text, "run")
 
 
 def check_call_id(call_id: object) -> str:
-    if not issubclass(type(call_id), str):
+    text = plain_str(call_id)
+    if text is None:
         raise TypeError(f"call_id must be a string, got {describe(call_id)}")
-    return check_storable(_plain(call_id), "call id")
-
-
-def _plain(text: object) -> str:
-    """A str subclass's characters as a plain str: its own __repr__ (one that
-    raises) must never run in a message or a journal's repr later. (type()
-    checks above, not isinstance(): an object whose __class__ claims str is
-    not one.)"""
-    return str.__str__(cast(str, text))
+    return check_storable(text, "call id")
 
 
 def check_position(position: object) -> int:

@@ -30,7 +30,9 @@ mod _core {
     #[pymodule_export]
     use crate::py_pool::{PoolCore, WorkerSlot};
     #[pymodule_export]
-    use crate::py_scope::{_scope_setup, fail_after, move_on_after, Done, Ready, ScopeCore};
+    use crate::py_scope::{
+        _os_thread_ident, _scope_setup, fail_after, move_on_after, Done, Ready, ScopeCore,
+    };
 
     #[pymodule_export]
     use crate::gil::{_close_gil_gate, _gil_gate_after_fork, _gil_gate_closed, _set_main_thread};

@@ -203,6 +203,10 @@ pub struct ScopeCore {
     thread: u64,
     #[pyo3(get, set, name = "_frame")]
     frame: Option<Py<PyAny>>,
+    /// An interrupt scope's entering greenlet, as the first frame of its
+    /// stack (None without greenlets): see `DeadlineScope._interrupt_block`.
+    #[pyo3(get, set, name = "_stack_root")]
+    stack_root: Option<Py<PyAny>>,
 }
 
 /// A scope's armed deadline. A gateway's scope ends in time and nothing in
@@ -470,7 +474,15 @@ fn call_one<'py>(
     }
 }
 
-/// This thread's `threading.get_ident()`.
+/// This OS thread's identity, as the scopes' fast paths record it: what
+/// `threading.get_ident()` answers, unless gevent's or eventlet's
+/// monkey-patching made that name greenlets (one OS thread runs them all).
+#[pyfunction]
+pub fn _os_thread_ident() -> u64 {
+    current_thread()
+}
+
+/// This thread's `threading.get_ident()` (unpatched: see `_os_thread_ident`).
 fn current_thread() -> u64 {
     // SAFETY: a plain C call with no preconditions.
     let ident = unsafe { ffi::PyThread_get_thread_ident() };
@@ -720,6 +732,7 @@ impl ScopeCore {
             interrupt_raised: false,
             thread: 0,
             frame: None,
+            stack_root: None,
         })
     }
 
@@ -868,6 +881,7 @@ impl ScopeCore {
         visit.call(&self.outer)?;
         visit.call(&self.token)?;
         visit.call(&self.frame)?;
+        visit.call(&self.stack_root)?;
         Ok(())
     }
 
@@ -878,5 +892,6 @@ impl ScopeCore {
         self.outer = None;
         self.token = None;
         self.frame = None;
+        self.stack_root = None;
     }
 }

@@ -1036,6 +1036,14 @@ except RuntimeError as exc:
     assert "timer callbacks cannot run as gevent greenlets" in str(exc), exc
 else:
     raise AssertionError("the callback thread started as a greenlet")
+try:
+    with taut.fail_after(30.0, interrupt=True):  # interrupts need it too
+        raise AssertionError("an interrupt scope entered without its callback thread")
+except RuntimeError as exc:
+    assert "interrupt=True expire by the clock" in str(exc), exc
+with taut.move_on_after(0.01) as scope:  # a scope without interrupt works
+    time.sleep(0.2)
+assert scope.expired and taut.remaining() is None, scope
 print("ok")
 """
 

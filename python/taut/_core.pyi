@@ -25,6 +25,7 @@ __all__ = [
     "_close_gil_gate",
     "_gil_gate_after_fork",
     "_gil_gate_closed",
+    "_os_thread_ident",
     "_os_wait_probe",
     "_scope_setup",
     "_seconds",
@@ -406,6 +407,7 @@ class ScopeCore:
     _interrupt_raised: bool
     _thread: int
     _frame: FrameType | None
+    _stack_root: FrameType | None
     def __new__(
         cls,
         seconds: object = None,
@@ -456,6 +458,11 @@ def move_on_after(
     seconds: object, label: str = "operation", *, interrupt: bool = False
 ) -> DeadlineScope:
     """Like ``fail_after`` but exits quietly; ``scope.expired`` tells."""
+
+def _os_thread_ident() -> int:
+    """This OS thread's identity, as the scopes' fast paths record it:
+    ``threading.get_ident()``'s, unless gevent or eventlet patched that to
+    name greenlets."""
 
 def _scope_setup(
     innermost: Any,

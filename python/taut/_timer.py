@@ -54,7 +54,8 @@ def _start_callback_thread() -> threading.Thread:
     that needed the thread, and ``run_bounded_sync`` waits without it."""
     refuse_greenlet_thread(
         "taut's timer callbacks",
-        "use deadlines without a Python callback (run_bounded_sync works)",
+        "use deadlines without a Python callback (deadline scopes without "
+        "interrupt=True expire by the clock in each greenlet; run_bounded_sync works)",
     )
     thread = threading.Thread(target=_callback_loop, name="taut-timer-callbacks", daemon=True)
     thread.start()

@@ -22,15 +22,15 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from threading import get_ident
 from types import FrameType
 from typing import Any, Callable
 
 from taut import _signal_interrupt
+from taut._core import _os_thread_ident
 from taut.deadline._context import innermost
 from taut.deadline._errors import ScopeInterrupt
 
-__all__ = ["block_frame", "watch"]
+__all__ = ["block_frame", "stack_root", "watch"]
 
 # Code flags of frames that are suspended while the code that resumed them
 # goes on: generators and coroutines (inspect.CO_GENERATOR, CO_COROUTINE,
@@ -83,6 +83,17 @@ def block_frame(entering: FrameType, in_task: bool = False) -> FrameType:
     return frame
 
 
+def stack_root(frame: FrameType) -> FrameType:
+    """The first frame of the stack ``frame`` runs on: the thread's (its
+    bootstrap, the main module), or, in a greenlet, that greenlet's own.
+    Greenlets take turns on one thread, each on a stack of its own that
+    frames of the others never reach: the thread runs a greenlet's code
+    exactly while that greenlet's first frame is on its stack."""
+    while frame.f_back is not None:
+        frame = frame.f_back
+    return frame
+
+
 def _running() -> set[int]:
     """The frames on this thread's stack (by id: they are alive meanwhile)."""
     frames = set()
@@ -99,7 +110,7 @@ def _raise_again() -> bool:
     entered it is on the stack: not a generator suspended in the block, not
     an atexit callback after the program left it open); False if there is
     none (the report then goes on)."""
-    thread = get_ident()
+    thread = _os_thread_ident()
     target = None
     running: set[int] | None = None
     scope = innermost.get()

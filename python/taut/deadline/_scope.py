@@ -13,12 +13,11 @@ import asyncio
 import sys
 import threading
 import time
-from threading import get_ident
 from types import FrameType, TracebackType
 from typing import Any, Optional
 
 from taut import _core, _loop_waker, _signal_interrupt
-from taut._core import MAX_TIMEOUT, clamp_timeout
+from taut._core import MAX_TIMEOUT, _os_thread_ident, clamp_timeout
 from taut.deadline import _clock, _lost_interrupts, _thread_end
 from taut.deadline._context import bounding_scope, innermost, open_scope
 from taut.deadline._errors import DeadlineExpired, ScopeInterrupt, format_seconds
@@ -117,8 +116,10 @@ class DeadlineScope(_core.ScopeCore):
 
     def _interrupt_block(self) -> FrameType | None:
         """The frame that must be running for the interrupt to land: in a
-        task, the block's (not while it is suspended at an ``await``)."""
-        return self._frame if self._task is not None else None
+        task, the block's (not while it is suspended at an ``await``); with
+        greenlets, the first frame of the entering greenlet (not while
+        another greenlet runs on the thread, see ``_enter_slow``)."""
+        return self._frame if self._task is not None else self._stack_root
 
     # -- entry ----------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class DeadlineScope(_core.ScopeCore):
         # scope as it was.
         now = _clock.read(clock)
         self._entered = True
-        self._thread = get_ident()
+        self._thread = _os_thread_ident()
         self._start = now
         at = self._relative
         if at is not None:
@@ -204,6 +205,13 @@ class DeadlineScope(_core.ScopeCore):
             self._enter(*(running or (None, None)))
             if self._interrupt and self._deadline is not None:
                 self._frame = _lost_interrupts.block_frame(sys._getframe(1), in_task=in_task)
+                if not in_task and "greenlet" in sys.modules:
+                    # Greenlets (gevent, eventlet, or greenlet itself) take turns
+                    # on this thread: while the block's greenlet waits, another
+                    # runs here, and the interrupt must not land in that one's
+                    # code. It lands only while this greenlet's stack runs (the
+                    # signal is sent again, the asynchronous one put off).
+                    self._stack_root = _lost_interrupts.stack_root(self._frame)
                 _lost_interrupts.watch()
                 if _signal_interrupt.available():
                     self._signal_armed = True
@@ -214,7 +222,7 @@ class DeadlineScope(_core.ScopeCore):
                     # withdrawn if this thread ends with the scope still open.
                     _thread_end.watch(self._deadline)
                     self._deadline.interrupt_thread(
-                        get_ident(), ScopeInterrupt, block=self._interrupt_block()
+                        _os_thread_ident(), ScopeInterrupt, block=self._interrupt_block()
                     )
             return self
         except BaseException:
@@ -320,7 +328,7 @@ class DeadlineScope(_core.ScopeCore):
                 continue
 
     def _on_other_thread(self) -> bool:
-        return self._entered and not self._closed and self._thread != get_ident()
+        return self._entered and not self._closed and self._thread != _os_thread_ident()
 
     def _refuse_other_thread(self) -> None:
         """An open scope is exited only on the thread that entered it. Its
@@ -331,7 +339,7 @@ class DeadlineScope(_core.ScopeCore):
         does, and change nothing: the entering thread can still exit it."""
         if not self._on_other_thread():
             return
-        here = get_ident()
+        here = _os_thread_ident()
         raise RuntimeError(
             f"{self._describe()} was entered on thread {_thread_name(self._thread)} and "
             f"cannot be exited on thread {_thread_name(here)}: a scope bounds the thread "
@@ -447,7 +455,8 @@ class DeadlineScope(_core.ScopeCore):
             self._expired = fired or (self._at is not None and self._clock() >= self._at)
             self._closed = True
         if self._interrupt:
-            self._frame = None  # the frame holds this scope: no cycle left behind
+            # The frames hold this scope: no cycle left behind.
+            self._frame = self._stack_root = None
             if self._deadline is not None:
                 _thread_end.forget(self._deadline)
             if self._signal_armed:

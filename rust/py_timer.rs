@@ -92,6 +92,12 @@ impl Queue {
         self.ready.notify_one();
     }
 
+    /// The next job if one is waiting, without blocking.
+    fn try_pop(&self) -> Option<Job> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.0.pop_front()
+    }
+
     /// Blocks (GIL released by the caller) until a job or close.
     fn pop(&self) -> Option<Job> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,7 +198,16 @@ pub(crate) fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
 pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
     let q = queue();
     loop {
-        match gil::detach(py, || q.pop())? {
+        // A job already waiting is taken with the GIL this thread holds:
+        // let go of it in between, and a busy thread takes it back for a
+        // whole switch interval (5 ms) before the job after it can run (an
+        // interrupt due behind the drop of an earlier deadline's objects
+        // landed 5 ms late).
+        let next = match q.try_pop() {
+            Some(job) => job,
+            None => gil::detach(py, || q.pop())?,
+        };
+        match next {
             Job::Call(callable) => return Some(callable),
             Job::Drop(object) => drop(object),
             Job::InterruptBlocked {
@@ -259,6 +274,29 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
             }
         }
     }
+}
+
+/// Whether the modules an interrupt's delivery looks up were imported.
+static IMPORTED_FOR_DELIVERY: AtomicBool = AtomicBool::new(false);
+
+/// Import what delivering an interrupt looks up (`put_off`,
+/// `next_instruction::arm`), on the thread that arms it. Imported at expiry
+/// by the callback thread instead, against a busy thread holding the GIL,
+/// the import's own bytecode passed the GIL back and forth, a whole switch
+/// interval each time: a process's first interrupt landed 6 to 9 switch
+/// intervals late (30 to 45 ms instead of 5).
+fn import_for_delivery(py: Python<'_>) -> PyResult<()> {
+    if IMPORTED_FOR_DELIVERY.load(AO::Acquire) {
+        return Ok(());
+    }
+    py.import("gc")?;
+    py.import("taut._signal_interrupt")?;
+    if py.version_info() >= (3, 13) {
+        py.import("functools")?;
+        py.import("taut._backward_jump")?;
+    }
+    IMPORTED_FOR_DELIVERY.store(true, AO::Release);
+    Ok(())
 }
 
 /// True if an interrupt for thread `thread_id` must wait: the thread is
@@ -755,6 +793,7 @@ impl Deadline {
             }
         };
         ensure_callback_thread(py)?;
+        import_for_delivery(py)?;
         let weak: Weak<Entry> = Arc::downgrade(&self.entry);
         let exc_type = exc_type.unbind();
         add_or_run_inline(

@@ -428,6 +428,81 @@ def test_interrupt_thread_raises_in_busy_python_code() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> None:
+    """Regression: taut's callback thread let go of the GIL after each job,
+    and a thread running busy code took it back for a whole switch interval
+    before the next job, an interrupt already due, could be delivered: the
+    interrupt landed two switch intervals late (p99 8.5 ms, against the
+    standard library's 6 ms). With a 2 s switch interval: one is 2 s, two
+    are 4 s."""
+    interval = sys.getswitchinterval()
+    late: list[float] = []
+    # The callback thread running first: its start takes the GIL too.
+    running = threading.Event()
+    Deadline(0.0).call_soon(running.set)
+    assert running.wait(LONG)
+
+    def worker() -> None:
+        now = time.monotonic()
+        # A callback due first: the callback thread waits a switch interval
+        # for the GIL to run it, with the interrupt due meanwhile.
+        ahead = Deadline(now + 0.01)
+        ahead.call_soon(lambda: None)
+        d = Deadline(now + 0.05)
+        d.interrupt_thread(threading.get_ident(), TimeoutError)
+        try:
+            _spin_until(now + 30)
+        except TimeoutError:
+            late.append(time.monotonic() - (now + 0.05))
+
+    sys.setswitchinterval(2.0)
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(40)
+    finally:
+        sys.setswitchinterval(interval)
+    assert late and late[0] < 3.0, late
+
+
+_FIRST_INTERRUPT = """
+import sys, threading, time
+import taut
+from taut._core import Deadline
+late = []
+def worker():
+    at = time.monotonic() + 0.05
+    Deadline(at).interrupt_thread(threading.get_ident(), TimeoutError)
+    try:
+        while time.monotonic() < at + 60:
+            pass
+    except TimeoutError:
+        late.append(time.monotonic() - at)
+sys.setswitchinterval(2.0)
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+print(late[0])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_first_interrupt_of_a_process_lands_after_one_switch_interval() -> None:
+    """Regression: delivering an interrupt imports modules (``gc``,
+    ``taut._signal_interrupt``) on the callback thread; the first time, at
+    expiry, against a busy thread holding the GIL, the import's bytecode
+    passed the GIL back and forth a switch interval each time: the
+    process's first interrupt landed 6 to 9 switch intervals late (18 s
+    here, with a 2 s switch interval). Now they are imported when it is
+    armed."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_INTERRUPT], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 3.0, done.stdout
+
+
+@pytest.mark.timeout(60)
 def test_interrupt_not_delivered_after_cancel() -> None:
     d = Deadline(soon(0.05))
     d.interrupt_thread(threading.get_ident(), TimeoutError)

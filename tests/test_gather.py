@@ -454,6 +454,12 @@ def test_argument_validation_names_the_parameter() -> None:
     ):
         taut.call(_never, call_id="")
 
+    class ClaimsToBeStr:  # isinstance() believes it; str.__str__ refused it, naming nothing
+        __class__ = property(lambda self: str)  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"call_id must be a non-empty str or None, got <"):
+        taut.call(_never, call_id=ClaimsToBeStr())
+
     class Label(str):
         def __format__(self, spec: str) -> str:
             raise RuntimeError("a hostile __format__")

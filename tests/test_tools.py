@@ -497,6 +497,39 @@ def test_an_empty_name_is_a_value_error() -> None:
         ToolCall(None, print)  # type: ignore[arg-type]
 
 
+class _ClaimsToBeStr:
+    """Not a str, though its ``__class__`` says so (isinstance() believes it)."""
+
+    __class__ = property(lambda self: str)  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<claims str>"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: ToolCall(_ClaimsToBeStr(), print),
+            r"^name must be a non-empty str, got <claims str> ",
+        ),
+        (
+            lambda: ToolCall("t", print, call_id=_ClaimsToBeStr()),
+            r"^call_id must be a str or None, got <claims str> ",
+        ),
+        (
+            lambda: ToolRunner(1, language=_ClaimsToBeStr()),
+            r"^language must be 'en' or 'de', got <claims str> ",
+        ),
+    ],
+)
+def test_a_value_that_only_claims_to_be_a_str_is_refused_by_name(make, message) -> None:
+    # Before: isinstance() let it through, and str.__str__ then failed with
+    # "descriptor '__str__' requires a 'str' object", naming no parameter.
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
 def test_an_empty_call_id_is_refused() -> None:
     # Before: one call with call_id="" came back as "call_0", an id the model
     # never gave; two such calls were refused as one id given twice.

@@ -43,7 +43,7 @@ from typing import Any, Callable, Literal, Union
 
 from taut import config as taut_config
 from taut._callables import generator_kind, is_coroutine_function, not_a_coroutine
-from taut._checks import check_count, check_timeout, describe, earliest
+from taut._checks import check_count, check_timeout, describe, earliest, plain_str
 from taut.deadline import remaining as scope_remaining
 from taut.executor import ThreadPoolExecutor
 from taut.gather import Call, GatherRejected, Outcome, Scheduler, Submission
@@ -107,13 +107,14 @@ class ToolCall:
     call_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
         # Kept as plain text, as the model knows the tool: a tool named by a
         # (str, Enum) member is "search", not "Tool.SEARCH" (its format() on
         # Python 3.11+). No method of a str subclass runs later either, when
         # the results are made after the tools have run.
-        object.__setattr__(self, "name", str.__str__(self.name))
+        name = plain_str(self.name)
+        if name is None:
+            raise TypeError(f"name must be a non-empty str, got {describe(self.name)}")
+        object.__setattr__(self, "name", name)
         if not self.name:  # a str, but no name: the wrong value, not the wrong type
             raise ValueError(f"name must be a non-empty str, got {describe(self.name)}")
         if not callable(self.fn):
@@ -135,10 +136,11 @@ class ToolCall:
         if not isinstance(self.read_only, bool):
             raise TypeError(f"read_only must be a bool, got {describe(self.read_only)}")
         if self.call_id is not None:
-            if not isinstance(self.call_id, str):
-                raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
             # The model's id as plain text, for the same reasons as the name.
-            object.__setattr__(self, "call_id", str.__str__(self.call_id))
+            call_id = plain_str(self.call_id)
+            if call_id is None:
+                raise TypeError(f"call_id must be a str or None, got {describe(self.call_id)}")
+            object.__setattr__(self, "call_id", call_id)
             if not self.call_id:
                 # As taut.call refuses it: a result cannot carry '' back (it
                 # got call_N, an id the model never gave).
@@ -260,11 +262,12 @@ class ToolRunner:
         limiter: Any = None,
     ) -> None:
         self._limiter = check_limiter(limiter)
-        if not isinstance(language, str):
+        # A plain str: a subclass's own __hash__ or __eq__ never runs here.
+        text = plain_str(language)
+        if text is None:
             # Else the lookup below raised "unhashable type: 'list'", naming nothing.
             raise TypeError(f"language must be 'en' or 'de', got {describe(language)}")
-        # A plain str: a subclass's own __hash__ or __eq__ never runs here.
-        language = str.__str__(language)
+        language = text
         if language not in _TEXTS:
             raise ValueError(f"language must be one of {sorted(_TEXTS)}, got {language!r}")
         if tool_workers is None:

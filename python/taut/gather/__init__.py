@@ -143,7 +143,7 @@ from typing import Any, Callable, cast
 
 from taut import _expect_binding
 from taut._asyncio import submit_when_room
-from taut._checks import describe
+from taut._checks import describe, plain_str
 from taut.executor import QueueFull, ThreadPoolExecutor, default_executor
 from taut.gather.drive import SLOT_POLL, run_async, run_sync
 from taut.gather.executors import Submit, in_worker_of, take_back
@@ -223,11 +223,12 @@ class Scheduler:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {describe(fn)}")
         if call_id is not None:
-            if not isinstance(call_id, str):
-                raise TypeError(f"call_id must be a non-empty str or None, got {describe(call_id)}")
             # Plain text, as ToolCall keeps it: no method of a str subclass
             # runs later (in a journal, a message), and '' is the wrong value.
-            call_id = str.__str__(call_id)
+            text = plain_str(call_id)
+            if text is None:
+                raise TypeError(f"call_id must be a non-empty str or None, got {describe(call_id)}")
+            call_id = text
             if not call_id:
                 raise ValueError(
                     f"call_id must be a non-empty str or None, got {describe(call_id)}"

@@ -45,8 +45,9 @@ mod _core {
     use crate::py_clamp::{_seconds, clamp_timeout};
     #[pymodule_export]
     use crate::py_timer::{
-        _os_wait_probe, _take_sent_signals, _timer_add_panicking_action, _timer_after_fork,
-        _timer_info, _timer_next_callback, _timer_probe, _timer_shutdown, monotonic, Deadline,
+        _os_wait_probe, _take_back_own_interrupt, _take_sent_signals, _timer_add_panicking_action,
+        _timer_after_fork, _timer_info, _timer_next_callback, _timer_probe, _timer_shutdown,
+        monotonic, Deadline,
     };
 
     #[pymodule_export]

@@ -47,6 +47,14 @@ enum Job {
         /// How often it was put off already (see [`interrupt_later`]).
         attempt: u32,
     },
+    /// An interrupt is due in about a switch interval (see
+    /// [`arm_gil_lead`]): take the GIL now, so as to hold it when it fires.
+    GilLead {
+        /// The interrupt's deadline; gone or settled: nothing to do.
+        entry: Weak<Entry>,
+        /// When it fires ([`timer::now_ns`]).
+        at_ns: u64,
+    },
     /// An interrupt armed for a thread's next instruction
     /// ([`next_instruction::arm`]), looked at again after [`FALLBACK_NS`].
     InterruptBlocked {
@@ -96,6 +104,31 @@ impl Queue {
     fn try_pop(&self) -> Option<Job> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.0.pop_front()
+    }
+
+    /// True if a job is waiting.
+    fn has_job(&self) -> bool {
+        !self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .is_empty()
+    }
+
+    /// `pop`, passing over the GIL leads of interrupts that will not fire
+    /// (cancelled, or their scope gone): those must not take the GIL from
+    /// a busy thread for nothing.
+    fn pop_live(&self) -> Option<Job> {
+        loop {
+            let job = self.pop()?;
+            if let Job::GilLead { entry, .. } = &job {
+                if !entry.upgrade().is_some_and(|e| e.is_pending()) {
+                    continue;
+                }
+            }
+            return Some(job);
+        }
     }
 
     /// Blocks (GIL released by the caller) until a job or close.
@@ -190,6 +223,17 @@ pub(crate) fn ensure_callback_thread(py: Python<'_>) -> PyResult<()> {
     }
 }
 
+/// Take back an interrupt set for the calling thread that has not landed
+/// yet (none pending: nothing happens). Unlike
+/// `PyThreadState_SetAsyncExc(thread, NULL)` before CPython 3.13, it leaves
+/// no "asynchronous exception pending" flag raised for good (see
+/// `async_exc::take_back_own`). An exception a signal handler raises
+/// meanwhile (Ctrl-C) is raised here.
+#[pyfunction]
+pub fn _take_back_own_interrupt(py: Python<'_>) -> PyResult<()> {
+    async_exc::take_back_own(py)
+}
+
 /// The next Python callable for taut's callback thread to run; None once
 /// the queue is closed (interpreter exit). Waits with the GIL released.
 /// Interrupts are delivered here, with the GIL held and no Python code run.
@@ -205,11 +249,12 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
         // landed 5 ms late).
         let next = match q.try_pop() {
             Some(job) => job,
-            None => gil::detach(py, || q.pop())?,
+            None => gil::detach(py, || q.pop_live())?,
         };
         match next {
             Job::Call(callable) => return Some(callable),
             Job::Drop(object) => drop(object),
+            Job::GilLead { entry, at_ns } => hold_gil_for_interrupt(&entry, at_ns, q),
             Job::InterruptBlocked {
                 thread_id,
                 exc_type,
@@ -273,6 +318,65 @@ pub fn _timer_next_callback(py: Python<'_>) -> Option<Py<PyAny>> {
                 entry.mark_delivered();
             }
         }
+    }
+}
+
+/// The longest the callback thread holds the GIL waiting for an interrupt
+/// to fire (see [`hold_gil_for_interrupt`]): every Python thread stands
+/// still meanwhile. Taken this early, the GIL is let go again, and taken
+/// back at expiry the usual way.
+const LEAD_HOLD_NS: u64 = 1_000_000;
+
+/// How long past its deadline the callback thread goes on holding the GIL
+/// for an interrupt's job: the timer thread's own lateness, with room for a
+/// loaded machine.
+const LEAD_SLACK_NS: u64 = 1_000_000;
+
+/// Have the callback thread ask for the GIL a switch interval before the
+/// interrupt armed on `entry` (at `at_ns`) fires. A thread running busy
+/// Python code keeps the GIL until another thread has waited a whole switch
+/// interval for it (5 ms by default): asked for only at expiry, the
+/// interrupt landed that late. Asked for this early, the GIL comes about
+/// when the interrupt fires. Cancelled with the interrupt
+/// ([`timer::arm_lead`]): a scope that ends in time costs nothing more.
+fn arm_gil_lead(py: Python<'_>, entry: &Arc<Entry>, at_ns: u64) -> PyResult<()> {
+    let interval: f64 = py
+        .import("sys")?
+        .getattr("getswitchinterval")?
+        .call0()?
+        .extract()?;
+    let weak = Arc::downgrade(entry);
+    timer::arm_lead(
+        entry,
+        at_ns,
+        timer::secs_to_ns(interval),
+        Box::new(move || queue().push(Job::GilLead { entry: weak, at_ns })),
+    );
+    Ok(())
+}
+
+/// The callback thread holds the GIL a little before an interrupt fires
+/// (see [`arm_gil_lead`]): keep it until the interrupt's job is queued, so
+/// that it is delivered without another switch interval's wait. Only when
+/// the interrupt is due within [`LEAD_HOLD_NS`] (the GIL came early when
+/// the busy thread let go of it by itself), and never past
+/// [`LEAD_SLACK_NS`] after it; cancelled meanwhile, nothing is awaited.
+fn hold_gil_for_interrupt(entry: &Weak<Entry>, at_ns: u64, q: &Queue) {
+    let now = timer::now_ns();
+    if at_ns.saturating_sub(now) > LEAD_HOLD_NS {
+        return;
+    }
+    let give_up = at_ns.saturating_add(LEAD_SLACK_NS);
+    while timer::now_ns() < give_up {
+        let Some(entry) = entry.upgrade() else { return };
+        if entry.is_cancelled() || entry.is_closed() {
+            return;
+        }
+        if entry.is_expired() && q.has_job() {
+            return;
+        }
+        // Let the timer thread have a CPU to fire it (a loaded machine).
+        std::thread::yield_now();
     }
 }
 
@@ -794,6 +898,7 @@ impl Deadline {
         };
         ensure_callback_thread(py)?;
         import_for_delivery(py)?;
+        arm_gil_lead(py, &self.entry, timer::secs_to_ns(self.at))?;
         let weak: Weak<Entry> = Arc::downgrade(&self.entry);
         let exc_type = exc_type.unbind();
         add_or_run_inline(

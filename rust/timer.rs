@@ -777,6 +777,26 @@ fn heap_capacity() -> usize {
     shared().lock().slots.capacity()
 }
 
+/// Arm a lead: `action` runs `lead_ns` before `entry`'s deadline `at_ns`
+/// (at once if that is past), unless `entry` was cancelled first. Returns
+/// the lead's own entry. Cancelling `entry` cancels the lead, through an
+/// action of `entry`'s that is dropped unrun then: a deadline that ends in
+/// time leaves no lead behind in the heap.
+pub fn arm_lead(entry: &Entry, at_ns: u64, lead_ns: u64, action: Action) -> Arc<Entry> {
+    /// Cancels the lead when dropped, run or not.
+    struct CancelLead(Arc<Entry>);
+    impl Drop for CancelLead {
+        fn drop(&mut self) {
+            self.0.cancel();
+        }
+    }
+    let lead = arm_ns(at_ns.saturating_sub(lead_ns));
+    lead.add_action(action);
+    let cancel = CancelLead(Arc::clone(&lead));
+    entry.add_action(Box::new(move || drop(cancel)));
+    lead
+}
+
 /// Whether the timer thread of this process is running.
 pub fn is_running() -> bool {
     shared().running.load(AO::Acquire)
@@ -804,6 +824,33 @@ mod tests {
 
     fn in_ms(ms: u64) -> Instant {
         Instant::now() + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_lead_fires_its_lead_before_the_deadline() {
+        let at = now_ns() + 60_000_000_000;
+        let entry = arm_ns(at);
+        let (tx, rx) = mpsc::channel();
+        let lead = arm_lead(
+            &entry,
+            at,
+            59_950_000_000,
+            Box::new(move || tx.send(()).unwrap()),
+        );
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the lead fired 50 ms in, a minute before the deadline");
+        assert!(lead.is_expired() && entry.is_pending());
+        assert!(entry.cancel());
+    }
+
+    #[test]
+    fn cancelling_the_deadline_cancels_its_lead() {
+        let at = now_ns() + 60_000_000_000;
+        let entry = arm_ns(at);
+        let lead = arm_lead(&entry, at, 1_000_000_000, Box::new(|| {}));
+        assert!(lead.is_pending());
+        assert!(entry.cancel());
+        assert!(lead.is_cancelled(), "the lead stayed armed for a minute");
     }
 
     #[test]

@@ -116,3 +116,27 @@ def test_taking_back_an_interrupt_that_already_landed_raises_nothing_later() -> 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["expired"] * 51 + ["clean"], proc.stdout + proc.stderr
     assert "TakenBack" not in proc.stderr
+
+
+def test_a_blocked_loop_interrupt_taken_back_leaves_no_trace() -> None:
+    """Regression: ``run_bounded_async(interrupt_blocked_loop=True)`` took its
+    interrupt back with ``PyThreadState_SetAsyncExc(thread, NULL)`` once the
+    call was over, so every blocked loop it interrupted left the flag raised
+    (a ``sys.settrace`` run later in the same pytest process hung)."""
+    code = """
+    import asyncio, sys, time, taut
+
+    async def blocks():
+        time.sleep(10)
+
+    async def main():
+        done = await taut.run_bounded_async(
+            blocks(), 0.05, interrupt_blocked_loop=True, blocked_grace=0.05
+        )
+        print("timed out" if done.timed_out else "not timed out", flush=True)
+
+    asyncio.run(main())
+    """
+    proc = _run(textwrap.dedent(code) + _AFTERWARDS)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["timed", "out", "clean"], proc.stdout + proc.stderr

@@ -465,6 +465,40 @@ def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> N
     assert late and late[0] < 3.0, late
 
 
+@pytest.mark.timeout(60)
+def test_an_interrupt_into_busy_code_does_not_wait_a_switch_interval() -> None:
+    """The callback thread asks for the GIL a switch interval before the
+    interrupt fires, so it holds it when it does: a thread running busy
+    Python code gives the GIL up only to a thread that has waited a whole
+    switch interval for it. Before, the interrupt landed one switch interval
+    late (2 s here); now about when it fires."""
+    interval = sys.getswitchinterval()
+    running = threading.Event()  # the callback thread's start takes the GIL too
+    Deadline(0.0).call_soon(running.set)
+    assert running.wait(LONG)
+    late: list[float] = []
+
+    def worker() -> None:
+        # The starting thread takes the GIL back first (another thread
+        # taking it would hand the callback thread the GIL too early).
+        time.sleep(0.2)
+        at = time.monotonic() + 2.5
+        Deadline(at).interrupt_thread(threading.get_ident(), TimeoutError)
+        try:
+            _spin_until(at + 30)
+        except TimeoutError:
+            late.append(time.monotonic() - at)
+
+    sys.setswitchinterval(2.0)
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(40)
+    finally:
+        sys.setswitchinterval(interval)
+    assert late and late[0] < 1.0, late
+
+
 _FIRST_INTERRUPT = """
 import sys, threading, time
 import taut

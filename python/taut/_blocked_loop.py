@@ -10,6 +10,7 @@ import sys
 import threading
 import traceback
 
+from taut import _core
 from taut.deadline import DeadlineExpired
 
 __all__ = ["clear_interrupt", "format_all_stacks", "install_wake_handler", "interrupt_thread"]
@@ -53,10 +54,10 @@ def install_wake_handler() -> None:
     _wake_handler_installed = signal.getsignal(_WAKE_SIGNAL) is _noop_signal_handler
 
 
-def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    # NULL clears an exception that was set but not raised yet.
-    exc = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), exc)
+def _set_async_exc(thread_id: int, exc_type: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+    )
 
 
 def interrupt_thread(thread_id: int) -> None:
@@ -75,5 +76,8 @@ def interrupt_thread(thread_id: int) -> None:
 
 def clear_interrupt() -> None:
     """Drop an interrupt of this thread that was set but has not landed yet, so
-    it cannot hit unrelated code later."""
-    _set_async_exc(threading.get_ident(), None)
+    it cannot hit unrelated code later. Not with ``PyThreadState_SetAsyncExc``
+    and NULL: before CPython 3.13 that left the interpreter's "asynchronous
+    exception pending" flag raised for good (all Python code slower from then
+    on, and on 3.11 the next ``sys.settrace`` hook hung the process)."""
+    _core._take_back_own_interrupt()

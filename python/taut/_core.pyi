@@ -30,6 +30,7 @@ __all__ = [
     "_scope_setup",
     "_seconds",
     "_set_main_thread",
+    "_take_back_own_interrupt",
     "_take_sent_signals",
     "_timer_add_panicking_action",
     "_timer_after_fork",
@@ -170,6 +171,11 @@ class Deadline:
         frame is on the thread's stack: put off while it is suspended. A
         bool or non-int ``thread_id`` is a ``TypeError``, one outside
         0..2**64-1 a ``ValueError``."""
+
+def _take_back_own_interrupt() -> None:
+    """Take back an interrupt set for the calling thread that has not landed
+    yet, leaving no "asynchronous exception pending" flag raised for good
+    (which ``PyThreadState_SetAsyncExc(thread, NULL)`` does before 3.13)."""
 
 def _take_sent_signals() -> int:
     """How many signals ``Deadline.signal_main_thread`` sent since the last call

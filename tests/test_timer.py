@@ -15,7 +15,7 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from _waiting import child_exit_code
@@ -427,6 +427,23 @@ def test_interrupt_thread_raises_in_busy_python_code() -> None:
     assert caught and caught[0] < LONG / 3
 
 
+def _on_a_thread_with_switch_interval(worker: Callable[[], None], seconds: float) -> None:
+    """Run ``worker`` on a thread of its own with the switch interval set to
+    ``seconds``, taut's callback thread already running (its start takes
+    the GIL too)."""
+    running = threading.Event()
+    Deadline(0.0).call_soon(running.set)
+    assert running.wait(LONG)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join(40)
+    finally:
+        sys.setswitchinterval(before)
+
+
 @pytest.mark.timeout(60)
 def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> None:
     """Regression: taut's callback thread let go of the GIL after each job,
@@ -435,12 +452,7 @@ def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> N
     interrupt landed two switch intervals late (p99 8.5 ms, against the
     standard library's 6 ms). With a 2 s switch interval: one is 2 s, two
     are 4 s."""
-    interval = sys.getswitchinterval()
     late: list[float] = []
-    # The callback thread running first: its start takes the GIL too.
-    running = threading.Event()
-    Deadline(0.0).call_soon(running.set)
-    assert running.wait(LONG)
 
     def worker() -> None:
         now = time.monotonic()
@@ -455,13 +467,7 @@ def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> N
         except TimeoutError:
             late.append(time.monotonic() - (now + 0.05))
 
-    sys.setswitchinterval(2.0)
-    try:
-        t = threading.Thread(target=worker)
-        t.start()
-        t.join(40)
-    finally:
-        sys.setswitchinterval(interval)
+    _on_a_thread_with_switch_interval(worker, 2.0)
     assert late and late[0] < 3.0, late
 
 
@@ -472,10 +478,6 @@ def test_an_interrupt_into_busy_code_does_not_wait_a_switch_interval() -> None:
     Python code gives the GIL up only to a thread that has waited a whole
     switch interval for it. Before, the interrupt landed one switch interval
     late (2 s here); now about when it fires."""
-    interval = sys.getswitchinterval()
-    running = threading.Event()  # the callback thread's start takes the GIL too
-    Deadline(0.0).call_soon(running.set)
-    assert running.wait(LONG)
     late: list[float] = []
 
     def worker() -> None:
@@ -489,13 +491,7 @@ def test_an_interrupt_into_busy_code_does_not_wait_a_switch_interval() -> None:
         except TimeoutError:
             late.append(time.monotonic() - at)
 
-    sys.setswitchinterval(2.0)
-    try:
-        t = threading.Thread(target=worker)
-        t.start()
-        t.join(40)
-    finally:
-        sys.setswitchinterval(interval)
+    _on_a_thread_with_switch_interval(worker, 2.0)
     assert late and late[0] < 1.0, late
 
 

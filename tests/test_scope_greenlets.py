@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -29,12 +30,12 @@ LONG = 5.0
 pytestmark = pytest.mark.timeout(120)
 
 
-def _busy_until(done: object, limit: float) -> bool:
+def _busy_until(done: Callable[[], bool], limit: float) -> bool:
     """Run Python bytecode until ``done()`` or ``limit`` seconds: True if
     ``done()`` came first."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
-        if done():  # type: ignore[operator]
+        if done():
             return True
     return False
 

@@ -19,6 +19,7 @@ import concurrent.futures
 import gc
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -46,6 +47,46 @@ class _Tracker:
     def alive(self) -> int:
         return sum(ref() is not None for ref in self.refs)
 
+    def assert_freed(self) -> None:
+        alive = self.alive()
+        assert alive <= ALLOWED, f"{alive} of {len(self.refs)} payloads alive: {self._holders()}"
+
+    def _holders(self) -> str:
+        """For a failure's message: the chain of objects that keeps one live
+        payload alive (what to fix), the threads still running, and whether
+        the cyclic collector frees the payloads (a cycle) or not (a live
+        holder)."""
+        chain: list[str] = []
+        current: object = next(payload for ref in self.refs if (payload := ref()) is not None)
+        seen = {id(self.refs), id(chain)}
+        here = _Tracker._holders.__code__
+        for _ in range(16):
+            seen.add(id(current))
+            referrers = [
+                r
+                for r in gc.get_referrers(current)
+                if id(r) not in seen
+                and not (isinstance(r, types.FrameType) and r.f_code is here)
+            ]
+            if not referrers:
+                break
+            current = referrers[0]
+            described = type(current).__qualname__
+            if isinstance(current, types.FrameType):
+                code = current.f_code
+                described += f" {code.co_name} ({code.co_filename}:{current.f_lineno})"
+            elif isinstance(current, types.ModuleType):
+                described += f" {current.__name__}"
+            chain.append(described)
+            del referrers
+        del current
+        threads = sorted(thread.name for thread in threading.enumerate())
+        gc.collect()
+        return (
+            f"held by {' <- '.join(chain)}; threads {threads}; "
+            f"{self.alive()} alive after a collection"
+        )
+
 
 @pytest.fixture
 def tracker() -> Iterator[_Tracker]:
@@ -72,7 +113,7 @@ def test_run_bounded_sync_frees_the_failed_calls_frames(tracker: _Tracker) -> No
     for _ in range(RUNS):
         with pytest.raises(ValueError):
             taut.run_bounded_sync(lambda: _fails(tracker.make), 30)
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_run_bounded_sync_of_a_future_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
@@ -80,7 +121,7 @@ def test_run_bounded_sync_of_a_future_frees_the_failed_calls_frames(tracker: _Tr
         for _ in range(RUNS):
             with pytest.raises(ValueError):
                 taut.run_bounded_sync(pool.submit(_fails, tracker.make), 30)
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 @pytest.mark.parametrize("timeout", [30, None])
@@ -93,7 +134,7 @@ def test_run_bounded_async_frees_the_failed_calls_frames(
                 await taut.run_bounded_async(_afails(tracker.make), timeout)
 
     asyncio.run(main())
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 @pytest.mark.parametrize("timeout", [30, None])
@@ -108,7 +149,7 @@ def test_run_bounded_async_of_a_task_frees_the_failed_calls_frames(
             del task
 
     asyncio.run(main())
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 @pytest.mark.parametrize("path", ["run", "to_thread", "run_in_executor"])
@@ -127,7 +168,7 @@ def test_the_asyncio_path_frees_the_failed_calls_frames(tracker: _Tracker, path:
 
     with taut.ThreadPoolExecutor(2) as executor:
         asyncio.run(main(executor))
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_the_standard_library_frees_them_too(tracker: _Tracker) -> None:
@@ -139,7 +180,7 @@ def test_the_standard_library_frees_them_too(tracker: _Tracker) -> None:
                 await asyncio.to_thread(_fails, tracker.make)
 
     asyncio.run(main())
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 # -- gathers, handles and tool batches --------------------------------------
@@ -157,13 +198,13 @@ def test_gather_frees_a_finished_batch_at_once(tracker: _Tracker) -> None:
         taut.gather(
             [taut.call(_fails, tracker.make), taut.call(_returns, tracker.make)], timeout=30
         )
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_gather_without_a_timeout_frees_a_finished_batch_at_once(tracker: _Tracker) -> None:
     for _ in range(RUNS):
         taut.gather([taut.call(_fails, tracker.make)])
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 @pytest.mark.parametrize("kind", ["sync", "coroutine"])
@@ -175,14 +216,14 @@ def test_agather_frees_a_finished_batch_at_once(tracker: _Tracker, kind: str) ->
             await taut.agather([taut.call(fn, tracker.make)], timeout=30)
 
     asyncio.run(main())
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_a_handles_result_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
     for _ in range(RUNS):
         with pytest.raises(ValueError):
             taut.call(_fails, tracker.make).result()
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 @pytest.mark.parametrize("kind", ["sync", "coroutine"])
@@ -195,7 +236,7 @@ def test_awaiting_a_handle_frees_the_failed_calls_frames(tracker: _Tracker, kind
                 await taut.call(fn, tracker.make)
 
     asyncio.run(main())
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_an_outcomes_unwrap_frees_the_failed_calls_frames(tracker: _Tracker) -> None:
@@ -206,7 +247,7 @@ def test_an_outcomes_unwrap_frees_the_failed_calls_frames(tracker: _Tracker) -> 
         with pytest.raises(ValueError):
             outcome.unwrap()
     del outcomes, outcome
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
@@ -219,7 +260,7 @@ def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
             results = runner.run(batch, timeout=30)
             assert [r.status for r in results] == ["error", "error"]
             del results
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()
 
 
 # -- an abandoned worker ------------------------------------------------------
@@ -253,4 +294,4 @@ def test_an_abandoned_call_that_fails_frees_its_frames_when_its_thread_ends(
         for thread in threads:
             thread.join(30)
             assert not thread.is_alive()
-    assert tracker.alive() <= ALLOWED
+    tracker.assert_freed()

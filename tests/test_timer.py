@@ -15,7 +15,7 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from _waiting import child_exit_code
@@ -427,24 +427,44 @@ def test_interrupt_thread_raises_in_busy_python_code() -> None:
     assert caught and caught[0] < LONG / 3
 
 
-def _on_a_thread_with_switch_interval(worker: Callable[[], None], seconds: float) -> None:
-    """Run ``worker`` on a thread of its own with the switch interval set to
-    ``seconds``, taut's callback thread already running (its start takes
-    the GIL too)."""
-    running = threading.Event()
-    Deadline(0.0).call_soon(running.set)
-    assert running.wait(LONG)
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        thread = threading.Thread(target=worker)
-        thread.start()
-        thread.join(40)
-    finally:
-        sys.setswitchinterval(before)
+# The switch-interval tests run in a fresh interpreter: any other thread
+# that wants the GIL (one left behind by an earlier test in this process)
+# can take a handoff meant for the callback thread, and the interrupt then
+# lands a whole switch interval later for a reason that is not taut's.
+_WITH_A_SWITCH_INTERVAL = """
+import sys, threading, time
+from taut._core import Deadline
+
+def spin_until(end):
+    while time.monotonic() < end:
+        pass
+
+late = []
+{worker}
+
+# taut's callback thread running first (its start takes the GIL too).
+running = threading.Event()
+Deadline(0.0).call_soon(running.set)
+assert running.wait(30)
+sys.setswitchinterval(2.0)
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+print(late[0])
+"""
 
 
-@pytest.mark.timeout(60)
+def _lateness_with_a_switch_interval_of_2s(worker: str) -> float:
+    """Run ``worker`` (source defining ``worker()``, which appends the
+    interrupt's lateness to ``late``) on a thread of a fresh interpreter
+    whose switch interval is 2 s; return the lateness."""
+    code = _WITH_A_SWITCH_INTERVAL.format(worker=textwrap.dedent(worker))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout)
+
+
+@pytest.mark.timeout(120)
 def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> None:
     """Regression: taut's callback thread let go of the GIL after each job,
     and a thread running busy code took it back for a whole switch interval
@@ -452,47 +472,45 @@ def test_an_interrupt_due_behind_another_job_lands_with_the_same_gil_hold() -> N
     interrupt landed two switch intervals late (p99 8.5 ms, against the
     standard library's 6 ms). With a 2 s switch interval: one is 2 s, two
     are 4 s."""
-    late: list[float] = []
-
-    def worker() -> None:
-        now = time.monotonic()
-        # A callback due first: the callback thread waits a switch interval
-        # for the GIL to run it, with the interrupt due meanwhile.
-        ahead = Deadline(now + 0.01)
-        ahead.call_soon(lambda: None)
-        d = Deadline(now + 0.05)
-        d.interrupt_thread(threading.get_ident(), TimeoutError)
-        try:
-            _spin_until(now + 30)
-        except TimeoutError:
-            late.append(time.monotonic() - (now + 0.05))
-
-    _on_a_thread_with_switch_interval(worker, 2.0)
-    assert late and late[0] < 3.0, late
+    late = _lateness_with_a_switch_interval_of_2s(
+        """
+        def worker():
+            now = time.monotonic()
+            # A callback due first: the callback thread waits a switch
+            # interval for the GIL to run it, with the interrupt due meanwhile.
+            Deadline(now + 0.01).call_soon(lambda: None)
+            Deadline(now + 0.05).interrupt_thread(threading.get_ident(), TimeoutError)
+            try:
+                spin_until(now + 30)
+            except TimeoutError:
+                late.append(time.monotonic() - (now + 0.05))
+        """
+    )
+    assert late < 3.0, late
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_an_interrupt_into_busy_code_does_not_wait_a_switch_interval() -> None:
     """The callback thread asks for the GIL a switch interval before the
     interrupt fires, so it holds it when it does: a thread running busy
     Python code gives the GIL up only to a thread that has waited a whole
     switch interval for it. Before, the interrupt landed one switch interval
     late (2 s here); now about when it fires."""
-    late: list[float] = []
-
-    def worker() -> None:
-        # The starting thread takes the GIL back first (another thread
-        # taking it would hand the callback thread the GIL too early).
-        time.sleep(0.2)
-        at = time.monotonic() + 2.5
-        Deadline(at).interrupt_thread(threading.get_ident(), TimeoutError)
-        try:
-            _spin_until(at + 30)
-        except TimeoutError:
-            late.append(time.monotonic() - at)
-
-    _on_a_thread_with_switch_interval(worker, 2.0)
-    assert late and late[0] < 1.0, late
+    late = _lateness_with_a_switch_interval_of_2s(
+        """
+        def worker():
+            # The starting thread takes the GIL back first (another thread
+            # taking it would hand the callback thread the GIL too early).
+            time.sleep(0.2)
+            at = time.monotonic() + 2.5
+            Deadline(at).interrupt_thread(threading.get_ident(), TimeoutError)
+            try:
+                spin_until(at + 30)
+            except TimeoutError:
+                late.append(time.monotonic() - at)
+        """
+    )
+    assert late < 1.0, late
 
 
 _FIRST_INTERRUPT = """

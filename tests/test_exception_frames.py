@@ -65,8 +65,7 @@ class _Tracker:
             referrers = [
                 r
                 for r in gc.get_referrers(current)
-                if id(r) not in seen
-                and not (isinstance(r, types.FrameType) and r.f_code is here)
+                if id(r) not in seen and not (isinstance(r, types.FrameType) and r.f_code is here)
             ]
             if not referrers:
                 break
@@ -250,6 +249,39 @@ def test_an_outcomes_unwrap_frees_the_failed_calls_frames(tracker: _Tracker) -> 
     tracker.assert_freed()
 
 
+def _errors(outcomes: list[taut.Outcome]) -> int:
+    return sum(outcome.status == "error" for outcome in outcomes)
+
+
+@pytest.mark.parametrize("kind", ["gather", "agather"])
+def test_a_gather_nested_in_a_call_on_its_pool_frees_the_failed_calls_frames(
+    tracker: _Tracker, kind: str
+) -> None:
+    """Nested in a call on its own pool, a batch runs its calls inline, so a
+    failed call's traceback reaches every frame of the gather up the stack
+    (``f_back``): before, those frames kept the batch, and every failed
+    call's frames lived until the collector ran. (The functions here hold
+    no handle or outcome in a local: one that does closes the same cycle
+    itself, as any frame holding an exception raised below it.)"""
+
+    def handles() -> list[taut.Call[None]]:
+        return [taut.call(_fails, tracker.make) for _ in range(RUNS // 4)]
+
+    def nested(pool: taut.ThreadPoolExecutor) -> int:
+        if kind == "gather":
+            return _errors(taut.gather(handles(), timeout=30, executor=pool))
+
+        async def main() -> int:
+            return _errors(await taut.agather(handles(), timeout=30, executor=pool))
+
+        return asyncio.run(main())
+
+    with taut.ThreadPoolExecutor(2) as pool:
+        for _ in range(4):
+            assert pool.submit(nested, pool).result(timeout=30) == RUNS // 4
+    tracker.assert_freed()
+
+
 def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
     with taut.ToolRunner(tool_workers=2) as runner:
         for _ in range(RUNS // 2):
@@ -260,6 +292,25 @@ def test_a_tool_batch_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
             results = runner.run(batch, timeout=30)
             assert [r.status for r in results] == ["error", "error"]
             del results
+    tracker.assert_freed()
+
+
+def test_a_tool_batch_nested_in_a_tool_frees_its_failed_tools_frames(tracker: _Tracker) -> None:
+    """A tool that runs a batch on its own runner (a sub-agent): the inner
+    tools run inline, and their tracebacks reach the runner's frames."""
+    with taut.ToolRunner(tool_workers=2) as runner:
+
+        def sub_agent() -> list[str]:
+            batch = [
+                taut.ToolCall("fails", _fails, {"make": tracker.make}, read_only=True)
+                for _ in range(RUNS // 8)
+            ]
+            return [result.status for result in runner.run(batch, timeout=30)]
+
+        for _ in range(8):
+            [outer] = runner.run([taut.ToolCall("sub_agent", sub_agent, {})], timeout=30)
+            assert outer.value == ["error"] * (RUNS // 8)
+            del outer
     tracker.assert_freed()
 
 

@@ -427,7 +427,14 @@ class ToolRunner:
                 self._run_group(batch, arguments, group, group_ids, limit, notify, pool_was_open),
             ):
                 results[index] = result
-        return [r for r in results if r is not None]
+            del result  # (inline tools, below)
+        # Nested in a tool of this runner, a batch runs its tools inline, and
+        # a failed tool's traceback keeps this frame (taut.gather.drive): it
+        # must not hold the results, which hold the errors, once it returns.
+        try:
+            return [r for r in results if r is not None]
+        finally:
+            del results
 
     def _run_group(
         self,
@@ -518,10 +525,13 @@ class ToolRunner:
                 never_began = sorted(waited - began)
             for pos in never_began:
                 emit("dropped", pos, None)
-        return [
-            _to_result(ids[pos], batch[i].name, outcome, timeout)
-            for pos, (i, outcome) in enumerate(zip(group, outcomes))
-        ]
+        try:
+            return [
+                _to_result(ids[pos], batch[i].name, outcome, timeout)
+                for pos, (i, outcome) in enumerate(zip(group, outcomes))
+            ]
+        finally:
+            del handles, outcomes  # (inline tools: see run)
 
     # -- lifecycle -----------------------------------------------------------
 

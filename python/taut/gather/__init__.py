@@ -284,7 +284,13 @@ class Scheduler:
             limiter=limiter,
             on_slot_wait=on_slot_wait,
         )
-        return run_sync(run)
+        # A call run inline keeps this frame through its traceback: it must
+        # not hold the batch once it returns (see taut.gather.drive).
+        del handles
+        try:
+            return run_sync(run)
+        finally:
+            del run
 
     async def agather(
         self,
@@ -309,7 +315,13 @@ class Scheduler:
             interrupt=self.interrupt if interrupt is None else interrupt,
             limiter=limiter,
         )
-        return await run_async(run)
+        # A call run inline keeps this frame through its traceback: it must
+        # not hold the batch once it returns (see taut.gather.drive).
+        del handles
+        try:
+            return await run_async(run)
+        finally:
+            del run
 
     # -- single awaits -----------------------------------------------------
 

@@ -5,12 +5,23 @@ slots with calls, settles the calls that finished and, at the deadline,
 expires the rest; it yields whenever it must wait, and a thin driver for each
 world does the waiting (``concurrent.futures.wait`` in :func:`run_sync`,
 ``asyncio.wait`` in :func:`run_async`).
+
+A call run inline (on the gathering thread: a gather nested in a call on its
+own pool) has every frame of this module, and of the gather that called it,
+among its callers; a failed call's traceback keeps its frames, and each frame
+keeps its caller (``f_back``) with the locals it held when it returned. So
+none of those frames may return still holding what holds the error (the
+run, its entries, a task, an outcome): the two would make a reference cycle,
+and the call's frames, with its locals (a request's data), would live until
+the cyclic collector runs. The ``del`` statements marked "(inline callers)"
+drop them, as ``Scheduler._await_sync`` does for a single await.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import functools
 import threading
 import time
 from collections import deque
@@ -77,6 +88,7 @@ def steps(
     queue = deque(todo)
     in_flight: dict[Hashable, Entry] = {}
     limit = run.max_parallel or len(todo)
+    e: Entry | None = None
     try:
         # Once the batch is halted (Run.halt: a journal or a limiter failed)
         # nothing more starts; what is running is still settled and recorded.
@@ -189,6 +201,8 @@ def steps(
     except BaseException:
         run.abort([*in_flight.values(), *queue])
         raise
+    finally:
+        del run, todo, start, queue, in_flight, e  # (inline callers)
 
 
 def _take_back(e: Entry, slots: Any) -> bool:
@@ -262,20 +276,34 @@ def run_inline(run: Run, e: Entry, task: Task) -> Outcome:
         raise captured.error  # never cached
     deadline = run.deadline
     started = task.started_at
-    if deadline is not None and started is not None:
-        finished = task.finished_at
-        if captured is None or finished is None or finished > deadline:
-            elapsed = max(0.0, deadline - started)
-            error = timeout_error(e.call_id, run.timeout, elapsed)
-            return Outcome(e.call_id, "timeout", None, error, True, elapsed)
-    return run.outcome_from(e, captured, None)
+    finished = task.finished_at
+    if (
+        deadline is not None
+        and started is not None
+        and (captured is None or finished is None or finished > deadline)
+    ):
+        elapsed = max(0.0, deadline - started)
+        error = timeout_error(e.call_id, run.timeout, elapsed)
+        outcome = Outcome(e.call_id, "timeout", None, error, True, elapsed)
+    else:
+        outcome = run.outcome_from(e, captured, None)
+    del run, e, task, captured  # (inline callers)
+    try:
+        return outcome
+    finally:
+        del outcome
 
 
-def _start_sync_call(run: Run, e: Entry, task: Task, inline: bool) -> cf.Future[Any] | None:
+def _start_sync_call(
+    run: Run, inline: bool, e: Entry, task: Task | None = None
+) -> cf.Future[Any] | None:
     """Hand a sync call to the executor (its future), or run it ``inline`` on
-    this thread and settle it (None)."""
+    this thread and settle it (None). Its task is made here unless given."""
+    if task is None:
+        task = run.new_task(e)
     if inline:
         run.finish(e, run_inline(run, e, task))
+        del run, e, task  # (inline callers)
         return None
     e.future = run.submit(run.executor, task)
     return e.future
@@ -315,10 +343,8 @@ def run_sync(run: Run) -> list[Outcome]:
     todo = run.begin()
     if todo:
         inline = in_worker_of(run.executor)
-
-        def start(e: Entry) -> cf.Future[Any] | None:
-            return _start_sync_call(run, e, run.new_task(e), inline)
-
+        # A partial, not a closure: a closure's cell would keep the run.
+        start = functools.partial(_start_sync_call, run, inline)
         # Inline under a slot held here, the calls run one at a time on this
         # thread, taking none.
         held = inline and _holding_call(run, on_a_loop=False) is not None
@@ -328,7 +354,53 @@ def run_sync(run: Run) -> list[Outcome]:
         finally:
             if run.batch.dask is not None:
                 run.batch.dask.cleanup()
-    return run.results()
+        del start
+    del todo  # (inline callers)
+    try:
+        return run.results()
+    finally:
+        del run
+
+
+def _start_async_call(
+    run: Run,
+    loop: asyncio.AbstractEventLoop,
+    pool: ThreadPoolExecutor | None,
+    inline_sync: bool,
+    e: Entry,
+) -> asyncio.Future[Any] | None:
+    """Start one call of an async batch: a coroutine as a task on ``loop``, a
+    sync call on the executor (in ``pool``'s line of room when its bounded
+    queue is full) or ``inline_sync`` on this thread, settled at once (None)."""
+    task = run.new_task(e)
+    if e.handle._is_coroutine:
+        e.afuture = loop.create_task(task.arun())
+        return e.afuture
+    if pool is not None and pool._core.has_room_line():
+        # Coroutines wait for room in the bounded queue: behind them.
+        return _start_when_room(run, loop, pool, e, task)
+    try:
+        future = _start_sync_call(run, inline_sync, e, task)
+    except QueueFull:
+        if pool is None:
+            raise
+        return _start_when_room(run, loop, pool, e, task)
+    if future is None:  # it ran inline and is settled
+        del run, e, task  # (inline callers)
+        return None
+    e.afuture = asyncio.wrap_future(future)
+    return e.afuture
+
+
+def _start_when_room(
+    run: Run, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor, e: Entry, task: Task
+) -> asyncio.Future[Any]:
+    """Start a sync call that waits in ``pool``'s line of room. Its place in
+    line is taken now; the task joins the line there in a later pass, ahead
+    of whoever asks for room meanwhile."""
+    place = pool._core.reserve_room_place()
+    e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop, place))
+    return e.afuture
 
 
 async def run_async(run: Run) -> list[Outcome]:
@@ -345,30 +417,8 @@ async def run_async(run: Run) -> list[Outcome]:
             else None
         )
 
-        def start_when_room(e: Entry, task: Task, pool: ThreadPoolExecutor) -> asyncio.Future[Any]:
-            # Its place in line is taken now; the task joins the line there
-            # in a later pass, ahead of whoever asks for room meanwhile.
-            place = pool._core.reserve_room_place()
-            e.afuture = loop.create_task(_started_when_room(run, e, task, pool, loop, place))
-            return e.afuture
-
-        def start(e: Entry) -> asyncio.Future[Any] | None:
-            task = run.new_task(e)
-            if e.handle._is_coroutine:
-                e.afuture = loop.create_task(task.arun())
-                return e.afuture
-            if pool is not None and pool._core.has_room_line():
-                # Coroutines wait for room in the bounded queue: behind them.
-                return start_when_room(e, task, pool)
-            try:
-                future = _start_sync_call(run, e, task, inline_sync)
-            except QueueFull:
-                if pool is None:
-                    raise
-                return start_when_room(e, task, pool)
-            if future is not None:
-                e.afuture = asyncio.wrap_future(future)
-            return e.afuture
+        # A partial, not a closure: a closure's cell would keep the run.
+        start = functools.partial(_start_async_call, run, loop, pool, inline_sync)
 
         # Inside a call that holds a slot of this limiter, every call (a
         # coroutine on this loop, a sync call inline or on a pool) takes that
@@ -399,4 +449,9 @@ async def run_async(run: Run) -> list[Outcome]:
         finally:
             if run.batch.dask is not None:
                 run.batch.dask.cleanup()
-    return run.results()
+        del start
+    del todo  # (inline callers)
+    try:
+        return run.results()
+    finally:
+        del run

@@ -417,6 +417,7 @@ class ToolRunner:
         pool_was_open = not is_shut_down(self._executor)
         ids = _result_ids(batch)
         results: list[ToolResult | None] = [None] * len(batch)
+        result: ToolResult | None = None  # bound for the del below
         for group in _groups(batch):
             configured = parallel_timeout if batch[group[0]].read_only else alone_timeout
             left = None if run_limit is None else run_limit - (time.monotonic() - started)
@@ -427,14 +428,13 @@ class ToolRunner:
                 self._run_group(batch, arguments, group, group_ids, limit, notify, pool_was_open),
             ):
                 results[index] = result
-            del result  # (inline tools, below)
         # Nested in a tool of this runner, a batch runs its tools inline, and
         # a failed tool's traceback keeps this frame (taut.gather.drive): it
         # must not hold the results, which hold the errors, once it returns.
         try:
             return [r for r in results if r is not None]
         finally:
-            del results
+            del results, result
 
     def _run_group(
         self,

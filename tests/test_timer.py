@@ -459,7 +459,7 @@ def _lateness_with_a_switch_interval_of_2s(worker: str) -> float:
     interrupt's lateness to ``late``) on a thread of a fresh interpreter
     whose switch interval is 2 s; return the lateness."""
     code = _WITH_A_SWITCH_INTERVAL.format(worker=textwrap.dedent(worker))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    done = _run_python(code)
     assert done.returncode == 0, done.stderr
     return float(done.stdout)
 

@@ -42,6 +42,20 @@ _CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
 _state_lock = threading.RLock()
 
 
+def _release_leaked_state_lock() -> None:
+    """Let go of ``_state_lock`` if this thread still holds it, for the exit
+    hook, which runs outside every block that takes it: any hold left then
+    was leaked. On CPython 3.9 a KeyboardInterrupt that lands just as a
+    ``with`` block ends skips the block's release (fixed in 3.10: CPython's
+    bpo-29988): the main thread then holds the lock for good, and every
+    worker that starts or settles a call waits for it, so the exit hook's
+    join of the workers hung. (The lock is looked up here: a forked child
+    replaces it.)"""
+    lock = _state_lock
+    while lock._is_owned():  # type: ignore[attr-defined]
+        lock.release()
+
+
 # A FutureCondition offers all that the stdlib uses of a Condition: typed as
 # one, so that _condition keeps the base class's type at no cost per call.
 _new_condition: Callable[[], threading.Condition] = FutureCondition  # type: ignore[assignment]

@@ -10,7 +10,7 @@ from concurrent.futures import _base
 from concurrent.futures.thread import BrokenThreadPool
 
 from taut._core import PoolCore, WorkerSlot
-from taut._future import _CANCELLED, Future
+from taut._future import _CANCELLED, Future, _release_leaked_state_lock
 from taut._notices import _deliver_notices
 
 TYPE_CHECKING = False  # typing's, without importing typing (see taut/__init__)
@@ -35,6 +35,7 @@ def _python_exit() -> None:
     so no worker meets a finalizing interpreter."""
     global _interpreter_exiting
     _interpreter_exiting = True
+    _release_leaked_state_lock()
     items = list(_live_workers.values())
     for core, _ in items:
         core.shutdown()

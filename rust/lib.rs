@@ -8,6 +8,7 @@ mod py_future_state;
 mod py_loop;
 mod py_pool;
 mod py_scope;
+mod py_state_lock;
 
 use pyo3::prelude::*;
 
@@ -15,6 +16,7 @@ pub mod clamp;
 pub mod gil;
 mod py_clamp;
 mod py_timer;
+pub mod state_lock;
 pub mod timer;
 
 mod proctree;
@@ -33,6 +35,8 @@ mod _core {
     use crate::py_scope::{
         _os_thread_ident, _scope_setup, fail_after, move_on_after, Done, Ready, ScopeCore,
     };
+    #[pymodule_export]
+    use crate::py_state_lock::FutureStateLock;
 
     #[pymodule_export]
     use crate::gil::{_close_gil_gate, _gil_gate_after_fork, _gil_gate_closed, _set_main_thread};

@@ -4,9 +4,9 @@
 //! is only bookkeeping (see [`finish_waited_quietly`]).
 //!
 //! The Python fast paths of that class change the state under the module's
-//! `_state_lock` (a re-entrant lock, never held across Python code that could
-//! wait for this thread); we take the same lock without blocking, with the
-//! GIL held. `wait()`/`as_completed()` waiters create the Condition and
+//! `_state_lock` (a re-entrant `FutureStateLock`, never held across Python
+//! code that could wait for this thread); we take the same lock without
+//! blocking, with the GIL held. `wait()`/`as_completed()` waiters create the Condition and
 //! callback registrations add to `_callbacks`, both under that lock;
 //! `result()` waiters add a held gate to `_result_gates` under it, and
 //! whoever finishes the future releases the gates it takes from there. So a
@@ -20,37 +20,20 @@
 //! GIL: only attribute reads and writes on a plain instance, the C methods of
 //! the lock and of `_thread.lock` gates, and the pool's own Rust state.
 
-use std::cell::RefCell;
-
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::py_pool::Names;
-
-/// `_state_lock`'s bound `acquire` and `release`, and the arguments of a
-/// non-blocking acquire, kept per thread: looking the methods up and
-/// building the arguments on each use cost more than the state change they
-/// guard.
-struct StateLockMethods {
-    lock: Py<PyAny>,
-    acquire: Py<PyAny>,
-    release: Py<PyAny>,
-    no_wait: Py<PyTuple>,
-}
-
-thread_local! {
-    static STATE_LOCK_METHODS: RefCell<Option<StateLockMethods>> = const { RefCell::new(None) };
-}
+use crate::py_state_lock::FutureStateLock;
 
 /// `taut._future._state_lock`, taken without blocking for a run of quiet
 /// state changes and let go when done (or dropped). A worker that finishes
-/// one call and starts the next in the same step takes it once for both:
-/// each take and release is a good part of a short call's cost.
+/// one call and starts the next in the same step takes it once for both.
 pub(crate) struct StateLock<'py> {
     py: Python<'py>,
     names: &'py Names,
-    /// `release` of the lock while this thread holds it.
-    held: Option<Bound<'py, PyAny>>,
+    /// The lock while this thread holds it through this guard.
+    held: Option<Bound<'py, FutureStateLock>>,
 }
 
 impl<'py> StateLock<'py> {
@@ -74,49 +57,30 @@ impl<'py> StateLock<'py> {
         change()
     }
 
-    /// Take the lock if it is free; its bound `release` if taken.
-    fn try_take(&self) -> PyResult<Option<Bound<'py, PyAny>>> {
+    /// Take the lock if it is free (or this thread holds it already).
+    fn try_take(&self) -> PyResult<Option<Bound<'py, FutureStateLock>>> {
         let (py, names) = (self.py, self.names);
         // Looked up on each use: a forked child replaces the lock.
         let lock = names
             .future_module
             .bind(py)
-            .getattr(names.state_lock.bind(py))?;
-        let (acquire, release, no_wait) = STATE_LOCK_METHODS.with(|cell| -> PyResult<_> {
-            let mut cached = cell.borrow_mut();
-            if cached.as_ref().is_none_or(|c| !c.lock.bind(py).is(&lock)) {
-                *cached = Some(StateLockMethods {
-                    lock: lock.clone().unbind(),
-                    acquire: lock.getattr(names.acquire.bind(py))?.unbind(),
-                    release: lock.getattr(names.release.bind(py))?.unbind(),
-                    no_wait: PyTuple::new(py, [false])?.unbind(),
-                });
-            }
-            let methods = cached.as_ref().expect("filled above");
-            Ok((
-                methods.acquire.clone_ref(py),
-                methods.release.clone_ref(py),
-                methods.no_wait.clone_ref(py),
-            ))
-        })?;
-        let taken = acquire.bind(py).call(no_wait.bind(py), None)?.is_truthy()?;
-        Ok(taken.then(|| release.into_bound(py)))
+            .getattr(names.state_lock.bind(py))?
+            .cast_into::<FutureStateLock>()?;
+        Ok(lock.get().try_enter().then_some(lock))
     }
 
-    /// Let go of the lock if this thread holds it.
-    pub(crate) fn let_go(&mut self) -> PyResult<()> {
-        if let Some(release) = self.held.take() {
-            release.call0()?;
+    /// Let go of the lock if this guard holds it.
+    pub(crate) fn let_go(&mut self) {
+        if let Some(lock) = self.held.take() {
+            lock.get().exit();
         }
-        Ok(())
     }
 }
 
 impl Drop for StateLock<'_> {
     fn drop(&mut self) {
-        // An error path left it held. Releasing a lock this thread holds
-        // does not fail.
-        let _ = self.let_go();
+        // An error path left it held.
+        self.let_go();
     }
 }
 
@@ -138,7 +102,7 @@ pub(crate) fn start_quietly(
     // A Condition, once made, stays: read without the lock.
     let cond = future.getattr(names.cond.bind(py))?;
     if !cond.is_none() {
-        lock.let_go()?;
+        lock.let_go();
         return start_under_condition(names, future, &cond);
     }
     let started = lock.run(|| {
@@ -428,9 +392,8 @@ fn finish_and_tell<'py>(
         }
         store_outcome(names, future, ok, value).map(Some)
     });
-    let let_go = lock.let_go();
+    lock.let_go();
     let Some(gates) = gates? else {
-        let_go?;
         return Ok(None); // the state lock was busy: nothing changed
     };
     // The future is finished: its waiters are told before anything else
@@ -445,7 +408,6 @@ fn finish_and_tell<'py>(
         }
         Ok(())
     });
-    let_go?;
     told_all?;
     Ok(Some(gates))
 }

@@ -522,7 +522,7 @@ impl WorkerSlot {
             Target::Future(future) if plain => start_quietly(names, future.bind(py), lock)?,
             _ => false,
         };
-        lock.let_go()?;
+        lock.let_go();
         let waiting = shared.waiting.bind(py);
         let notices = if updates.is_empty() {
             None
@@ -616,18 +616,16 @@ impl WorkerSlot {
             // On to the next call while holding the lock; the threads parked
             // in result() are woken once it is let go.
             let next = self.after(py, ok, &mut lock);
-            let let_go = lock.let_go();
+            lock.let_go();
             release_gates(names, &gates)?;
-            let_go?;
             return next;
         }
         // A wait() or as_completed() waits on it (it has a Condition).
-        lock.let_go()?;
+        lock.let_go();
         if let Some(gates) = finish_waited_quietly(names, future, ok, &value, &mut lock)? {
             let next = self.after(py, ok, &mut lock);
-            let let_go = lock.let_go();
+            lock.let_go();
             release_gates(names, &gates)?;
-            let_go?;
             return next;
         }
         let step = PyList::new(

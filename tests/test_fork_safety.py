@@ -427,7 +427,12 @@ def test_every_module_level_lock_is_fork_safe() -> None:
                 if not isinstance(value, ast.Call):
                     continue
                 made = ast.unparse(value.func)
-                if made.startswith("threading.") and made[10:] in ("Lock", "RLock", "Condition"):
+                by_threading = made.startswith("threading.") and made[10:] in (
+                    "Lock",
+                    "RLock",
+                    "Condition",
+                )
+                if by_threading or made == "FutureStateLock":
                     target = node.targets[0] if isinstance(node, ast.Assign) else node.target
                     rel = os.path.relpath(path, os.path.join(root, "taut")).replace(os.sep, "/")
                     found.add((rel, ast.unparse(target)))

@@ -14,6 +14,7 @@ __all__ = [
     "OS_WAIT_SLICE",
     "Deadline",
     "Done",
+    "FutureStateLock",
     "LoopChannel",
     "PoolCore",
     "Ready",
@@ -317,6 +318,20 @@ class TreeKill:
 
 # A call as the pool hands it out: (future, fn, args, kwargs or None).
 _Call = tuple[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]
+
+@final
+class FutureStateLock:
+    """The re-entrant lock of ``taut.Future``'s lock-free state changes
+    (``taut._future._state_lock``): what ``threading.RLock`` offers, taken
+    by the workers in Rust without a Python call."""
+
+    def __init__(self) -> None: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1.0) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None: ...
+    def _is_owned(self) -> bool: ...
+    def locked(self) -> bool: ...
 
 @final
 class WorkerSlot:

@@ -12,6 +12,7 @@ from concurrent.futures import _base
 
 from taut import _lazy_import
 from taut._checks import OS_WAIT_SLICE, check_timeout
+from taut._core import FutureStateLock
 from taut._future_condition import FutureCondition
 from taut._notices import _deliver_notices
 
@@ -34,12 +35,14 @@ _CANCELLED_STATES = (_CANCELLED, _CANCELLED_AND_NOTIFIED)
 
 # Guards the lazy creation of a future's Condition and of its lists, and
 # the registration of result() waiters, against the lock-free state changes
-# below. Held only for a few attribute reads and writes. Re-entrant, as the
-# standard library's Condition lock: a signal handler (a graceful shutdown
-# cancelling pending calls, say) runs in the main thread between any two
-# bytecodes, also while that thread holds this lock; with a plain lock it
-# would wait for itself for good.
-_state_lock = threading.RLock()
+# below (some made by the workers in Rust). Held only for a few attribute
+# reads and writes. A lock of taut's own (see taut._core.FutureStateLock):
+# the workers take it for every call, without a Python call. Re-entrant, as
+# the standard library's Condition lock: a signal handler (a graceful
+# shutdown cancelling pending calls, say) runs in the main thread between
+# any two bytecodes, also while that thread holds this lock; with a plain
+# lock it would wait for itself for good.
+_state_lock = FutureStateLock()
 
 
 def _release_leaked_state_lock() -> None:
@@ -52,7 +55,7 @@ def _release_leaked_state_lock() -> None:
     join of the workers hung. (The lock is looked up here: a forked child
     replaces it.)"""
     lock = _state_lock
-    while lock._is_owned():  # type: ignore[attr-defined]
+    while lock._is_owned():
         lock.release()
 
 

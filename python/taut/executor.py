@@ -30,7 +30,7 @@ from sys import _getframe
 
 from taut import _future, _lazy_import, _worker
 from taut._checks import check_count, check_duration, check_timeout, describe
-from taut._core import PoolCore, WorkerSlot
+from taut._core import FutureStateLock, PoolCore, WorkerSlot
 from taut._future import _CANCELLED, Future, _result_or_cancel
 from taut._greenlet_threads import refuse_greenlet_thread
 from taut._notices import _deliver_notices, _Tracker
@@ -909,7 +909,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
 def _after_fork_in_child() -> None:
     global _default_lock
     # A thread that no longer exists may have held these at fork time.
-    _future._state_lock = threading.RLock()
+    _future._state_lock = FutureStateLock()
     _default_lock = threading.Lock()
     _worker._live_workers.clear()
     for executor in list(_live_executors.values()):

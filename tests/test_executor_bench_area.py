@@ -1,10 +1,12 @@
 """The executor benchmark area's (f') shape (taut._bench.executor): every
 call queued before the workers are let go, and every one collected before the
-clock stops. Small sizes, no timing asserts."""
+clock stops; and (f)'s cheapest-pool reference, which runs every call too.
+Small sizes, no timing asserts."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 from typing import Any
 
 import pytest
@@ -36,3 +38,12 @@ def test_queued_up_front_queues_everything_before_release_and_collects_it(base: 
     assert len(releases) == 4 and len(set(map(id, releases))) == 1
     assert released_at_submit == [False] * 40
     assert all(f.done() and f.exception() is None for f in seen)
+
+
+def test_the_cheapest_pool_runs_every_call_before_the_clock_stops() -> None:
+    calls: list[float] = []
+    before = threading.active_count()
+    elapsed = bench.io_cheapest_pool(50, 4, 1e-6, call=calls.append)
+    assert elapsed > 0
+    assert calls == [1e-6] * 50
+    assert threading.active_count() == before  # its threads are joined

@@ -7,12 +7,14 @@ import asyncio
 import concurrent.futures as cf
 import functools
 import json
+import queue
 import statistics
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from _thread import allocate_lock
 from typing import Any, Callable
 
 import taut
@@ -150,6 +152,44 @@ def io_floor(n: int, workers: int, sleep: float) -> float:
     return time.perf_counter() - start
 
 
+def io_cheapest_pool(
+    n: int, workers: int, sleep: float, call: Callable[[float], object] = time.sleep
+) -> float:
+    """The same sleeps through the cheapest pool Python allows: `workers`
+    plain threads (started before the clock, as the floor's are started in
+    its timing) taking calls from a C ``queue.SimpleQueue``, and one C lock
+    per call that its waiter blocks on, with no executor bookkeeping at all.
+    (f) measured against this says how much of its distance from the floor
+    any pool with a result per call pays on this machine, and how much is
+    taut's own per-call work under the GIL."""
+    calls: queue.SimpleQueue[Any] = queue.SimpleQueue()  # a call's lock; None: stop
+
+    def work() -> None:
+        while (done := calls.get()) is not None:
+            call(sleep)
+            done.release()
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        start = time.perf_counter()
+        gates = []
+        for _ in range(n):
+            done = allocate_lock()
+            done.acquire()
+            calls.put(done)
+            gates.append(done)
+        for done in gates:
+            done.acquire()
+        return time.perf_counter() - start
+    finally:
+        for _ in threads:
+            calls.put(None)
+        for t in threads:
+            t.join()
+
+
 _MEMORY_PROBE = """
 import concurrent.futures as cf, gc, json, sys, threading, psutil, taut
 factory = {"stdlib": cf.ThreadPoolExecutor, "taut": taut.ThreadPoolExecutor}[sys.argv[1]]
@@ -257,6 +297,7 @@ def run(quick: bool) -> list[Row]:
         for name, factory in CONTENDERS.items()
     }
     io_runners["floor"] = functools.partial(io_floor, n_io, workers, sleep)
+    io_runners["cheapest"] = functools.partial(io_cheapest_pool, n_io, workers, sleep)
     for name, factory in CONTENDERS.items():
         io_runners[f"{name}/up_front"] = functools.partial(
             io_queued_up_front, factory, n_io, workers, sleep
@@ -286,7 +327,9 @@ def run(quick: bool) -> list[Row]:
                 f"ideal {ideal * 1e3:.0f} ms; floor (plain threads, no pool) "
                 f"{floor * 1e3:.0f} ms = {floor / ideal:.2f}x ideal; "
                 f"taut {taut_io / floor:.2f}x floor, "
-                f"stdlib {statistics.median(io['stdlib']) / floor:.2f}x floor"
+                f"stdlib {statistics.median(io['stdlib']) / floor:.2f}x floor; "
+                "the cheapest pool (a C SimpleQueue, a lock per call) "
+                f"{statistics.median(io['cheapest']) / floor:.2f}x floor"
             ),
         )
     )

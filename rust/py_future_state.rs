@@ -6,9 +6,9 @@
 //! The Python fast paths of that class change the state under the module's
 //! `_state_lock` (a re-entrant `FutureStateLock`, never held across Python
 //! code that could wait for this thread); we take the same lock without
-//! blocking, with the GIL held. `wait()`/`as_completed()` waiters create the Condition and
-//! callback registrations add to `_callbacks`, both under that lock;
-//! `result()` waiters add a held gate to `_result_gates` under it, and
+//! blocking, with the GIL held. `wait()`/`as_completed()` waiters create the
+//! Condition and callback registrations add to `_callbacks`, both under that
+//! lock; `result()` waiters add a held gate to `_result_gates` under it, and
 //! whoever finishes the future releases the gates it takes from there. So a
 //! future without a Condition and without callbacks has nobody else to
 //! notify. Anything else (lock busy, a Condition, callbacks, an unexpected
@@ -16,9 +16,10 @@
 //!
 //! Nothing done while holding the lock runs Python code, allocates a Python
 //! object (on CPython 3.11 an allocation can run the garbage collector, whose
-//! finalizers could then want the lock this thread holds) or lets go of the
-//! GIL: only attribute reads and writes on a plain instance, the C methods of
-//! the lock and of `_thread.lock` gates, and the pool's own Rust state.
+//! finalizers would then run in the middle of a change) or lets go of the
+//! GIL: only attribute reads and writes on a plain instance, the lock's own
+//! Rust methods, the C methods of `_thread.lock` gates, and the pool's own
+//! Rust state.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};

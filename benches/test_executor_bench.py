@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import functools
 from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
 
 import taut
-from taut._bench.executor import _identity, _noop
+from taut._bench.executor import _identity, _noop, io_cheapest_pool, io_floor, io_shaped
 
 FACTORIES: dict[str, Callable[..., cf.ThreadPoolExecutor]] = {
     "stdlib": cf.ThreadPoolExecutor,
@@ -76,3 +77,26 @@ def test_fan_out_as_completed(benchmark: Any, executor: cf.ThreadPoolExecutor) -
         return sum(f.result() for f in cf.as_completed(futures))
 
     assert benchmark(run) == 49_995_000
+
+
+# (f): sleeps of 1 ms on 64 workers, beside plain threads doing the same
+# sleeps (the floor) and the cheapest pool Python allows. Each round is a
+# whole run, its timing as the function returns it (thread starts included
+# where the run makes its threads, as `python -m taut bench` measures them).
+IO_RUNS: dict[str, Callable[[], float]] = {
+    "stdlib": functools.partial(io_shaped, cf.ThreadPoolExecutor, 2_000, 64, 0.001),
+    "taut": functools.partial(io_shaped, taut.ThreadPoolExecutor, 2_000, 64, 0.001),
+    "floor": functools.partial(io_floor, 2_000, 64, 0.001),
+    "cheapest-pool": functools.partial(io_cheapest_pool, 2_000, 64, 0.001),
+}
+
+
+@pytest.mark.benchmark(group="io-sleep-2k")
+@pytest.mark.parametrize("run", list(IO_RUNS))
+def test_io_sleep(benchmark: Any, run: str) -> None:
+    timed: list[float] = []
+    benchmark.pedantic(lambda: timed.append(IO_RUNS[run]()), rounds=5, iterations=1)
+    # The whole round, not only the timed part, is what pytest-benchmark
+    # reports; the run's own timing is kept beside it.
+    benchmark.extra_info["run_seconds_median"] = sorted(timed)[len(timed) // 2]
+    assert len(timed) == 5 and all(t > 0 for t in timed)

@@ -64,6 +64,9 @@ pub const GIL_HANDOFF_WAIT: Duration = Duration::from_micros(4);
 /// thread's wake-up.
 const AVERAGE_CAP_WINDOWS: u64 = 4;
 
+/// `Pool::measured_ns` before any call ran.
+const UNKNOWN: u64 = u64::MAX;
+
 /// Spin until `done()` or `limit` passed, yielding the CPU now and then.
 pub fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -286,6 +289,11 @@ pub struct Pool<J> {
     gap_ns: AtomicU64,
     /// Smoothed nanoseconds a call runs, reported by the bindings.
     service_ns: AtomicU64,
+    /// `service_ns` as it would be had it started from the first call's
+    /// own run time rather than from the cap; `UNKNOWN` until a call ran.
+    /// For `calls_are_long`, which must not take a fresh pool's first
+    /// calls for long (`service_ns` needs five short calls to come down).
+    measured_ns: AtomicU64,
     /// Nanoseconds from a notify to the parked worker it woke running
     /// again, a running median (`record_wake`): the machine's wake-up cost,
     /// which sets the spin window.
@@ -327,6 +335,7 @@ impl<J> Pool<J> {
             room: Condvar::new(),
             gap_ns: AtomicU64::new(AVERAGE_CAP_WINDOWS * FLOOR_NS),
             service_ns: AtomicU64::new(AVERAGE_CAP_WINDOWS * FLOOR_NS),
+            measured_ns: AtomicU64::new(UNKNOWN),
             // Until a wake-up is measured the window is the floor: a pool
             // that spins too little parks, and so measures its wake-ups; one
             // that spun too much would never park to learn it should not.
@@ -394,6 +403,22 @@ impl<J> Pool<J> {
     /// A call ran for `ns` nanoseconds.
     pub fn record_service(&self, ns: u64) {
         self.smooth_average(&self.service_ns, ns);
+        if self.measured_ns.load(Ordering::Relaxed) == UNKNOWN {
+            let first = ns.min(AVERAGE_CAP_WINDOWS * self.window_ns());
+            self.measured_ns.store(first, Ordering::Relaxed);
+        } else {
+            self.smooth_average(&self.measured_ns, ns);
+        }
+    }
+
+    /// True when calls are known to run longer than the spin window on
+    /// average (a fresh pool's are not known): each queued call then
+    /// needs a worker of its own, and a new worker is worth starting
+    /// without waiting for it to run. Short calls are finished by the
+    /// workers already running sooner than a new one could start.
+    pub fn calls_are_long(&self) -> bool {
+        let measured = self.measured_ns.load(Ordering::Relaxed);
+        measured != UNKNOWN && measured >= self.window_ns()
     }
 
     /// The bounded queue's size (0: unbounded).
@@ -698,7 +723,7 @@ impl<J> Pool<J> {
         let Queued { seq, job } = st.queue.pop_front()?;
         self.queued.store(st.queue.len(), Ordering::Release);
         st.running += 1;
-        let tracked = st.tracked.remove(&seq).is_some();
+        let tracked = !st.tracked.is_empty() && st.tracked.remove(&seq).is_some();
         let updates = Self::position_updates(st);
         Some(Take::Job {
             seq,
@@ -1321,6 +1346,30 @@ mod tests {
         assert_eq!(pool.stats().queued, 1);
         assert_eq!(pool.pop_front().map(|(_, j, _)| j), Some(2));
         assert!(pool.pop_front().is_none());
+    }
+
+    #[test]
+    fn calls_count_as_long_from_the_first_measured_one() {
+        let pool: Pool<u32> = Pool::new(1, 0);
+        let window = pool.window_ns();
+        assert!(!pool.calls_are_long(), "a fresh pool's calls are not known");
+        // One short call is enough to say so (service_ns, starting from
+        // the cap, would still say long).
+        pool.record_service(1_000);
+        assert!(!pool.calls_are_long());
+        assert!(!pool.calls_are_short(pool.spin_window()));
+        for _ in 0..3 {
+            pool.record_service(100 * window);
+        }
+        assert!(pool.calls_are_long());
+        for _ in 0..20 {
+            pool.record_service(1_000);
+        }
+        assert!(!pool.calls_are_long());
+        // The first call long: long at once.
+        let pool: Pool<u32> = Pool::new(1, 0);
+        pool.record_service(2 * window);
+        assert!(pool.calls_are_long());
     }
 
     #[test]

@@ -92,29 +92,35 @@ fn is_pending(names: &Names, future: &Bound<'_, PyAny>) -> PyResult<bool> {
         .is(names.pending.bind(py)))
 }
 
-/// PENDING -> RUNNING for a future nobody waits on; false if that needs
-/// the future's own method (waiters, cancelled, lock busy).
+/// PENDING -> RUNNING for a future nobody waits on, or one whose waiters
+/// need no notice of it (see [`start_under_condition`]); false if that
+/// needs the future's own method (cancelled, a lock busy).
 pub(crate) fn start_quietly(
     names: &Names,
     future: &Bound<'_, PyAny>,
     lock: &mut StateLock<'_>,
 ) -> PyResult<bool> {
     let py = future.py();
-    // A Condition, once made, stays: read without the lock.
-    let cond = future.getattr(names.cond.bind(py))?;
-    if !cond.is_none() {
-        lock.let_go();
-        return start_under_condition(names, future, &cond);
-    }
+    // The Condition is made under the lock: read there (the worker usually
+    // holds it already, from finishing the call before), once.
+    let mut condition = None;
     let started = lock.run(|| {
-        // A Condition made meanwhile (under the lock) means waiters: the
-        // future's own method then.
-        if !future.getattr(names.cond.bind(py))?.is_none() || !is_pending(names, future)? {
+        let cond = future.getattr(names.cond.bind(py))?;
+        if !cond.is_none() {
+            condition = Some(cond);
+            return Ok(None);
+        }
+        if !is_pending(names, future)? {
             return Ok(None);
         }
         future.setattr(names.state.bind(py), names.running.bind(py))?;
         Ok(Some(()))
     })?;
+    if let Some(cond) = condition {
+        // Once made it stays: from then on the state changes under it.
+        lock.let_go();
+        return start_under_condition(names, future, &cond);
+    }
     Ok(started.is_some())
 }
 

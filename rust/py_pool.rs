@@ -430,11 +430,15 @@ impl WorkerSlot {
     /// The call ended: no interrupt may be aimed at it any more, and one
     /// already sent but not yet raised (the call ended before a bytecode
     /// boundary) must not land in the worker loop or the next call.
-    fn end_call(&self, py: Python<'_>) {
+    /// Returns the time it ended (`Pool::now_ns`): the start of a call taken
+    /// in the same step, read once (a clock read is a tenth of a worker's
+    /// own time per call).
+    fn end_call(&self, py: Python<'_>) -> u64 {
         self.current.store(0, Ordering::Release);
         let pool = &self.shared.pool;
         let started = self.started_ns.load(Ordering::Relaxed);
-        pool.record_service(pool.now_ns().saturating_sub(started));
+        let now = pool.now_ns();
+        pool.record_service(now.saturating_sub(started));
         if self.interrupted.swap(false, Ordering::AcqRel) {
             // Called on the worker's own thread. Only a signal handler's
             // exception could land meanwhile, and those run on the main
@@ -444,11 +448,19 @@ impl WorkerSlot {
                 err.write_unraisable(py, None);
             }
         }
+        now
     }
 
     /// The step that follows a finished call. `lock`: the state lock, if
     /// finishing the call took it (the next call may start under it).
-    fn after(&self, py: Python<'_>, ok: bool, lock: &mut StateLock<'_>) -> PyResult<Py<PyAny>> {
+    /// `ended`: when the call ended, if just now (see `end_call`).
+    fn after(
+        &self,
+        py: Python<'_>,
+        ok: bool,
+        lock: &mut StateLock<'_>,
+        ended: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
         if self.shared.orphaned.load(Ordering::Acquire) {
             // A forked child, where this thread forked inside the call it
             // just finished: the parent's pool is never touched again (a
@@ -464,16 +476,17 @@ impl WorkerSlot {
             return Ok(self.exit(py));
         }
         let take = pool.done_and_try_take(ok);
-        self.step(py, take, lock)
+        self.step(py, take, lock, ended)
     }
 
     /// The call was cancelled before it started: on to the next step.
     fn skipped(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.end_call(py);
+        let ended = self.end_call(py);
         drop(self.take_current());
         self.shared.pool.skipped_cancelled();
         let take = self.shared.pool.try_take();
-        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
+        let lock = &mut StateLock::new(py, &self.shared.names);
+        self.step(py, take, lock, Some(ended))
     }
 
     fn exit(&self, py: Python<'_>) -> Py<PyAny> {
@@ -484,17 +497,19 @@ impl WorkerSlot {
     /// Turn what the pool handed out into the step for the Python loop.
     /// `lock`: the state lock, which this step may already hold; it is let go
     /// before anything that allocates a Python object or lets go of the GIL.
+    /// `now`: the time, if just read (see `end_call`).
     fn step(
         &self,
         py: Python<'_>,
         take: Take<Job>,
         lock: &mut StateLock<'_>,
+        now: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
         let (seq, job, updates) = match take {
             Take::Exit => return Ok(self.exit(py)),
             Take::Empty => return Ok(false.into_pyobject(py)?.to_owned().into_any().unbind()),
             // Woken by work; now holding the GIL, take it if it is still there.
-            Take::Woken => return self.step(py, self.shared.pool.claim_woken(), lock),
+            Take::Woken => return self.step(py, self.shared.pool.claim_woken(), lock, now),
             Take::Job {
                 seq, job, updates, ..
             } => (seq, job, updates),
@@ -512,8 +527,8 @@ impl WorkerSlot {
         // locked (see `running_future`).
         drop(previous);
         self.current.store(seq, Ordering::Release);
-        self.started_ns
-            .store(shared.pool.now_ns(), Ordering::Relaxed);
+        let now = now.unwrap_or_else(|| shared.pool.now_ns());
+        self.started_ns.store(now, Ordering::Relaxed);
         // The common case: a plain call of a future nobody waits on yet,
         // marked as started quietly (under the lock, maybe still held from
         // finishing the previous call).
@@ -592,12 +607,14 @@ impl WorkerSlot {
     }
 
     /// Deliver the outcome quietly and go on, or hand it to Python.
+    /// `ended`: when the call ended (see `end_call`).
     fn complete(
         &self,
         py: Python<'_>,
         target: Target,
         ok: bool,
         value: Bound<'_, PyAny>,
+        ended: u64,
     ) -> PyResult<Py<PyAny>> {
         let names = &self.shared.names;
         let mut lock = StateLock::new(py, names);
@@ -607,7 +624,7 @@ impl WorkerSlot {
                 if !self.shared.orphaned.load(Ordering::Acquire) {
                     channel.get().push(py, (waiter, Some(ok), value.unbind()));
                 }
-                return self.after(py, ok, &mut lock);
+                return self.after(py, ok, &mut lock, Some(ended));
             }
             Target::Future(future) => future,
         };
@@ -615,7 +632,7 @@ impl WorkerSlot {
         if let Some(gates) = finish_quietly(names, future, ok, &value, &mut lock)? {
             // On to the next call while holding the lock; the threads parked
             // in result() are woken once it is let go.
-            let next = self.after(py, ok, &mut lock);
+            let next = self.after(py, ok, &mut lock, Some(ended));
             lock.let_go();
             release_gates(names, &gates)?;
             return next;
@@ -623,7 +640,7 @@ impl WorkerSlot {
         // A wait() or as_completed() waits on it (it has a Condition).
         lock.let_go();
         if let Some(gates) = finish_waited_quietly(names, future, ok, &value, &mut lock)? {
-            let next = self.after(py, ok, &mut lock);
+            let next = self.after(py, ok, &mut lock, Some(ended));
             lock.let_go();
             release_gates(names, &gates)?;
             return next;
@@ -655,7 +672,7 @@ impl WorkerSlot {
         CURRENT_POOL.with(|c| c.set(self.shared.id));
         let shared = Arc::clone(&self.shared);
         let take = gil::detach(py, move || shared.pool.first_take(shared.idle_timeout));
-        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
+        self.step(py, take, &mut StateLock::new(py, &self.shared.names), None)
     }
 
     /// The thread claimed for this slot will never report in (`take`): it
@@ -683,34 +700,34 @@ impl WorkerSlot {
     fn park(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let shared = Arc::clone(&self.shared);
         let take = gil::detach(py, move || shared.pool.park_then_claim(shared.idle_timeout));
-        self.step(py, take, &mut StateLock::new(py, &self.shared.names))
+        self.step(py, take, &mut StateLock::new(py, &self.shared.names), None)
     }
 
     /// The running call returned `value`.
     fn ok(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call(py);
+        let ended = self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyRuntimeError::new_err(
                 "taut worker: ok() without a running call",
             ));
         };
-        self.complete(py, target, true, value)
+        self.complete(py, target, true, value, ended)
     }
 
     /// The running call (or the step that was about to start it) raised
     /// `exc`. With no call running, `exc` is raised again: it is the
     /// worker loop's own failure.
     fn fail(&self, py: Python<'_>, exc: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.end_call(py);
+        let ended = self.end_call(py);
         let Some(target) = self.take_current() else {
             return Err(PyErr::from_value(exc));
         };
-        self.complete(py, target, false, exc)
+        self.complete(py, target, false, exc, ended)
     }
 
     /// After a finish step, once Python completed the future.
     fn done(&self, py: Python<'_>, ok: bool) -> PyResult<Py<PyAny>> {
-        self.after(py, ok, &mut StateLock::new(py, &self.shared.names))
+        self.after(py, ok, &mut StateLock::new(py, &self.shared.names), None)
     }
 
     /// After a start (or skip) step whose call turned out cancelled.
@@ -1226,6 +1243,13 @@ impl PoolCore {
     /// parked thread, 50-250 µs; see `pool::SPIN_FLOOR`).
     fn spin_window(&self) -> f64 {
         self.shared.pool.spin_window().as_secs_f64()
+    }
+
+    /// True when this pool's calls are known to run longer than its spin
+    /// window on average: a worker is then started without the submitter
+    /// waiting for it to run (see `taut._worker_thread`).
+    fn calls_are_long(&self) -> bool {
+        self.shared.pool.calls_are_long()
     }
 
     /// True when called on a worker thread of this pool.

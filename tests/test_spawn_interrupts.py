@@ -32,6 +32,7 @@ import pytest
 from tests._waiting import LONG, wait_until
 
 import taut
+from taut._worker_thread import _StartedEvent
 from taut.executor import ThreadPoolExecutor
 
 
@@ -194,8 +195,10 @@ def in_thread_start_before_the_thread_exists() -> None:
 
 def while_thread_start_waits_for_the_new_thread() -> None:
     # The thread exists but has not reported in when the interrupt lands in
-    # Thread.start's wait for it: it runs anyway, and keeps its place. Taken
-    # for gone, it would run beside the replacement the next submit starts.
+    # Thread.start's call of its started event's wait (a worker's returns at
+    # once: see taut._worker_thread._StartedEvent): it runs anyway, and keeps its
+    # place. Taken for gone, it would run beside the replacement the next
+    # submit starts.
     ran: list[int] = []
     may_report_in = threading.Event()
     bootstrap = threading.Thread._bootstrap  # type: ignore[attr-defined]
@@ -205,13 +208,13 @@ def while_thread_start_waits_for_the_new_thread() -> None:
         bootstrap(thread)
 
     thread_start = threading.Thread.start.__code__
-    event_wait = threading.Event.wait.__code__
+    started_wait = _StartedEvent.wait.__code__
     with _executor() as ex, pytest.MonkeyPatch.context() as patch:
         patch.setattr(threading.Thread, "_bootstrap", held_back)
         fired = _interrupt_at(
             lambda frame, event, _: (
                 event == "call"
-                and frame.f_code is event_wait
+                and frame.f_code is started_wait
                 and frame.f_back is not None
                 and frame.f_back.f_code is thread_start
             )

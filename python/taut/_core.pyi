@@ -653,6 +653,10 @@ class PoolCore:
     def spin_window(self) -> float:
         """Seconds workers and result waiters spin before parking: three
         measured wake-ups of a parked thread, 50-250 µs."""
+    def calls_are_long(self) -> bool:
+        """True when this pool's calls are known to run longer than its spin
+        window on average (a new worker then starts without the submitter
+        waiting for it to run)."""
     def in_worker(self) -> bool:
         """True on a worker thread of this pool."""
     def stats(self) -> tuple[int, int, int, int, int, int, int, int, int]:

@@ -35,6 +35,7 @@ from taut._future import _CANCELLED, Future, _result_or_cancel
 from taut._greenlet_threads import refuse_greenlet_thread
 from taut._notices import _deliver_notices, _Tracker
 from taut._stdlib_views import IdleSemaphore, WorkQueue
+from taut._worker_thread import WorkerThread, _StartedEvent
 
 __all__ = [
     "Future",
@@ -127,23 +128,24 @@ def _submit_for_loop(
 
 
 _THREAD_START = threading.Thread.start.__code__
-_EVENT_WAIT = threading.Event.wait.__code__
+_STARTED_WAIT = _StartedEvent.wait.__code__
 
 
-def _thread_exists(thread: threading.Thread, error: BaseException) -> bool:
+def _thread_exists(thread: WorkerThread, error: BaseException) -> bool:
     """Whether ``thread.start()``, which raised ``error`` (or was not
-    reached), made the thread: it reported in, or ``start`` was waiting for
-    it to (an interrupt in that wait leaves a thread that runs anyway).
-    An interrupt landing between the thread being made and that wait is
+    reached), made the thread: it runs, or ``Thread.start`` got as far as
+    its wait for it (which comes after the thread is made, and returns at
+    once for a worker), or the interrupt landed as that wait was called.
+    An interrupt landing between the thread being made and that call is
     taken for "not made": such a thread finds its place given back and
     exits before taking any work (``WorkerSlot.take``)."""
-    if thread._started.is_set():  # type: ignore[attr-defined]
+    if thread.started_or_made():
         return True
     tb = error.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code is _THREAD_START:
             inner = tb.tb_next
-            return inner is not None and inner.tb_frame.f_code is _EVENT_WAIT
+            return inner is not None and inner.tb_frame.f_code is _STARTED_WAIT
         tb = tb.tb_next
     return False
 
@@ -655,7 +657,10 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
                 "taut's workers", "use concurrent.futures.ThreadPoolExecutor here"
             )
             exited = threading.Event()
-            thread = threading.Thread(
+            thread = WorkerThread(
+                # Started without waiting for it to run when calls are
+                # long (see taut._worker_thread._StartedEvent).
+                wait_to_run=not self._core.calls_are_long(),
                 # `%s`, as the stdlib names its threads: str() of the prefix.
                 name=f"{self._thread_name_prefix!s}_{next(self._thread_numbers)}",
                 target=_worker._worker_main,

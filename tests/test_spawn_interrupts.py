@@ -195,8 +195,8 @@ def in_thread_start_before_the_thread_exists() -> None:
 
 def while_thread_start_waits_for_the_new_thread() -> None:
     # The thread exists but has not reported in when the interrupt lands in
-    # Thread.start's call of its started event's wait (a worker's returns at
-    # once: see taut._worker_thread._StartedEvent): it runs anyway, and keeps its
+    # Thread.start's call of its started event's wait (see
+    # taut._worker_thread._StartedEvent): it runs anyway, and keeps its
     # place. Taken for gone, it would run beside the replacement the next
     # submit starts.
     ran: list[int] = []

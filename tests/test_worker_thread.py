@@ -6,13 +6,15 @@ or not known yet, a start still waits, as the standard library's does."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from tests._waiting import LONG, wait_until
+from tests._waiting import LONG, child_exit_code, wait_until
 
 import taut
 from taut._worker_thread import WorkerThread
@@ -158,3 +160,23 @@ def test_with_long_calls_submit_does_not_wait_for_the_workers_it_starts() -> Non
         thread.join(LONG)
         assert not thread.is_alive()
     wait_until(lambda: not ex._threads)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_worker_not_yet_running_at_a_fork_is_gone_in_the_child() -> None:
+    thread = WorkerThread(target=int, daemon=True, wait_to_run=False)
+    with _workers_held_before_running() as may_run, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 3.12+: fork of a multi-threaded process
+        thread.start()
+        pid = os.fork()
+        if pid == 0:
+            # The child: the thread was never made here. A join() that
+            # waited for it would hang (the parent kills the child then).
+            gone = not thread.is_alive() and not thread.started_or_made()
+            thread.join()
+            os._exit(0 if gone else 1)
+        assert child_exit_code(pid) == 0
+        assert thread.is_alive()  # the parent's still waits to run
+        may_run.set()
+    thread.join(LONG)
+    assert not thread.is_alive()

@@ -34,6 +34,9 @@ class _StartedEvent(threading.Event):
 
     # Thread.start() calls wait() only once the OS thread is made.
     made = False
+    # In a forked child: the thread was made in the parent and had not run
+    # there yet, so it never runs here.
+    forked_away = False
 
     def __init__(self, wait_to_run: bool) -> None:
         super().__init__()
@@ -48,6 +51,15 @@ class _StartedEvent(threading.Event):
     def wait_until_running(self, timeout: float | None) -> bool:
         """The wait ``Thread.start()`` would have made."""
         return super().wait(timeout)
+
+    def _at_fork_reinit(self) -> None:
+        # Called for every thread by threading's after-fork hook, in the
+        # child only. A thread not yet running is not in the child: it must
+        # not count as alive there, nor make join() wait for it for good.
+        super()._at_fork_reinit()  # type: ignore[misc]
+        if self.made and not self.is_set():
+            self.made = False
+            self.forked_away = True
 
 
 class WorkerThread(threading.Thread):
@@ -82,6 +94,8 @@ class WorkerThread(threading.Thread):
 
     def join(self, timeout: float | None = None) -> None:
         started = self._started
+        if started.forked_away:
+            return  # made by the parent, never to run in this child
         if started.made and not started.is_set():
             if timeout is None:
                 started.wait_until_running(None)

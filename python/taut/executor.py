@@ -134,8 +134,9 @@ _STARTED_WAIT = _StartedEvent.wait.__code__
 def _thread_exists(thread: WorkerThread, error: BaseException) -> bool:
     """Whether ``thread.start()``, which raised ``error`` (or was not
     reached), made the thread: it runs, or ``Thread.start`` got as far as
-    its wait for it (which comes after the thread is made, and returns at
-    once for a worker), or the interrupt landed as that wait was called.
+    its wait for it (which comes after the thread is made, and may return
+    at once: see ``WorkerThread``), or the interrupt landed as that wait was
+    called.
     An interrupt landing between the thread being made and that call is
     taken for "not made": such a thread finds its place given back and
     exits before taking any work (``WorkerSlot.take``)."""

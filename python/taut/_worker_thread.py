@@ -62,6 +62,10 @@ class _StartedEvent(threading.Event):
             self.forked_away = True
 
 
+_THREAD_START = threading.Thread.start.__code__
+_STARTED_WAIT = _StartedEvent.wait.__code__
+
+
 class WorkerThread(threading.Thread):
     """A pool's worker thread, started without waiting for it to run unless
     ``wait_to_run`` (see ``_StartedEvent``). Until it runs it answers as a
@@ -79,6 +83,24 @@ class WorkerThread(threading.Thread):
         waiting for it, which may not wait)."""
         started = self._started
         return started.is_set() or started.made
+
+    def made_despite(self, error: BaseException) -> bool:
+        """Whether ``start()``, which raised ``error`` (or was not reached),
+        made the thread: it runs, or ``Thread.start`` got as far as its
+        wait for it (which comes after the thread is made, and may return at
+        once), or the interrupt landed as that wait was called. An interrupt
+        landing between the thread being made and that call is taken for
+        "not made": such a worker finds its place given back and exits
+        before taking any work (``WorkerSlot.take``)."""
+        if self.started_or_made():
+            return True
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is _THREAD_START:
+                inner = tb.tb_next
+                return inner is not None and inner.tb_frame.f_code is _STARTED_WAIT
+            tb = tb.tb_next
+        return False
 
     def start(self) -> None:
         if self._started.made:

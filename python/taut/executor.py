@@ -35,7 +35,7 @@ from taut._future import _CANCELLED, Future, _result_or_cancel
 from taut._greenlet_threads import refuse_greenlet_thread
 from taut._notices import _deliver_notices, _Tracker
 from taut._stdlib_views import IdleSemaphore, WorkQueue
-from taut._worker_thread import WorkerThread, _StartedEvent
+from taut._worker_thread import WorkerThread
 
 __all__ = [
     "Future",
@@ -125,30 +125,6 @@ def _submit_for_loop(
     # caller's `self` is exact, and it may not be running yet).
     loop = _getframe(2).f_locals["self"]
     return _submit_for_run_in_executor(executor, loop, fn, args)
-
-
-_THREAD_START = threading.Thread.start.__code__
-_STARTED_WAIT = _StartedEvent.wait.__code__
-
-
-def _thread_exists(thread: WorkerThread, error: BaseException) -> bool:
-    """Whether ``thread.start()``, which raised ``error`` (or was not
-    reached), made the thread: it runs, or ``Thread.start`` got as far as
-    its wait for it (which comes after the thread is made, and may return
-    at once: see ``WorkerThread``), or the interrupt landed as that wait was
-    called.
-    An interrupt landing between the thread being made and that call is
-    taken for "not made": such a thread finds its place given back and
-    exits before taking any work (``WorkerSlot.take``)."""
-    if thread.started_or_made():
-        return True
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is _THREAD_START:
-            inner = tb.tb_next
-            return inner is not None and inner.tb_frame.f_code is _STARTED_WAIT
-        tb = tb.tb_next
-    return False
 
 
 # taut._asyncio's run_in, once loaded: asyncio loads on first use only.
@@ -689,7 +665,7 @@ class ThreadPoolExecutor(_cf.ThreadPoolExecutor):
             # The place goes back unless the thread exists (it then reports
             # in and works as usual). Should a second Ctrl-C cut this short,
             # the slot gives its place back once it is dropped.
-            if slot is not None and (thread is None or not _thread_exists(thread, error)):
+            if slot is not None and (thread is None or not thread.made_despite(error)):
                 if isinstance(error, Exception):
                     # Thread.start failed (no thread can start now): the
                     # other owed starts go too. They would fail alike, and
